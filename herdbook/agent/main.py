@@ -1,0 +1,227 @@
+"""The compute-node agent: registers (once, kept in a sentinel file), heartbeats,
+sends node-info and resource updates, and resumes by itself after NATS restarts."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import socket
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import nats
+from nats.aio.client import Client as NATS
+from nats.js.errors import NotFoundError
+
+from herdbook.agent import gpu
+from herdbook.agent.info import info_hash, node_info, resources
+from herdbook.agent.state import AgentState
+from herdbook.agent.connection import connection_callbacks, quiet_errors
+from herdbook.events.base import Event
+from herdbook.events.codec import encode
+from herdbook.events.heartbeat import Heartbeat
+from herdbook.events.node import NodeInfo, NodeInfoUpdated, NodeRegistered
+from herdbook.events.states import NodeClass
+from herdbook.events.store import EventStore
+from herdbook.events.subjects import (
+    EVENTS_STREAM,
+    aggregate_filter,
+    heartbeat_subject,
+    resources_subject,
+    validate_id,
+)
+
+log = logging.getLogger(__name__)
+
+
+def default_node_id() -> str:
+    host = socket.gethostname().split(".")[0]
+    return "".join(c if c.isalnum() or c in "-_" else "-" for c in host)[:128] or "node"
+
+
+@dataclass
+class AgentOptions:
+    server: str = "nats://127.0.0.1:4222"
+    node_id: str = field(default_factory=default_node_id)
+    state_dir: str = "./.herd-agent"
+    labels: dict[str, str] = field(default_factory=dict)
+    node_class: NodeClass = NodeClass.STANDARD
+    heartbeat_interval: float = 10.0
+    info_interval: float = 60.0
+    resource_interval: float = 30.0
+    fake_gpus: int | None = None
+    instance_id: str | None = None
+
+
+class Agent:
+    def __init__(self, options: AgentOptions, nc: NATS | None = None,
+                 nvml: gpu.NvmlLike | None = None) -> None:
+        self.options = options
+        self.node_id = validate_id(options.node_id)
+        self.state = AgentState(options.state_dir)
+        self.boot_id = uuid.uuid4().hex
+        self._own_nc = nc is None
+        self.nc = nc
+        if nvml is None and options.fake_gpus is not None:
+            nvml = gpu.FakeNvml(count=options.fake_gpus, seed=self.node_id)
+        elif nvml is None:
+            nvml = gpu.real_nvml()
+        self.nvml = nvml
+        self.info: NodeInfo | None = None
+        self.registered = asyncio.Event()
+        self._stop = asyncio.Event()
+
+    async def connect(self) -> NATS:
+        delay = 0.5
+        while not self._stop.is_set():
+            try:
+                return await nats.connect(
+                    self.options.server, name=f"herd-agent:{self.node_id}",
+                    max_reconnect_attempts=-1, reconnect_time_wait=1, connect_timeout=3,
+                    allow_reconnect=True, error_cb=quiet_errors, **connection_callbacks())
+            except Exception as err:  # noqa: BLE001 - the server may come later
+                log.warning("cannot reach NATS at %s (%s); retrying in %.0fs",
+                            self.options.server, err, delay)
+                try:
+                    await asyncio.wait_for(self._stop.wait(), delay)
+                except TimeoutError:
+                    pass
+                delay = min(delay * 2, 10.0)
+        raise asyncio.CancelledError
+
+    def collect_info(self) -> NodeInfo:
+        return node_info(self.options.labels, self.options.node_class, gpu.inventory(self.nvml),
+                         self.options.instance_id)
+
+    async def run(self) -> None:
+        if self.nc is None:
+            self.nc = await self.connect()
+        store = EventStore(self.nc.jetstream())
+        self.info = self.collect_info()
+        await self._register(store)
+        self.registered.set()
+        tasks = [
+            asyncio.create_task(self._every(self.options.heartbeat_interval, self.heartbeat)),
+            asyncio.create_task(self._every(self.options.info_interval,
+                                            lambda: self._info_update(store), first=False)),
+            asyncio.create_task(self._every(self.options.resource_interval,
+                                            self.send_resources)),
+        ]
+        try:
+            await self._stop.wait()
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            if self._own_nc and self.nc is not None:
+                try:
+                    await self.nc.drain()
+                except Exception:  # noqa: BLE001
+                    pass
+
+    async def stop(self) -> None:
+        self._stop.set()
+
+    async def _register(self, store: EventStore) -> None:
+        """Register unless the sentinel says so and the stream still knows this node."""
+        assert self.info is not None and self.nc is not None
+        digest = info_hash(self.info)
+        sentinel = self.state.sentinel()
+        if sentinel and sentinel.get("node_id") == self.node_id:
+            last = await self._last_event_subject()
+            if last is not None and not last.endswith(".deleted"):
+                if sentinel.get("info_hash") != digest:
+                    await self._append(store, NodeInfoUpdated(
+                        node_id=self.node_id, info=self.info, actor=self.actor))
+                    self.state.write_sentinel(self.node_id, sentinel.get("event_id", ""), digest)
+                log.info("%s: already registered", self.node_id)
+                return
+        event = NodeRegistered(node_id=self.node_id, boot_id=self.boot_id, info=self.info,
+                               actor=self.actor)
+        await self._append(store, event)
+        self.state.write_sentinel(self.node_id, event.event_id, digest)
+        log.info("%s: registered", self.node_id)
+
+    @property
+    def actor(self) -> str:
+        return f"agent:{self.node_id}"
+
+    async def _last_event_subject(self) -> str | None:
+        assert self.nc is not None
+        while True:
+            try:
+                msg = await self.nc.jetstream().get_last_msg(
+                    EVENTS_STREAM, aggregate_filter("node", self.node_id))
+                return msg.subject
+            except NotFoundError:
+                return None
+            except Exception as err:  # noqa: BLE001 - NATS not ready: wait and retry
+                log.warning("cannot read registration state (%s); retrying", err)
+                await asyncio.sleep(1.0)
+
+    async def _append(self, store: EventStore, event: Event) -> None:
+        """Append until it lands; the event id makes a retry a no-op for the server."""
+        delay = 0.5
+        while True:
+            try:
+                await store.append(event)
+                return
+            except Exception as err:  # noqa: BLE001 - keep trying through outages
+                if self._stop.is_set():
+                    raise
+                log.warning("%s not stored yet (%s); retrying", event.event_name, err)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 10.0)
+
+    async def _every(self, interval: float, fn: Any, first: bool = True) -> None:
+        if not first:
+            await asyncio.sleep(interval)
+        while True:
+            started = time.monotonic()
+            try:
+                await fn()
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:  # noqa: BLE001 - one failed tick is not fatal
+                log.warning("%s failed: %s", getattr(fn, "__name__", "task"), err)
+            await asyncio.sleep(max(0.0, interval - (time.monotonic() - started)))
+
+    def make_heartbeat(self) -> Heartbeat:
+        return Heartbeat(
+            node_id=self.node_id, boot_id=self.boot_id, seq=self.state.seq.next(),
+            sent_at=time.time(), gpu_count=len(self.info.gpus) if self.info else 0,
+            max_temp_c=gpu.max_temperature(self.nvml))
+
+    async def heartbeat(self) -> None:
+        assert self.nc is not None
+        # Core publish: fire and forget, the stream captures it; while disconnected the
+        # client buffers it, and a lost heartbeat is tolerated by design.
+        await self.nc.publish(heartbeat_subject(self.node_id), encode(self.make_heartbeat()))
+
+    async def send_resources(self) -> None:
+        assert self.nc is not None
+        total = len(self.info.gpus) if self.info else 0
+        await self.nc.publish(resources_subject(self.node_id),
+                              encode(resources(self.node_id, self.options.state_dir, total)))
+
+    async def _info_update(self, store: EventStore) -> None:
+        """Every info_interval: re-read node info and append it when it changed."""
+        info = self.collect_info()
+        if info == self.info:
+            return
+        self.info = info
+        await self._append(store, NodeInfoUpdated(node_id=self.node_id, info=info,
+                                                  actor=self.actor))
+        sentinel = self.state.sentinel() or {}
+        self.state.write_sentinel(self.node_id, sentinel.get("event_id", ""), info_hash(info))
+
+
+async def run_agent(options: AgentOptions) -> None:
+    agent = Agent(options)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, lambda: asyncio.ensure_future(agent.stop()))
+    await agent.run()

@@ -1,0 +1,63 @@
+"""What an agent keeps in its state dir: the registration sentinel and the heartbeat
+sequence high-water mark. Writes are atomic (temp file + rename)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+SENTINEL = "registered.json"
+SEQ_FILE = "heartbeat-seq"
+
+
+def write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+class SeqAllocator:
+    """A heartbeat ``seq`` that only grows, across restarts too.
+
+    Reserves blocks of ``block`` numbers and persists only the end of the block, so a
+    heartbeat costs no disk write; a crash skips the rest of a block, never repeats one.
+    """
+
+    def __init__(self, state_dir: Path, block: int = 100) -> None:
+        self.path = state_dir / SEQ_FILE
+        self.block = block
+        try:
+            self._next = int(self.path.read_text().strip() or 0)
+        except (FileNotFoundError, ValueError):
+            self._next = 0
+        self._reserved = self._next
+
+    def next(self) -> int:
+        if self._next >= self._reserved:
+            self._reserved = self._next + self.block
+            write_atomic(self.path, f"{self._reserved}\n")
+        self._next += 1
+        return self._next
+
+
+class AgentState:
+    def __init__(self, state_dir: str | Path) -> None:
+        self.dir = Path(state_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.seq = SeqAllocator(self.dir)
+
+    def sentinel(self) -> dict[str, Any] | None:
+        try:
+            data = json.loads((self.dir / SENTINEL).read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def write_sentinel(self, node_id: str, event_id: str, info_hash: str) -> None:
+        write_atomic(self.dir / SENTINEL, json.dumps(
+            {"node_id": node_id, "event_id": event_id, "info_hash": info_hash}) + "\n")

@@ -1,0 +1,92 @@
+"""Talking to the control plane over NATS, with the CLI's exit codes:
+0 ok, 1 refused, 2 usage, 3 control plane unreachable."""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import json
+import socket
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import typer
+from rich.console import Console
+
+from herdbook.events.subjects import API_PREFIX, InvalidIdError, validate_id
+
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+EXIT_REFUSED = 1
+EXIT_USAGE = 2
+EXIT_UNREACHABLE = 3
+DEFAULT_SERVER = "nats://127.0.0.1:4222"
+
+T = TypeVar("T")
+
+
+def fail(message: str, code: int) -> typer.Exit:
+    err_console.print(f"Error: {message}", markup=False)
+    return typer.Exit(code=code)
+
+
+def check_id(value: str, what: str = "node id") -> str:
+    try:
+        return validate_id(value, what)
+    except InvalidIdError as err:
+        raise fail(str(err), EXIT_USAGE) from None
+
+
+def actor() -> str:
+    try:
+        user = getpass.getuser()
+    except Exception:  # noqa: BLE001
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
+
+
+async def _ignore(err: Exception) -> None:
+    return None
+
+
+async def connect(server: str) -> Any:
+    import nats
+    try:
+        return await nats.connect(server, connect_timeout=2, allow_reconnect=False,
+                                  max_reconnect_attempts=0, name="herd-cli",
+                                  error_cb=_ignore)
+    except Exception as err:  # noqa: BLE001
+        reason = str(err) or type(err).__name__
+        raise fail(f"control plane unreachable at {server}: {reason}", EXIT_UNREACHABLE) from None
+
+
+async def request(nc: Any, route: str, payload: dict[str, Any], timeout: float = 15.0) -> Any:
+    import nats.errors
+    try:
+        msg = await nc.request(f"{API_PREFIX}.{route}", json.dumps(payload).encode(),
+                               timeout=timeout)
+    except nats.errors.NoRespondersError:
+        raise fail("no control plane answers (is `herd up` running?)",
+                   EXIT_UNREACHABLE) from None
+    except nats.errors.TimeoutError:
+        raise fail(f"the control plane did not answer {route} within {timeout:g}s",
+                   EXIT_UNREACHABLE) from None
+    body = json.loads(msg.data)
+    if not body.get("ok"):
+        code = EXIT_USAGE if body.get("code") == "bad_request" else EXIT_REFUSED
+        raise fail(body.get("error", "refused"), code)
+    return body["result"]
+
+
+def run(server: str, fn: Callable[[Any], Awaitable[T]]) -> T:
+    async def main() -> T:
+        nc = await connect(server)
+        try:
+            return await fn(nc)
+        finally:
+            await nc.close()
+    return asyncio.run(main())
+
+
+def call(server: str, route: str, payload: dict[str, Any]) -> Any:
+    return run(server, lambda nc: request(nc, route, payload))

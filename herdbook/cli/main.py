@@ -1,0 +1,159 @@
+"""The `herd` app: global options, `herd up`, `herd agent`, and the noun sub-apps."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from herdbook.cli import client
+from herdbook.cli.events import events_app
+from herdbook.cli.node import node_app, parse_labels
+from herdbook.cli.output import console
+from herdbook.cli.view import view_app
+
+app = typer.Typer(
+    name="herd", no_args_is_help=True, pretty_exceptions_enable=False,
+    help="herdbook: an event-sourced control plane for GPU and CPU compute-node fleets.",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+app.add_typer(node_app, name="node")
+app.add_typer(events_app, name="events")
+app.add_typer(view_app, name="view")
+
+
+@app.callback()
+def main_options(
+    ctx: typer.Context,
+    server: Annotated[str, typer.Option("--server", "-s", envvar="HERD_SERVER",
+                                        help="NATS URL of the control plane.")] = client.DEFAULT_SERVER,
+) -> None:
+    ctx.obj = {"server": server}
+
+
+def _logging(level: str) -> None:
+    logging.basicConfig(level=level.upper(),
+                        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
+
+
+@app.command()
+def up(
+    config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML config file.")] = None,
+    data_dir: Annotated[str | None, typer.Option("--data-dir", help="Where the view and the "
+                                                 "embedded NATS store live [default: ./.herd].")] = None,
+    nats_port: Annotated[int | None, typer.Option("--nats-port", help="Port of the embedded "
+                                                  "nats-server, on 127.0.0.1 [default: 4222].")] = None,
+    nats_url: Annotated[str | None, typer.Option("--nats-url", help="Use this NATS (>= 2.11, "
+                                                 "JetStream on) instead of starting one.")] = None,
+    auto_approve: Annotated[bool, typer.Option("--auto-approve", help="Approve new compute "
+                                               "nodes as they register.")] = False,
+    demo: Annotated[int, typer.Option("--demo", min=0, help="Also run N simulated agents "
+                                      "with fake GPUs.")] = 0,
+    node_id: Annotated[str | None, typer.Option("--node-id", help="ID of this control plane's "
+                                                "requester node.")] = None,
+    log_level: Annotated[str, typer.Option("--log-level", help="debug, info, warning.")] = "info",
+) -> None:
+    """Run the control plane: NATS (embedded unless --nats-url), streams, projector,
+    reactors and the API. Stops cleanly on Ctrl-C / SIGTERM."""
+    import asyncio
+
+    import msgspec
+
+    from herdbook.config import ConfigError, load_config
+    from herdbook.control.app import StartupError, run
+
+    try:
+        cfg = load_config(config)
+    except ConfigError as err:
+        raise client.fail(str(err), client.EXIT_USAGE) from None
+    if node_id is not None:
+        client.check_id(node_id)
+    nats_cfg = msgspec.structs.replace(
+        cfg.nats, url=nats_url or cfg.nats.url,
+        port=nats_port if nats_port is not None else cfg.nats.port)
+    cfg = msgspec.structs.replace(
+        cfg, nats=nats_cfg, data_dir=data_dir or cfg.data_dir, node_id=node_id or cfg.node_id,
+        approval=msgspec.structs.replace(cfg.approval,
+                                         auto_approve=auto_approve or cfg.approval.auto_approve))
+    _logging(log_level)
+
+    def ready(info: dict[str, object]) -> None:
+        where = "embedded nats-server" if info["embedded"] else "NATS"
+        console.print(f"herd control plane [bold]{info['node_id']}[/] is up "
+                      f"({info['nodes']} nodes in the view)")
+        console.print(f"  {where} listening on {info['nats_url']}, data in {info['data_dir']}")
+        console.print(f"  connect an agent:  herd agent --server {info['nats_url']} "
+                      "--node-id node-1 --fake-gpus 8")
+        console.print(f"  list the nodes:    herd --server {info['nats_url']} node list")
+        console.print("  stop:              Ctrl-C")
+
+    try:
+        asyncio.run(run(cfg, demo=demo, on_ready=ready))
+    except StartupError as err:
+        raise client.fail(str(err), client.EXIT_REFUSED) from None
+    except KeyboardInterrupt:
+        pass
+    console.print("herd control plane stopped")
+
+
+@app.command()
+def agent(
+    ctx: typer.Context,
+    node_id: Annotated[str | None, typer.Option("--node-id", help="[default: hostname]")] = None,
+    state_dir: Annotated[str, typer.Option("--state-dir", help="Sentinel and heartbeat "
+                                           "sequence live here.")] = "./.herd-agent",
+    labels: Annotated[str | None, typer.Option("--labels", help="k=v[,k=v]")] = None,
+    node_class: Annotated[str, typer.Option("--class", help="standard, sensitive or "
+                                            "borrowed.")] = "standard",
+    heartbeat_interval: Annotated[float, typer.Option("--heartbeat-interval", min=0.05,
+                                                      help="Seconds.")] = 10.0,
+    info_interval: Annotated[float, typer.Option("--info-interval", min=0.05, help="Seconds "
+                                                 "between node-info checks.")] = 60.0,
+    resource_interval: Annotated[float, typer.Option("--resource-interval", min=0.05,
+                                                     help="Seconds between resource updates.")] = 30.0,
+    fake_gpus: Annotated[int | None, typer.Option("--fake-gpus", min=0, help="Simulate N GPUs "
+                                                  "instead of reading NVML.")] = None,
+    instance_id: Annotated[str | None, typer.Option("--instance-id", envvar="HERD_INSTANCE_ID",
+                                                    help="Provider instance this node runs on.")] = None,
+    log_level: Annotated[str, typer.Option("--log-level")] = "info",
+) -> None:
+    """Run the compute-node agent: register, heartbeat, report info and resources.
+    Uses the global --server (env HERD_SERVER)."""
+    import asyncio
+
+    from herdbook.agent.main import AgentOptions, default_node_id, run_agent
+    from herdbook.events.states import NodeClass
+
+    try:
+        cls = NodeClass(node_class)
+    except ValueError:
+        raise client.fail(f"invalid class {node_class!r}; choose from standard, sensitive, "
+                          "borrowed", client.EXIT_USAGE) from None
+    nid = client.check_id(node_id or default_node_id())
+    if instance_id is not None:
+        client.check_id(instance_id, "instance id")
+    options = AgentOptions(
+        server=str(ctx.obj["server"]), node_id=nid, state_dir=state_dir,
+        labels=parse_labels(labels), node_class=cls, heartbeat_interval=heartbeat_interval,
+        info_interval=info_interval, resource_interval=resource_interval, fake_gpus=fake_gpus,
+        instance_id=instance_id)
+    _logging(log_level)
+    try:
+        asyncio.run(run_agent(options))
+    except KeyboardInterrupt:
+        pass
+
+
+@app.command()
+def version() -> None:
+    """Print herdbook's version."""
+    import herdbook
+    console.print(herdbook.__version__)
+
+
+def main() -> None:
+    os.environ.setdefault("TERM", "dumb") if not os.isatty(1) else None
+    app()

@@ -1,0 +1,146 @@
+"""The YAML config, decoded into msgspec Structs. A bad file is refused with the key
+path and the reason (``ConfigError``). Durations are written ``500ms``, ``2s``, ``5m``,
+``1h`` (or a number of seconds)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import msgspec.yaml
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+
+
+class Duration(float):
+    """Seconds, written in the config as ``500ms``, ``2s``, ``5m``, ``1h``."""
+
+
+def parse_duration(text: str | float | int) -> Duration:
+    if isinstance(text, bool):
+        raise ValueError(f"invalid duration {text!r}")
+    if isinstance(text, int | float):
+        if text < 0:
+            raise ValueError(f"invalid duration {text!r}: must not be negative")
+        return Duration(text)
+    match = _DURATION.match(text)
+    if not match:
+        raise ValueError(f"invalid duration {text!r}: write e.g. 500ms, 2s, 5m, 1h")
+    return Duration(float(match.group(1)) * _UNIT[match.group(2)])
+
+
+def _dec_hook(typ: type, obj: Any) -> Any:
+    if typ is Duration:
+        return parse_duration(obj)
+    raise NotImplementedError(f"cannot decode {typ}")
+
+
+def _enc_hook(obj: Any) -> Any:
+    raise NotImplementedError(f"cannot encode {type(obj)}")
+
+
+class _Section(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
+    pass
+
+
+class NatsConfig(_Section):
+    url: str | None = None
+    """An existing NATS (cluster) to use instead of the embedded nats-server."""
+    port: int = 4222
+    """Port of the embedded nats-server (bound to 127.0.0.1)."""
+    host: str = "127.0.0.1"
+    replicas: int = 1
+    sync_interval: str | None = None
+    """nats-server sync_interval for the embedded server (e.g. ``always``)."""
+
+
+class ApprovalConfig(_Section):
+    auto_approve: bool = False
+
+
+class GracePeriods(_Section):
+    standard: Duration = Duration(60.0)
+    sensitive: Duration = Duration(300.0)
+    borrowed: Duration = Duration(30.0)
+
+
+class LifecycleConfig(_Section):
+    heartbeat_timeout: Duration = Duration(30.0)
+    heartbeat_timeout_sensitive: Duration = Duration(120.0)
+    grace_period: GracePeriods = GracePeriods()
+    sweep_interval: Duration = Duration(0.2)
+
+
+class ProjectorConfig(_Section):
+    batch_size: int = 1000
+    batch_interval: Duration = Duration(0.05)
+
+
+class HealthStreamConfig(_Section):
+    max_age: Duration = Duration(7 * 86400.0)
+
+
+class Config(_Section):
+    nats: NatsConfig = NatsConfig()
+    data_dir: str = "./.herd"
+    node_id: str | None = None
+    """ID of this control plane's requester node (default: requester-<hostname>)."""
+    approval: ApprovalConfig = ApprovalConfig()
+    lifecycle: LifecycleConfig = LifecycleConfig()
+    projector: ProjectorConfig = ProjectorConfig()
+    health: HealthStreamConfig = HealthStreamConfig()
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def load_config(path: str | Path | None) -> Config:
+    if path is None:
+        return Config()
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as err:
+        raise ConfigError(f"{path}: {err.strerror}") from err
+    return parse_config(raw, str(path))
+
+
+def parse_config(raw: bytes | str, source: str = "config") -> Config:
+    try:
+        config = msgspec.yaml.decode(raw or b"{}", type=Config, dec_hook=_dec_hook)
+    except msgspec.ValidationError as err:
+        raise ConfigError(f"{source}: {_pretty_path(str(err))}") from err
+    except msgspec.DecodeError as err:
+        raise ConfigError(f"{source}: not valid YAML: {' '.join(str(err).split())}") from err
+    if config.nats.replicas not in (1, 3, 5):
+        raise ConfigError(f"{source}: nats.replicas: must be 1, 3 or 5")
+    if not 1 <= config.projector.batch_size <= 10_000:
+        raise ConfigError(f"{source}: projector.batch_size: must be between 1 and 10000")
+    return config
+
+
+def _pretty_path(message: str) -> str:
+    """msgspec says ``reason - at `$.a.b```; operators read ``a.b: reason``."""
+    reason, sep, where = message.rpartition(" - at `")
+    if not sep:
+        return message
+    path = where.rstrip("`").removeprefix("$").lstrip(".") or "(top level)"
+    return f"{path}: {reason}"
+
+
+def to_builtins(config: Config) -> Any:
+    return msgspec.to_builtins(config, enc_hook=_enc_hook)
+
+
+def grace_period(config: Config, node_class: str) -> float:
+    return float(getattr(config.lifecycle.grace_period, node_class,
+                         config.lifecycle.grace_period.standard))
+
+
+def heartbeat_timeout(config: Config, node_class: str) -> float:
+    if node_class == "sensitive":
+        return float(config.lifecycle.heartbeat_timeout_sensitive)
+    return float(config.lifecycle.heartbeat_timeout)

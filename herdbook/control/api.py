@@ -1,0 +1,231 @@
+"""The request/reply API: a NATS micro service on ``herd.api.v1.>`` in a queue group,
+so several control-plane replicas share it.
+
+Requests and replies are JSON. A reply is ``{"ok": true, "result": ...}`` or
+``{"ok": false, "code": "refused|not_found|bad_request|unavailable", "error": "..."}``.
+Commands decide on the current view and append with optimistic concurrency; the
+reply is sent after the view has applied the new event (read-your-writes).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgspec
+from nats.aio.client import Client as NATS
+from nats.js.errors import NotFoundError
+from nats.micro import add_service
+from nats.micro.request import Request
+
+import herdbook
+from herdbook.events.codec import decode_resources
+from herdbook.events.node import NodeEvent
+from herdbook.events.states import resolve_state_filter
+from herdbook.events.store import ConflictError, EventStore, stream_last_seq
+from herdbook.events.subjects import (
+    API_PREFIX,
+    EVENTS_STREAM,
+    HEARTBEATS_STREAM,
+    InvalidIdError,
+    resources_subject,
+    validate_id,
+)
+from herdbook.projector.node_view import NodeView
+from herdbook.projector.runner import ProjectorRunner
+from herdbook.reactors.membership import Refused, decide_approve, decide_delete, decide_reject
+from herdbook.reactors.sweeper import Sweeper
+
+log = logging.getLogger(__name__)
+
+QUEUE_GROUP = "herd-api"
+PAGE_BYTES = 700_000          # replies stay well under NATS's 1 MB max_payload
+MAX_PAGE_ITEMS = 5000
+COMMAND_ATTEMPTS = 5
+
+
+class ApiError(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class ListRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    filter_approval: list[str] = []
+    filter_state: list[str] = []
+    labels: dict[str, str] = {}
+    wide: bool = False
+    limit: int = MAX_PAGE_ITEMS
+    next_token: str | None = None
+
+
+class NodeRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    id: str
+    reason: str = ""
+    actor: str = "operator"
+
+
+Decide = Callable[[NodeView, str, str], NodeEvent]
+
+
+class Api:
+    def __init__(self, nc: NATS, store: EventStore, projector: ProjectorRunner,
+                 sweeper: Sweeper, rebuild: Callable[[], Awaitable[dict[str, Any]]],
+                 instance: str) -> None:
+        self.nc = nc
+        self.store = store
+        self.projector = projector
+        self.sweeper = sweeper
+        self.rebuild = rebuild
+        self.instance = instance
+        self.service: Any = None
+        self.started = time.monotonic()
+
+    async def start(self) -> None:
+        self.service = await add_service(
+            self.nc, name="herd-api", version=herdbook.__version__,
+            description="herdbook control plane API", queue_group=QUEUE_GROUP)
+        routes: dict[str, Callable[[bytes], Awaitable[Any]]] = {
+            "node.list": self.node_list,
+            "node.describe": self.node_describe,
+            "node.approve": self._command(decide_approve),
+            "node.reject": self._command(decide_reject),
+            "node.delete": self._command(decide_delete),
+            "view.rebuild": self.view_rebuild,
+            "status": self.status,
+        }
+        for route, handler in routes.items():
+            await self.service.add_endpoint(
+                name=route.replace(".", "-"), subject=f"{API_PREFIX}.{route}",
+                handler=self._wrap(handler))
+
+    async def stop(self) -> None:
+        if self.service is not None:
+            await self.service.stop()
+
+    def _wrap(self, handler: Callable[[bytes], Awaitable[Any]]) -> Callable[[Request], Awaitable[None]]:
+        async def endpoint(request: Request) -> None:
+            try:
+                result = await handler(request.data)
+                body = {"ok": True, "result": result}
+            except ApiError as err:
+                body = {"ok": False, "code": err.code, "error": str(err)}
+            except Refused as err:
+                body = {"ok": False, "code": "refused", "error": str(err)}
+            except (InvalidIdError, msgspec.ValidationError, msgspec.DecodeError, ValueError) as err:
+                body = {"ok": False, "code": "bad_request", "error": str(err)}
+            except Exception as err:
+                log.exception("API request on %s failed", request.subject)
+                body = {"ok": False, "code": "internal", "error": f"internal error: {err!r}"}
+            await request.respond(json.dumps(body, separators=(",", ":")).encode())
+        return endpoint
+
+    # queries ----------------------------------------------------------------
+    def _json(self, view: NodeView, wide: bool = True) -> dict[str, Any]:
+        from herdbook.control.present import node_json
+        return node_json(view, self.sweeper.heartbeat_age(view.id), wide=wide)
+
+    async def node_list(self, data: bytes) -> dict[str, Any]:
+        req = msgspec.json.decode(data or b"{}", type=ListRequest)
+        approvals = {a.upper() for a in req.filter_approval}
+        bad = approvals - {"PENDING", "APPROVED", "REJECTED"}
+        if bad:
+            raise ApiError("bad_request", f"unknown approval {sorted(bad)[0]!r}; choose from "
+                                          "pending, approved, rejected")
+        states = resolve_state_filter(req.filter_state) if req.filter_state else None
+        limit = max(1, min(req.limit, MAX_PAGE_ITEMS))
+        items: list[dict[str, Any]] = []
+        size = 0
+        next_token = None
+        for node_id in sorted(self.projector.views):
+            if req.next_token is not None and node_id <= req.next_token:
+                continue
+            view = self.projector.views[node_id]
+            if approvals and view.approval.value not in approvals:
+                continue
+            if states is not None and view.state not in states and not (
+                    "UNHEALTHY" in states and view.health.value == "UNHEALTHY"):
+                continue
+            if any(view.info.labels.get(k) != v for k, v in req.labels.items()):
+                continue
+            item = self._json(view, req.wide)
+            size += len(json.dumps(item)) + 1
+            if items and (len(items) >= limit or size > PAGE_BYTES):
+                next_token = items[-1]["id"]
+                break
+            items.append(item)
+        return {"items": items, "next_token": next_token}
+
+    def _resolve(self, ident: str) -> NodeView:
+        views = self.projector.views
+        if ident in views:
+            return views[ident]
+        validate_id(ident)
+        matches = [node_id for node_id in views if node_id.startswith(ident)]
+        if len(matches) == 1:
+            return views[matches[0]]
+        if not matches:
+            raise ApiError("not_found", f"node {ident} not found")
+        shown = ", ".join(sorted(matches)[:5]) + (", ..." if len(matches) > 5 else "")
+        raise ApiError("refused", f"prefix {ident!r} matches {len(matches)} nodes: {shown}")
+
+    async def node_describe(self, data: bytes) -> dict[str, Any]:
+        req = msgspec.json.decode(data, type=NodeRequest)
+        view = self._resolve(req.id)
+        out = self._json(view)
+        beat = self.sweeper.beats.get(view.id)
+        out["heartbeat"] = None if beat is None or not beat.boot_id else {
+            "boot_id": beat.boot_id, "seq": beat.seq, "agent_sent_at": beat.sent_at}
+        try:
+            msg = await self.nc.jetstream().get_last_msg(
+                HEARTBEATS_STREAM, resources_subject(view.id), direct=True)
+            out["resources"] = msgspec.to_builtins(decode_resources(msg.data or b""))
+        except (NotFoundError, msgspec.DecodeError):
+            out["resources"] = None
+        return out
+
+    # commands ---------------------------------------------------------------
+    def _command(self, decide: Decide) -> Callable[[bytes], Awaitable[Any]]:
+        async def handler(data: bytes) -> dict[str, Any]:
+            req = msgspec.json.decode(data, type=NodeRequest)
+            validate_id(req.id)
+            for _ in range(COMMAND_ATTEMPTS):
+                view = self.projector.views.get(req.id)
+                if view is None:
+                    raise ApiError("not_found", f"node {req.id} not found")
+                event = decide(view, req.actor, req.reason)
+                try:
+                    seq = await self.store.append(event, expected_version=view.version)
+                except ConflictError:
+                    # Someone wrote first: catch the view up, decide again.
+                    latest = await self.store.last_sequence("node", req.id)
+                    await self.projector.wait_applied(latest)
+                    continue
+                await self.projector.wait_applied(seq)
+                after = self.projector.views.get(req.id)
+                return {"event": event.event_name, "event_id": event.event_id, "seq": seq,
+                        "node": None if after is None else self._json(after)}
+            raise ApiError("unavailable", f"node {req.id} kept changing; try again")
+        return handler
+
+    async def view_rebuild(self, data: bytes) -> dict[str, Any]:
+        return await self.rebuild()
+
+    async def status(self, data: bytes) -> dict[str, Any]:
+        last = await stream_last_seq(self.nc.jetstream(), EVENTS_STREAM)
+        return {
+            "instance": self.instance,
+            "version": herdbook.__version__,
+            "nodes": len(self.projector.views),
+            "stream_last_seq": last,
+            "projector_seq": self.projector.committed_seq,
+            "projector_lag": max(0, last - self.projector.committed_seq),
+            "projector_failed": self.projector.failed,
+            "deadletters": self.projector.deadletters,
+            "heartbeat_replays_dropped": self.sweeper.replays_dropped,
+            "liveness_detections": self.sweeper.detections,
+            "uptime_s": round(time.monotonic() - self.started, 1),
+        }

@@ -1,0 +1,277 @@
+"""Composition root of the control plane: embedded nats-server, stream setup, the
+projector, the reactors, the API, and this control plane's own requester node."""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import logging
+import os
+import platform
+import re
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import nats
+from nats.aio.client import Client as NATS
+from nats.js.errors import BadRequestError, NotFoundError
+
+import herdbook
+from herdbook.agent.state import SeqAllocator
+from herdbook.config import Config
+from herdbook.control.api import Api
+from herdbook.agent.connection import connection_callbacks, quiet_errors
+from herdbook.control.nats_server import EmbeddedNats, NatsServerError, port_in_use
+from herdbook.events.codec import encode
+from herdbook.events.heartbeat import Heartbeat
+from herdbook.events.node import NodeInfo, NodeRegistered
+from herdbook.events.states import NodeType
+from herdbook.events.store import ConflictError, EventStore, stream_last_seq
+from herdbook.events.streams import all_streams
+from herdbook.events.subjects import EVENTS_STREAM, heartbeat_subject, validate_id
+from herdbook.projector.runner import ProjectorRunner
+from herdbook.reactors.approver import AutoApprover
+from herdbook.reactors.sweeper import Sweeper
+
+log = logging.getLogger(__name__)
+
+MIN_SERVER_VERSION = (2, 11)
+REQUESTER_HEARTBEAT_INTERVAL = 5.0
+
+
+class StartupError(RuntimeError):
+    """Startup refused, with a message for the operator."""
+
+
+def check_server_version(version: str) -> None:
+    """Per-aggregate concurrency needs nats-server >= 2.11: an older server ignores the
+    header and silently breaks the guarantee, so it is refused."""
+    match = re.search(r"(\d+)\.(\d+)", version)
+    if match is None:
+        raise StartupError(f"cannot read nats-server version {version!r}")
+    major, minor = int(match.group(1)), int(match.group(2))
+    if (major, minor) < MIN_SERVER_VERSION:
+        raise StartupError(
+            f"nats-server {version} is too old: herdbook needs 2.11 or newer "
+            "(per-aggregate optimistic concurrency, Nats-Expected-Last-Subject-Sequence-Subject)")
+
+
+async def ensure_streams(nc: NATS, replicas: int, health_max_age: float) -> None:
+    """Create or update the three streams; safe to run on every start."""
+    js = nc.jetstream()
+    for config in all_streams(replicas, health_max_age):
+        try:
+            await js.stream_info(config.name)
+        except NotFoundError:
+            await js.add_stream(config)
+            continue
+        try:
+            await js.update_stream(config)
+        except BadRequestError as err:
+            log.warning("stream %s kept its old config: %s", config.name, err.description)
+
+
+def default_requester_id() -> str:
+    host = "".join(c if c.isalnum() or c in "-_" else "-" for c in socket.gethostname())
+    return f"requester-{host}"[:128]
+
+
+class ControlPlane:
+    def __init__(self, config: Config, *, demo: int = 0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.config = config
+        self.demo = demo
+        self.clock = clock
+        self.data_dir = Path(config.data_dir)
+        self.node_id = validate_id(config.node_id or default_requester_id())
+        self.embedded: EmbeddedNats | None = None
+        self.nc: NATS | None = None
+        self.projector: ProjectorRunner | None = None
+        self.sweeper: Sweeper | None = None
+        self.approver: AutoApprover | None = None
+        self.api: Api | None = None
+        self._lock_file: Any = None
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._demo_agents: list[Any] = []
+        self.url = ""
+
+    def _lock_data_dir(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._lock_file = open(self.data_dir / "herd.lock", "w")  # noqa: SIM115
+        try:
+            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as err:
+            raise StartupError(f"another herd up is using {self.data_dir} "
+                               "(use another --data-dir)") from err
+        self._lock_file.write(f"{os.getpid()}\n")
+        self._lock_file.flush()
+
+    async def start(self) -> dict[str, Any]:
+        self._lock_data_dir()
+        cfg = self.config
+        if cfg.nats.url:
+            self.url = cfg.nats.url
+        else:
+            if port_in_use(cfg.nats.host, cfg.nats.port):
+                raise StartupError(
+                    f"port {cfg.nats.port} on {cfg.nats.host} is in use: pass --nats-port, "
+                    "or --nats-url to use that NATS")
+            self.embedded = EmbeddedNats(self.data_dir / "nats", cfg.nats.port,
+                                         cfg.nats.host, cfg.nats.sync_interval)
+            try:
+                await asyncio.to_thread(self.embedded.start)
+            except NatsServerError as err:
+                raise StartupError(str(err)) from err
+            self.url = self.embedded.url
+        try:
+            self.nc = await nats.connect(self.url, name=f"herd-control:{self.node_id}",
+                                         max_reconnect_attempts=-1, reconnect_time_wait=1,
+                                         connect_timeout=5, allow_reconnect=True,
+                                         error_cb=quiet_errors, **connection_callbacks())
+        except Exception as err:
+            raise StartupError(f"cannot connect to NATS at {self.url}: {err}") from err
+        check_server_version(str(self.nc._server_info.get("version", "")))
+        await ensure_streams(self.nc, cfg.nats.replicas, float(cfg.health.max_age))
+        store = EventStore(self.nc.jetstream())
+        self.projector = ProjectorRunner(
+            self.nc, str(self.data_dir / "view.db"), batch_size=cfg.projector.batch_size,
+            batch_interval=float(cfg.projector.batch_interval))
+        await self.projector.start()
+        await self._catch_up()
+        self.sweeper = Sweeper(self.nc, store, self.projector, cfg, clock=self.clock)
+        await self.sweeper.start()
+        self.approver = AutoApprover(store, self.projector, cfg.approval.auto_approve)
+        self.approver.start()
+        self.api = Api(self.nc, store, self.projector, self.sweeper, self.rebuild_view,
+                       self.node_id)
+        await self.api.start()
+        await self._register_requester(store)
+        self._tasks.append(asyncio.create_task(self._requester_heartbeats()))
+        if self.demo:
+            await self._start_demo(self.demo)
+        return {"nats_url": self.url, "embedded": self.embedded is not None,
+                "node_id": self.node_id, "data_dir": str(self.data_dir),
+                "nodes": len(self.projector.views)}
+
+    async def _catch_up(self, timeout: float = 60.0) -> None:
+        """Before reactors decide, let the view reach the stream's end as of now."""
+        assert self.nc is not None and self.projector is not None
+        last = await stream_last_seq(self.nc.jetstream(), EVENTS_STREAM)
+        if last:
+            await self.projector.wait_applied(last, timeout=timeout)
+
+    async def _register_requester(self, store: EventStore) -> None:
+        assert self.projector is not None
+        view = self.projector.views.get(self.node_id)
+        info = NodeInfo(hostname=socket.gethostname(), arch=platform.machine(),
+                        os=platform.system().lower(), cpus=os.cpu_count() or 0,
+                        agent_version=herdbook.__version__)
+        self.boot_id = os.urandom(8).hex()
+        event = NodeRegistered(node_id=self.node_id, node_type=NodeType.REQUESTER,
+                               boot_id=self.boot_id, info=info, actor=f"control:{self.node_id}")
+        try:
+            seq = await store.append(event, expected_version=view.version if view else 0)
+            await self.projector.wait_applied(seq)
+        except ConflictError:
+            log.warning("requester node %s changed while registering; left as is", self.node_id)
+
+    async def _requester_heartbeats(self) -> None:
+        assert self.nc is not None
+        seqs = SeqAllocator(self.data_dir)
+        subject = heartbeat_subject(self.node_id)
+        while True:
+            hb = Heartbeat(node_id=self.node_id, boot_id=self.boot_id, seq=seqs.next(),
+                           sent_at=time.time())
+            try:
+                await self.nc.publish(subject, encode(hb))
+            except Exception as err:  # noqa: BLE001 - disconnected: heartbeats may be lost
+                log.debug("requester heartbeat not sent: %s", err)
+            await asyncio.sleep(REQUESTER_HEARTBEAT_INTERVAL)
+
+    async def _start_demo(self, count: int) -> None:
+        from herdbook.agent.main import Agent, AgentOptions
+        assert self.nc is not None
+        for i in range(count):
+            options = AgentOptions(
+                server=self.url, node_id=f"demo-{i:03d}",
+                state_dir=str(self.data_dir / "demo" / f"demo-{i:03d}"),
+                labels={"demo": "true", "rack": f"r{i % 4}"}, fake_gpus=8,
+                heartbeat_interval=5.0)
+            agent = Agent(options, nc=self.nc)
+            self._demo_agents.append(agent)
+            self._tasks.append(asyncio.create_task(agent.run()))
+
+    async def rebuild_view(self) -> dict[str, Any]:
+        """Replay HERD_EVENTS from sequence 1 into a fresh database, then swap it in."""
+        assert self.nc is not None and self.projector is not None
+        started = time.monotonic()
+        db = self.data_dir / "view.db"
+        tmp = self.data_dir / "view.rebuild.db"
+        for leftover in (tmp, Path(f"{tmp}-wal"), Path(f"{tmp}-shm")):
+            leftover.unlink(missing_ok=True)
+        fresh = ProjectorRunner(self.nc, str(tmp), batch_size=self.config.projector.batch_size,
+                                batch_interval=float(self.config.projector.batch_interval))
+        await fresh.start()
+        last = await stream_last_seq(self.nc.jetstream(), EVENTS_STREAM)
+        if last:
+            await fresh.wait_applied(last, timeout=600.0)
+        await fresh.stop()
+        old = self.projector
+        listeners = old.listeners
+        await old.stop()
+        os.replace(tmp, db)
+        for suffix in ("-wal", "-shm"):
+            Path(f"{db}{suffix}").unlink(missing_ok=True)
+        old.listeners = listeners
+        await old.start()
+        seconds = time.monotonic() - started
+        return {"events": last, "nodes": len(old.views), "seconds": round(seconds, 3),
+                "events_per_second": round(last / seconds) if seconds else None}
+
+    async def stop(self) -> None:
+        for agent in self._demo_agents:
+            await agent.stop()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001
+                pass
+        for part in (self.api, self.approver, self.sweeper, self.projector):
+            if part is not None:
+                try:
+                    await part.stop()
+                except Exception:
+                    log.exception("stopping %s failed", type(part).__name__)
+        if self.nc is not None:
+            try:
+                await self.nc.drain()
+            except Exception:  # noqa: BLE001
+                pass
+        if self.embedded is not None:
+            await asyncio.to_thread(self.embedded.stop)
+        if self._lock_file is not None:
+            self._lock_file.close()
+
+
+async def run(config: Config, *, demo: int = 0,
+              on_ready: Callable[[dict[str, Any]], None] | None = None,
+              stop: asyncio.Event | None = None) -> None:
+    """Run the control plane until ``stop`` is set (SIGINT/SIGTERM by default)."""
+    import signal
+    plane = ControlPlane(config, demo=demo)
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        info = await plane.start()
+        if on_ready is not None:
+            on_ready(info)
+        await stop.wait()
+    finally:
+        await plane.stop()

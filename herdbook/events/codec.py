@@ -1,0 +1,69 @@
+"""One union of every event, one decoder, one encoder, the JSON Schema."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from herdbook.events.base import Event
+from herdbook.events.heartbeat import Heartbeat, NodeResources
+from herdbook.events.node import (
+    NodeApproved,
+    NodeDegraded,
+    NodeDeleted,
+    NodeDown,
+    NodeInfoUpdated,
+    NodeRecovered,
+    NodeRegistered,
+    NodeRejected,
+)
+
+AnyEvent = (
+    NodeRegistered | NodeInfoUpdated | NodeApproved | NodeRejected | NodeDeleted
+    | NodeDegraded | NodeRecovered | NodeDown
+)
+
+EVENT_TYPES: tuple[type[Event], ...] = AnyEvent.__args__  # type: ignore[attr-defined]
+
+_event_decoder = msgspec.json.Decoder(AnyEvent)
+_heartbeat_decoder = msgspec.json.Decoder(Heartbeat)
+_resources_decoder = msgspec.json.Decoder(NodeResources)
+_encoder = msgspec.json.Encoder()
+
+DecodeError = msgspec.DecodeError
+
+
+def decode_event(data: bytes) -> AnyEvent:
+    return _event_decoder.decode(data)
+
+
+def decode_heartbeat(data: bytes) -> Heartbeat:
+    return _heartbeat_decoder.decode(data)
+
+
+def decode_resources(data: bytes) -> NodeResources:
+    return _resources_decoder.decode(data)
+
+
+def encode(value: Any) -> bytes:
+    return _encoder.encode(value)
+
+
+def event_tag(cls: type[Event]) -> str:
+    tag = cls.__struct_config__.tag
+    assert isinstance(tag, str)
+    return tag
+
+
+def json_schema() -> dict[str, Any]:
+    """JSON Schema of every event and of the transient reports, for external consumers."""
+    (schemas, components) = msgspec.json.schema_components(
+        [*EVENT_TYPES, Heartbeat, NodeResources], ref_template="#/$defs/{name}"
+    )
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "herdbook events",
+        "oneOf": list(schemas[: len(EVENT_TYPES)]),
+        "$defs": components,
+    }

@@ -1,0 +1,83 @@
+"""Node membership and liveness events (aggregate ``node``)."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import msgspec
+
+from herdbook.events.base import Event
+from herdbook.events.states import NodeClass, NodeType
+
+
+class GpuInfo(msgspec.Struct, frozen=True, kw_only=True):
+    index: int
+    uuid: str
+    name: str
+    memory_bytes: int = 0
+    driver_version: str = ""
+
+
+class NodeInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """What a node says about itself; persisted (Bacalhau's Node Info Store)."""
+
+    hostname: str = ""
+    arch: str = ""
+    os: str = ""
+    cpus: int = 0
+    memory_bytes: int = 0
+    gpus: tuple[GpuInfo, ...] = ()
+    labels: dict[str, str] = msgspec.field(default_factory=dict)
+    node_class: NodeClass = NodeClass.STANDARD
+    agent_version: str = ""
+    instance_id: str | None = None
+
+
+class NodeEvent(Event, frozen=True, kw_only=True):
+    aggregate: ClassVar[str] = "node"
+
+    node_id: str
+
+    @property
+    def aggregate_id(self) -> str:
+        return self.node_id
+
+
+# membership
+class NodeRegistered(NodeEvent, frozen=True, kw_only=True, tag="node.registered"):
+    node_type: NodeType = NodeType.COMPUTE
+    boot_id: str = ""
+    info: NodeInfo = NodeInfo()
+
+
+class NodeInfoUpdated(NodeEvent, frozen=True, kw_only=True, tag="node.info_updated"):
+    info: NodeInfo
+
+
+class NodeApproved(NodeEvent, frozen=True, kw_only=True, tag="node.approved"):
+    reason: str = ""
+
+
+class NodeRejected(NodeEvent, frozen=True, kw_only=True, tag="node.rejected"):
+    reason: str = ""
+
+
+class NodeDeleted(NodeEvent, frozen=True, kw_only=True, tag="node.deleted"):
+    reason: str = ""
+
+
+# liveness
+class NodeDegraded(NodeEvent, frozen=True, kw_only=True, tag="node.degraded"):
+    """No heartbeat for ``heartbeat_timeout``; ages are on the control plane's clock."""
+
+    heartbeat_age: float
+    reason: str = ""
+
+
+class NodeRecovered(NodeEvent, frozen=True, kw_only=True, tag="node.recovered"):
+    reason: str = ""
+
+
+class NodeDown(NodeEvent, frozen=True, kw_only=True, tag="node.down"):
+    heartbeat_age: float | None = None
+    reason: str = ""

@@ -1,0 +1,153 @@
+"""The JetStream event store: append with optimistic concurrency, load, subscribe.
+
+Guarantees:
+- ``append`` sends the event id as ``Nats-Msg-Id``: a resend inside the duplicate
+  window is stored once and returns the original sequence.
+- With ``expected_version`` (the stream sequence of the aggregate's last event the
+  writer decided from, 0 for "no events yet") the server refuses the write if any
+  subject of the aggregate got a newer event: ``ConflictError``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import nats.errors
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.api import ConsumerConfig, DeliverPolicy, Header
+from nats.js.errors import BadRequestError, NotFoundError
+
+from herdbook.events.base import Event
+from herdbook.events.codec import AnyEvent, decode_event, encode
+from herdbook.events.subjects import EVENTS_STREAM, aggregate_filter, event_subject
+
+log = logging.getLogger(__name__)
+
+EXPECTED_LAST_SUBJECT_SEQ_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
+CONFLICT_CODES = frozenset({10071, 10164})
+RETRYABLE_CODES = frozenset({10163})
+
+
+class ConflictError(Exception):
+    """Someone else appended to this aggregate first: reload, decide again."""
+
+    def __init__(self, aggregate_filter: str, expected: int, detail: str = "") -> None:
+        super().__init__(f"conflict on {aggregate_filter}: expected last sequence {expected}"
+                         + (f" ({detail})" if detail else ""))
+        self.aggregate_filter = aggregate_filter
+        self.expected = expected
+
+
+def subject_of(event: Event) -> str:
+    return event_subject(type(event).aggregate, event.aggregate_id, event.event_name)
+
+
+class EventStore:
+    def __init__(self, js: JetStreamContext, stream: str = EVENTS_STREAM,
+                 timeout: float = 5.0, attempts: int = 4) -> None:
+        self.js = js
+        self.stream = stream
+        self.timeout = timeout
+        self.attempts = attempts
+
+    async def append(self, event: Event, expected_version: int | None = None) -> int:
+        """Append one event; return its stream sequence."""
+        subject = subject_of(event)
+        filt = aggregate_filter(type(event).aggregate, event.aggregate_id)
+        headers = {Header.MSG_ID: event.event_id}
+        if expected_version is not None:
+            headers[Header.EXPECTED_LAST_SUBJECT_SEQUENCE] = str(expected_version)
+            headers[EXPECTED_LAST_SUBJECT_SEQ_SUBJECT] = filt
+        data = encode(event)
+        timed_out = False
+        for attempt in range(self.attempts):
+            try:
+                ack = await self.js.publish(subject, data, timeout=self.timeout,
+                                            stream=self.stream, headers=headers)
+                return int(ack.seq)
+            except BadRequestError as err:
+                if err.err_code in CONFLICT_CODES:
+                    if timed_out:
+                        # A resend of a write that landed: a single server checks the
+                        # expectation before dedupe. Find our own event id.
+                        landed = await self._landed_seq(filt, event.event_id)
+                        if landed is not None:
+                            return landed
+                    raise ConflictError(filt, expected_version or 0, err.description or "") from err
+                if err.err_code in RETRYABLE_CODES and attempt + 1 < self.attempts:
+                    await asyncio.sleep(0.05 * (attempt + 1))
+                    continue
+                raise
+            except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
+                timed_out = True
+                if attempt + 1 == self.attempts:
+                    raise
+                await asyncio.sleep(0.2 * (attempt + 1))
+        raise AssertionError("unreachable")
+
+    async def _landed_seq(self, filt: str, event_id: str) -> int | None:
+        try:
+            msg = await self.js.get_last_msg(self.stream, filt)
+        except NotFoundError:
+            return None
+        if (msg.headers or {}).get(Header.MSG_ID) == event_id:
+            return int(msg.seq)
+        return None
+
+    async def last_sequence(self, aggregate: str, aggregate_id: str) -> int:
+        """Stream sequence of the aggregate's last event, 0 if it has none."""
+        try:
+            msg = await self.js.get_last_msg(self.stream, aggregate_filter(aggregate, aggregate_id))
+        except NotFoundError:
+            return 0
+        return int(msg.seq)
+
+    async def load(self, aggregate: str, aggregate_id: str) -> list[tuple[int, AnyEvent]]:
+        """Every event of one aggregate, in order, with its stream sequence."""
+        last = await self.last_sequence(aggregate, aggregate_id)
+        if last == 0:
+            return []
+        out: list[tuple[int, AnyEvent]] = []
+        done = asyncio.get_running_loop().create_future()
+
+        async def on_msg(msg: Msg) -> None:
+            seq = msg.metadata.sequence.stream
+            out.append((seq, decode_event(msg.data)))
+            if seq >= last and not done.done():
+                done.set_result(None)
+
+        sub = await self.js.subscribe(
+            aggregate_filter(aggregate, aggregate_id), stream=self.stream, cb=on_msg,
+            ordered_consumer=True, config=ConsumerConfig(deliver_policy=DeliverPolicy.ALL),
+        )
+        try:
+            await asyncio.wait_for(done, timeout=max(10.0, self.timeout))
+        finally:
+            await sub.unsubscribe()
+        return out
+
+    async def subscribe(self, from_seq: int, cb: Callable[[Msg], Awaitable[None]],
+                        subject: str = "herd.>") -> Any:
+        """An ordered push consumer from ``from_seq`` (1 = the beginning), callback-driven."""
+        return await subscribe_from(self.js, self.stream, subject, from_seq, cb)
+
+
+async def subscribe_from(js: JetStreamContext, stream: str, subject: str, from_seq: int,
+                         cb: Callable[[Msg], Awaitable[None]]) -> Any:
+    if from_seq <= 1:
+        config = ConsumerConfig(deliver_policy=DeliverPolicy.ALL)
+    else:
+        config = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+                                opt_start_seq=from_seq)
+    return await js.subscribe(subject, stream=stream, cb=cb, ordered_consumer=True,
+                              config=config, pending_msgs_limit=65536,
+                              pending_bytes_limit=64 * 1024 * 1024)
+
+
+async def stream_last_seq(js: JetStreamContext, stream: str) -> int:
+    info = await js.stream_info(stream)
+    return int(info.state.last_seq)

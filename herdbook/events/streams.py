@@ -1,0 +1,56 @@
+"""The three stream configurations of DESIGN §3, in one place."""
+
+from __future__ import annotations
+
+from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
+
+from herdbook.events.subjects import EVENTS_STREAM, HEALTH_STREAM, HEARTBEATS_STREAM
+
+DAY = 24 * 3600.0
+
+
+def events_stream(replicas: int = 1) -> StreamConfig:
+    return StreamConfig(
+        name=EVENTS_STREAM,
+        subjects=["herd.node.>", "herd.instance.>", "herd.job.>", "herd.eval.>", "herd.alloc.>"],
+        retention=RetentionPolicy.LIMITS,
+        storage=StorageType.FILE,
+        deny_delete=True,
+        deny_purge=True,
+        duplicate_window=120.0,
+        allow_atomic=True,
+        num_replicas=replicas,
+    )
+
+
+def heartbeats_stream(replicas: int = 1) -> StreamConfig:
+    # herd.res.<id> (latest resource report) and the clock probe share the
+    # last-value-per-subject semantics of heartbeats.
+    return StreamConfig(
+        name=HEARTBEATS_STREAM,
+        subjects=["herd.hb.*", "herd.res.*", "herd.clock.probe"],
+        retention=RetentionPolicy.LIMITS,
+        storage=StorageType.FILE,
+        max_msgs_per_subject=1,
+        discard=DiscardPolicy.OLD,
+        allow_direct=True,
+        duplicate_window=10.0,
+        num_replicas=replicas,
+    )
+
+
+def health_stream(replicas: int = 1, max_age_s: float = 7 * DAY) -> StreamConfig:
+    return StreamConfig(
+        name=HEALTH_STREAM,
+        subjects=["herd.health.*"],
+        retention=RetentionPolicy.LIMITS,
+        storage=StorageType.FILE,
+        max_age=max_age_s,
+        max_msgs_per_subject=1000,
+        num_replicas=replicas,
+    )
+
+
+def all_streams(replicas: int = 1, health_max_age_s: float = 7 * DAY) -> list[StreamConfig]:
+    return [events_stream(replicas), heartbeats_stream(replicas),
+            health_stream(replicas, health_max_age_s)]

@@ -1,0 +1,165 @@
+"""The projector runner: consumes HERD_EVENTS from checkpoint+1, folds into memory,
+and commits batches (``batch_size`` events or ``batch_interval``) with the checkpoint.
+
+- A message that does not decode is counted, logged with subject and sequence, and
+  republished to ``herd.deadletter.HERD_EVENTS``; the runner goes on.
+- A fold that raises stops the runner at that event (``failed`` says which); it never
+  skips silently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+
+from herdbook.events.codec import AnyEvent, DecodeError, decode_event
+from herdbook.events.store import subscribe_from
+from herdbook.events.subjects import EVENTS_STREAM, deadletter_subject
+from herdbook.projector import schema
+from herdbook.projector.node_view import NodeView, apply
+
+log = logging.getLogger(__name__)
+
+ChangeListener = Callable[[str, NodeView | None, AnyEvent], None]
+
+
+class ProjectorRunner:
+    def __init__(self, nc: NATS, db_path: str, *, batch_size: int = 1000,
+                 batch_interval: float = 0.05, stream: str = EVENTS_STREAM) -> None:
+        self.nc = nc
+        self.js = nc.jetstream()
+        self.db_path = db_path
+        self.batch_size = batch_size
+        self.batch_interval = batch_interval
+        self.stream = stream
+        self.views: dict[str, NodeView] = {}
+        self.folded_seq = 0          # last sequence folded into memory
+        self.committed_seq = 0       # last sequence committed to SQLite
+        self.deadletters = 0
+        self.failed: str | None = None
+        self.listeners: list[ChangeListener] = []
+        self._dirty: set[str] = set()
+        self._pending = 0
+        self._db: Any = None
+        self._sub: Any = None
+        self._flusher: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()
+        self._kick = asyncio.Event()
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+
+    async def start(self) -> None:
+        self._db = await schema.open_db(self.db_path)
+        self.views, self.committed_seq = await schema.load(self._db, self.stream)
+        self.folded_seq = self.committed_seq
+        self._flusher = asyncio.create_task(self._flush_loop(), name="projector-flush")
+        self._sub = await subscribe_from(self.js, self.stream, "herd.>",
+                                         self.committed_seq + 1, self._on_msg)
+
+    async def stop(self) -> None:
+        if self._sub is not None:
+            try:
+                await self._sub.unsubscribe()
+            except Exception:  # noqa: BLE001 - connection may already be gone
+                pass
+            self._sub = None
+        if self._flusher is not None:
+            self._flusher.cancel()
+            try:
+                await self._flusher
+            except asyncio.CancelledError:
+                pass
+            self._flusher = None
+        if self._db is not None:
+            if self._pending:
+                await self.flush()
+            await self._db.close()
+            self._db = None
+
+    async def _on_msg(self, msg: Msg) -> None:
+        if self.failed is not None:
+            return
+        seq = msg.metadata.sequence.stream
+        if seq <= self.folded_seq:
+            return  # redelivered by an ordered-consumer reset
+        try:
+            event = decode_event(msg.data)
+        except DecodeError as err:
+            await self._deadletter(msg, seq, str(err))
+        else:
+            try:
+                self.fold(seq, event)
+            except Exception as err:
+                self.failed = f"fold failed at sequence {seq} ({msg.subject}): {err!r}"
+                log.error("projector stopped: %s", self.failed)
+                raise
+        self.folded_seq = seq
+        self._pending += 1
+        if self._pending >= self.batch_size:
+            await self.flush()
+
+    def fold(self, seq: int, event: AnyEvent) -> None:
+        node_id = event.node_id
+        new = apply(self.views.get(node_id), event, seq)
+        if new is None:
+            self.views.pop(node_id, None)
+        else:
+            self.views[node_id] = new
+        self._dirty.add(node_id)
+        for listener in self.listeners:
+            listener(node_id, new, event)
+
+    async def _deadletter(self, msg: Msg, seq: int, reason: str) -> None:
+        self.deadletters += 1
+        log.warning("undecodable event at %s seq %d (%s): %s", msg.subject, seq,
+                    self.stream, reason)
+        headers = {"Herd-Subject": msg.subject, "Herd-Stream-Seq": str(seq),
+                   "Herd-Error": reason[:200]}
+        await self.nc.publish(deadletter_subject(self.stream), msg.data, headers=headers)
+
+    async def flush(self) -> None:
+        async with self._lock:
+            if self._pending == 0 or self._db is None:
+                return
+            seq = self.folded_seq
+            dirty, self._dirty = self._dirty, set()
+            self._pending = 0
+            await schema.write_batch(self._db, self.stream, self.views, dirty, seq)
+            self.committed_seq = seq
+            self._release_waiters()
+
+    def _release_waiters(self) -> None:
+        keep = []
+        for seq, fut in self._waiters:
+            if seq <= self.committed_seq:
+                if not fut.done():
+                    fut.set_result(None)
+            else:
+                keep.append((seq, fut))
+        self._waiters = keep
+
+    async def _flush_loop(self) -> None:
+        while True:
+            try:
+                await asyncio.wait_for(self._kick.wait(), timeout=self.batch_interval)
+            except TimeoutError:
+                pass
+            self._kick.clear()
+            try:
+                await self.flush()
+            except Exception:
+                log.exception("projector flush failed")
+                await asyncio.sleep(1.0)
+
+    async def wait_applied(self, seq: int, timeout: float = 10.0) -> None:
+        """Return once the event at ``seq`` (and all before it) is committed to the view."""
+        if seq <= self.committed_seq:
+            return
+        fut = asyncio.get_running_loop().create_future()
+        self._waiters.append((seq, fut))
+        self._kick.set()
+        await asyncio.wait_for(fut, timeout)

@@ -1,0 +1,56 @@
+"""Runs ``decide_auto_approve`` on every node view change."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from herdbook.events.codec import AnyEvent
+from herdbook.events.store import ConflictError, EventStore
+from herdbook.projector.node_view import NodeView
+from herdbook.projector.runner import ProjectorRunner
+from herdbook.reactors.membership import decide_auto_approve
+
+log = logging.getLogger(__name__)
+
+
+class AutoApprover:
+    def __init__(self, store: EventStore, projector: ProjectorRunner, enabled: bool) -> None:
+        self.store = store
+        self.projector = projector
+        self.enabled = enabled
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._inflight: set[str] = set()
+
+    def start(self) -> None:
+        if not self.enabled:
+            return
+        self.projector.listeners.append(self._on_change)
+        for node_id, view in list(self.projector.views.items()):
+            self._on_change(node_id, view, None)
+
+    def _on_change(self, node_id: str, view: NodeView | None, event: AnyEvent | None) -> None:
+        if view is None or node_id in self._inflight:
+            return
+        events = decide_auto_approve(view, self.enabled)
+        if events:
+            self._inflight.add(node_id)
+            task = asyncio.create_task(self._append(view, events))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _append(self, view: NodeView, events: list) -> None:  # type: ignore[type-arg]
+        try:
+            version = view.version
+            for event in events:
+                version = await self.store.append(event, expected_version=version)
+        except ConflictError:
+            pass  # the next view change decides again
+        except Exception:
+            log.exception("auto-approve of %s failed", view.id)
+        finally:
+            self._inflight.discard(view.id)
+
+    async def stop(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()

@@ -1,0 +1,260 @@
+"""The sweeper: tracks heartbeats and appends liveness events at their deadlines.
+
+Deadlines live in a heap with lazy re-arming: a heartbeat never touches the heap
+unless the node has no entry; a popped entry whose node heartbeated since is pushed
+again at its new deadline. No tick scans every node.
+
+Clock (DESIGN §3): heartbeat age is measured on this process's monotonic clock from
+when the heartbeat was observed. Heartbeats stored before this process started (read
+back from HERD_HEARTBEATS) are aged against the NATS server's clock, read from the
+JetStream timestamp of a probe message, so no clock skew matters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import logging
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.js.api import ConsumerConfig, DeliverPolicy
+
+from herdbook.config import Config, grace_period, heartbeat_timeout
+from herdbook.events.codec import AnyEvent, DecodeError, decode_heartbeat
+from herdbook.events.node import NodeEvent
+from herdbook.events.store import ConflictError, EventStore
+from herdbook.events.subjects import (
+    CLOCK_PROBE_SUBJECT,
+    HEARTBEATS_STREAM,
+    deadletter_subject,
+)
+from herdbook.projector.node_view import NodeView
+from herdbook.projector.runner import ProjectorRunner
+from herdbook.reactors import liveness
+from herdbook.reactors.heartbeats import NodeBeat, is_newer
+
+log = logging.getLogger(__name__)
+
+MAX_RECENT_BOOTS = 4
+
+
+async def probe_server_clock(nc: NATS) -> datetime:
+    """The NATS server's current time: the stored timestamp of a probe message."""
+    js = nc.jetstream()
+    ack = await js.publish(CLOCK_PROBE_SUBJECT, b"", stream=HEARTBEATS_STREAM)
+    msg = await js.get_msg(HEARTBEATS_STREAM, ack.seq)
+    assert msg.time is not None
+    return msg.time
+
+
+class Sweeper:
+    def __init__(self, nc: NATS, store: EventStore, projector: ProjectorRunner,
+                 config: Config, clock: Callable[[], float] = time.monotonic) -> None:
+        self.nc = nc
+        self.store = store
+        self.projector = projector
+        self.config = config
+        self.clock = clock
+        self.beats: dict[str, NodeBeat] = {}
+        self.replays_dropped = 0
+        self.undecodable = 0
+        self.detections = 0
+        self._heap: list[tuple[float, str]] = []
+        self._armed: dict[str, float] = {}
+        self._inflight: dict[str, float] = {}   # node -> clock when an append was sent
+        self._probe_time: datetime | None = None
+        self._probe_clock = 0.0
+        self._sub: Any = None
+        self._task: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def timeouts(self, view: NodeView) -> liveness.Timeouts:
+        node_class = view.info.node_class.value
+        return liveness.Timeouts(heartbeat_timeout(self.config, node_class),
+                                 grace_period(self.config, node_class))
+
+    async def start(self) -> None:
+        self._probe_time = await probe_server_clock(self.nc)
+        self._probe_clock = self.clock()
+        for node_id in self.projector.views:
+            self._arm(node_id)
+        self.projector.listeners.append(self._on_view_change)
+        self._sub = await self.nc.jetstream().subscribe(
+            "herd.hb.*", stream=HEARTBEATS_STREAM, cb=self._on_heartbeat,
+            ordered_consumer=True,
+            config=ConsumerConfig(deliver_policy=DeliverPolicy.LAST_PER_SUBJECT),
+            pending_msgs_limit=262144, pending_bytes_limit=128 * 1024 * 1024,
+        )
+        self._task = asyncio.create_task(self._loop(), name="sweeper")
+
+    async def stop(self) -> None:
+        if self._sub is not None:
+            try:
+                await self._sub.unsubscribe()
+            except Exception:  # noqa: BLE001 - connection may already be gone
+                pass
+        if self._task is not None:
+            self._task.cancel()
+        for task in [self._task, *self._tasks]:
+            if task is not None:
+                try:
+                    await task
+                except (asyncio.CancelledError, Exception):  # noqa: BLE001
+                    pass
+
+    # heartbeats -------------------------------------------------------------
+    async def _on_heartbeat(self, msg: Msg) -> None:
+        try:
+            hb = decode_heartbeat(msg.data)
+        except DecodeError as err:
+            self.undecodable += 1
+            await self.nc.publish(deadletter_subject(HEARTBEATS_STREAM), msg.data,
+                                  headers={"Herd-Subject": msg.subject, "Herd-Error": str(err)})
+            return
+        node_id = msg.subject[len("herd.hb."):]
+        if hb.node_id != node_id:
+            self.undecodable += 1
+            return
+        observed = self._observed_at(msg)
+        self.observe(node_id, hb.boot_id, hb.seq, observed, hb.sent_at)
+
+    def _observed_at(self, msg: Msg) -> float:
+        now = self.clock()
+        if self._probe_time is None:
+            return now
+        stored = msg.metadata.timestamp
+        if stored >= self._probe_time:
+            return now
+        # Stored before we started: its age is measured on the server's clock.
+        age_at_probe = (self._probe_time - stored).total_seconds()
+        return self._probe_clock - age_at_probe
+
+    def observe(self, node_id: str, boot_id: str, seq: int, observed: float,
+                sent_at: float = 0.0) -> bool:
+        """Accept a heartbeat if (boot_id, seq) is newer; return whether it was."""
+        beat = self.beats.get(node_id)
+        if not is_newer(beat, boot_id, seq):
+            self.replays_dropped += 1
+            return False
+        if beat is None:
+            beat = NodeBeat(last_seen=observed, boot_id=boot_id, seq=seq, sent_at=sent_at)
+            self.beats[node_id] = beat
+        else:
+            beat.last_seen = max(beat.last_seen, observed)
+            beat.seq = seq
+            beat.sent_at = sent_at
+            if boot_id != beat.boot_id:
+                beat.recent_boots = [beat.boot_id, *beat.recent_boots][:MAX_RECENT_BOOTS]
+                beat.boot_id = boot_id
+        view = self.projector.views.get(node_id)
+        if view is not None:
+            if liveness.decide_on_heartbeat(view):
+                self._push(self.clock(), node_id)
+            elif node_id not in self._armed:
+                self._arm(node_id)
+        return True
+
+    def heartbeat_age(self, node_id: str) -> float | None:
+        beat = self.beats.get(node_id)
+        if beat is None or beat.boot_id == "":
+            return None
+        return max(0.0, self.clock() - beat.last_seen)
+
+    # deadlines --------------------------------------------------------------
+    def _on_view_change(self, node_id: str, view: NodeView | None, event: AnyEvent) -> None:
+        if view is not None:
+            if node_id not in self.beats:
+                # Registered but never heartbeated: the clock starts at registration.
+                self.beats[node_id] = NodeBeat(last_seen=self.clock(), boot_id="", seq=0)
+            self._push(self.clock(), node_id)
+
+    def _arm(self, node_id: str) -> None:
+        view = self.projector.views.get(node_id)
+        if view is None:
+            return
+        beat = self.beats.get(node_id)
+        if beat is None:
+            beat = self.beats[node_id] = NodeBeat(last_seen=self.clock(), boot_id="", seq=0)
+        deadline = liveness.next_deadline(view, beat.last_seen, self.timeouts(view))
+        if deadline is not None:
+            self._push(deadline, node_id)
+
+    def _push(self, deadline: float, node_id: str) -> None:
+        armed = self._armed.get(node_id)
+        if armed is not None and armed <= deadline:
+            return
+        self._armed[node_id] = deadline
+        heapq.heappush(self._heap, (deadline, node_id))
+
+    async def _loop(self) -> None:
+        interval = float(self.config.lifecycle.sweep_interval)
+        while True:
+            try:
+                self.sweep()
+            except Exception:
+                log.exception("sweep failed")
+            await asyncio.sleep(interval)
+
+    def sweep(self) -> None:
+        now = self.clock()
+        heap = self._heap
+        while heap and heap[0][0] <= now:
+            deadline, node_id = heapq.heappop(heap)
+            if self._armed.get(node_id) != deadline:
+                continue  # superseded by an earlier entry
+            del self._armed[node_id]
+            self._evaluate(node_id, now)
+
+    def _evaluate(self, node_id: str, now: float) -> None:
+        view = self.projector.views.get(node_id)
+        if view is None:
+            return
+        sent = self._inflight.get(node_id)
+        if sent is not None:
+            if now - sent < 5.0:
+                self._push(now + 0.2, node_id)   # our last append is not folded yet
+                return
+            del self._inflight[node_id]
+        beat = self.beats.get(node_id)
+        if beat is None:
+            self._arm(node_id)
+            return
+        age = now - beat.last_seen
+        timeouts = self.timeouts(view)
+        events: list[NodeEvent] = []
+        if age < timeouts.heartbeat_timeout and beat.boot_id:
+            events = liveness.decide_on_heartbeat(view)
+        if not events:
+            events = liveness.decide_on_age(view, age, timeouts)
+        if events:
+            self._inflight[node_id] = now
+            self._spawn(self._append(node_id, view, events))
+        else:
+            self._arm(node_id)
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _append(self, node_id: str, view: NodeView, events: list[NodeEvent]) -> None:
+        version = view.version
+        try:
+            for event in events:
+                version = await self.store.append(event, expected_version=version)
+                self.detections += 1
+                log.info("%s %s: %s", node_id, event.event_name,
+                         getattr(event, "reason", ""))
+            await self.projector.wait_applied(version, timeout=5.0)
+        except ConflictError:
+            log.debug("%s: another writer moved first; deciding again", node_id)
+        except Exception:
+            log.exception("liveness append for %s failed", node_id)
+        finally:
+            self._inflight.pop(node_id, None)
+            self._push(self.clock(), node_id)
