@@ -46,7 +46,7 @@ class _Section(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=
     pass
 
 
-class NatsConfig(_Section):
+class NatsConfig(_Section, frozen=True):
     url: str | None = None
     """An existing NATS (cluster) to use instead of the embedded nats-server."""
     port: int = 4222
@@ -57,33 +57,33 @@ class NatsConfig(_Section):
     """nats-server sync_interval for the embedded server (e.g. ``always``)."""
 
 
-class ApprovalConfig(_Section):
+class ApprovalConfig(_Section, frozen=True):
     auto_approve: bool = False
 
 
-class GracePeriods(_Section):
+class GracePeriods(_Section, frozen=True):
     standard: Duration = Duration(60.0)
     sensitive: Duration = Duration(300.0)
     borrowed: Duration = Duration(30.0)
 
 
-class LifecycleConfig(_Section):
+class LifecycleConfig(_Section, frozen=True):
     heartbeat_timeout: Duration = Duration(30.0)
     heartbeat_timeout_sensitive: Duration = Duration(120.0)
     grace_period: GracePeriods = GracePeriods()
     sweep_interval: Duration = Duration(0.2)
 
 
-class ProjectorConfig(_Section):
+class ProjectorConfig(_Section, frozen=True):
     batch_size: int = 1000
     batch_interval: Duration = Duration(0.05)
 
 
-class HealthStreamConfig(_Section):
+class HealthStreamConfig(_Section, frozen=True):
     max_age: Duration = Duration(7 * 86400.0)
 
 
-class Config(_Section):
+class Config(_Section, frozen=True):
     nats: NatsConfig = NatsConfig()
     data_dir: str = "./.herd"
     node_id: str | None = None

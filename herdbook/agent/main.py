@@ -17,9 +17,9 @@ from nats.aio.client import Client as NATS
 from nats.js.errors import NotFoundError
 
 from herdbook.agent import gpu
+from herdbook.agent.connection import connection_callbacks, quiet_errors
 from herdbook.agent.info import info_hash, node_info, resources
 from herdbook.agent.state import AgentState
-from herdbook.agent.connection import connection_callbacks, quiet_errors
 from herdbook.events.base import Event
 from herdbook.events.codec import encode
 from herdbook.events.heartbeat import Heartbeat

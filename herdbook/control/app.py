@@ -20,10 +20,10 @@ from nats.aio.client import Client as NATS
 from nats.js.errors import BadRequestError, NotFoundError
 
 import herdbook
+from herdbook.agent.connection import connection_callbacks, quiet_errors
 from herdbook.agent.state import SeqAllocator
 from herdbook.config import Config
 from herdbook.control.api import Api
-from herdbook.agent.connection import connection_callbacks, quiet_errors
 from herdbook.control.nats_server import EmbeddedNats, NatsServerError, port_in_use
 from herdbook.events.codec import encode
 from herdbook.events.heartbeat import Heartbeat
@@ -64,7 +64,7 @@ async def ensure_streams(nc: NATS, replicas: int, health_max_age: float) -> None
     js = nc.jetstream()
     for config in all_streams(replicas, health_max_age):
         try:
-            await js.stream_info(config.name)
+            await js.stream_info(str(config.name))
         except NotFoundError:
             await js.add_stream(config)
             continue

@@ -24,7 +24,7 @@ AnyEvent = (
     | NodeDegraded | NodeRecovered | NodeDown
 )
 
-EVENT_TYPES: tuple[type[Event], ...] = AnyEvent.__args__  # type: ignore[attr-defined]
+EVENT_TYPES: tuple[type[Event], ...] = AnyEvent.__args__
 
 _event_decoder = msgspec.json.Decoder(AnyEvent)
 _heartbeat_decoder = msgspec.json.Decoder(Heartbeat)
@@ -35,7 +35,8 @@ DecodeError = msgspec.DecodeError
 
 
 def decode_event(data: bytes) -> AnyEvent:
-    return _event_decoder.decode(data)
+    event: AnyEvent = _event_decoder.decode(data)
+    return event
 
 
 def decode_heartbeat(data: bytes) -> Heartbeat:

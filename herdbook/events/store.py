@@ -58,9 +58,9 @@ class EventStore:
         """Append one event; return its stream sequence."""
         subject = subject_of(event)
         filt = aggregate_filter(type(event).aggregate, event.aggregate_id)
-        headers = {Header.MSG_ID: event.event_id}
+        headers: dict[str, Any] = {Header.MSG_ID.value: event.event_id}
         if expected_version is not None:
-            headers[Header.EXPECTED_LAST_SUBJECT_SEQUENCE] = str(expected_version)
+            headers[Header.EXPECTED_LAST_SUBJECT_SEQUENCE.value] = str(expected_version)
             headers[EXPECTED_LAST_SUBJECT_SEQ_SUBJECT] = filt
         data = encode(event)
         timed_out = False
@@ -95,7 +95,7 @@ class EventStore:
         except NotFoundError:
             return None
         if (msg.headers or {}).get(Header.MSG_ID) == event_id:
-            return int(msg.seq)
+            return int(msg.seq or 0)
         return None
 
     async def last_sequence(self, aggregate: str, aggregate_id: str) -> int:
@@ -104,7 +104,7 @@ class EventStore:
             msg = await self.js.get_last_msg(self.stream, aggregate_filter(aggregate, aggregate_id))
         except NotFoundError:
             return 0
-        return int(msg.seq)
+        return int(msg.seq or 0)
 
     async def load(self, aggregate: str, aggregate_id: str) -> list[tuple[int, AnyEvent]]:
         """Every event of one aggregate, in order, with its stream sequence."""
