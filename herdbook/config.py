@@ -4,6 +4,7 @@ path and the reason (``ConfigError``). Durations are written ``500ms``, ``2s``, 
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ def parse_duration(text: str | float | int) -> Duration:
     if isinstance(text, bool):
         raise ValueError(f"invalid duration {text!r}")
     if isinstance(text, int | float):
-        if text < 0:
+        if not math.isfinite(text) or text < 0:
             raise ValueError(f"invalid duration {text!r}: must not be negative")
         return Duration(text)
     match = _DURATION.match(text)
@@ -110,7 +111,10 @@ def load_config(path: str | Path | None) -> Config:
 
 def parse_config(raw: bytes | str, source: str = "config") -> Config:
     try:
-        config = msgspec.yaml.decode(raw or b"{}", type=Config, dec_hook=_dec_hook)
+        document = msgspec.yaml.decode(raw or b"{}")
+        # A file of only comments is an empty document: all defaults.
+        config = msgspec.convert({} if document is None else document, Config,
+                                 dec_hook=_dec_hook)
     except msgspec.ValidationError as err:
         raise ConfigError(f"{source}: {_pretty_path(str(err))}") from err
     except msgspec.DecodeError as err:

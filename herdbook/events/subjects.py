@@ -19,7 +19,7 @@ class InvalidIdError(ValueError):
 
 
 def validate_id(value: str, what: str = "node id") -> str:
-    if not ID_PATTERN.match(value):
+    if not isinstance(value, str) or not ID_PATTERN.fullmatch(value):
         raise InvalidIdError(
             f"invalid {what} {value!r}: use 1-128 characters from A-Z a-z 0-9 _ -"
         )

@@ -15,10 +15,11 @@ class NodeBeat:
 
 
 def is_newer(beat: NodeBeat | None, boot_id: str, seq: int) -> bool:
-    """``seq`` is persisted by the agent, so it grows across restarts; a new boot with a
-    lower seq (state dir wiped) is accepted once per boot id, a replay of an old one not."""
+    """Within a boot, ``seq`` must grow. A boot id never seen is a restart and is accepted
+    whatever its seq (the agent's state dir may have been wiped); a heartbeat of a
+    previous boot is a replay and is refused."""
     if beat is None:
         return True
     if boot_id == beat.boot_id:
         return seq > beat.seq
-    return seq > beat.seq or boot_id not in beat.recent_boots
+    return boot_id not in beat.recent_boots

@@ -40,7 +40,7 @@ from herdbook.reactors.heartbeats import NodeBeat, is_newer
 
 log = logging.getLogger(__name__)
 
-MAX_RECENT_BOOTS = 4
+MAX_RECENT_BOOTS = 16
 
 
 async def probe_server_clock(nc: NATS) -> datetime:

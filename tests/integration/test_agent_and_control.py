@@ -1,0 +1,139 @@
+"""The agent and the control plane in-process against a real nats-server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from herdbook.agent.main import Agent, AgentOptions
+from herdbook.config import parse_config
+from herdbook.control.app import ControlPlane, StartupError, check_server_version
+from herdbook.control.nats_server import EmbeddedNats
+from herdbook.events.codec import decode_heartbeat, encode
+from herdbook.events.node import NodeRegistered
+from herdbook.events.store import EventStore, subject_of
+from herdbook.events.subjects import EVENTS_STREAM, HEARTBEATS_STREAM, heartbeat_subject
+from tests.conftest import herd
+
+
+async def last_heartbeat_seq(nc, node_id: str) -> int:  # type: ignore[no-untyped-def]
+    msg = await nc.jetstream().get_last_msg(HEARTBEATS_STREAM, heartbeat_subject(node_id))
+    return decode_heartbeat(msg.data).seq
+
+
+async def eventually(predicate, timeout: float = 15.0):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            result = await predicate()
+            if result:
+                return result
+        except Exception:  # noqa: BLE001 - not there yet
+            if time.monotonic() > deadline:
+                raise
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {predicate}")
+        await asyncio.sleep(0.1)
+
+
+async def test_agent_survives_a_nats_server_restart_and_resumes(tmp_path: Path) -> None:
+    import nats
+
+    from herdbook.control.app import ensure_streams
+    from tests.conftest import free_port
+
+    server = EmbeddedNats(tmp_path / "nats", port=free_port())
+    server.start()
+    probe = await nats.connect(server.url, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
+    await ensure_streams(probe, 1, 3600.0)
+    agent = Agent(AgentOptions(server=server.url, node_id="gpu-7", state_dir=str(tmp_path / "a"),
+                               heartbeat_interval=0.1, fake_gpus=4))
+    task = asyncio.create_task(agent.run())
+    try:
+        await asyncio.wait_for(agent.registered.wait(), 10)
+        before = await eventually(lambda: last_heartbeat_seq(probe, "gpu-7"))
+        server.stop()
+        await asyncio.sleep(1.0)
+        server.start()
+        after = await eventually(
+            lambda: _newer(probe, "gpu-7", before), timeout=20)
+        assert after > before
+        events = await EventStore(probe.jetstream()).load("node", "gpu-7")
+        assert [type(e).__name__ for _, e in events] == ["NodeRegistered"]
+    finally:
+        await agent.stop()
+        await task
+        await probe.close()
+        server.stop()
+
+    # restarted with its state dir: no second registration, seq keeps growing
+    server.start()
+    probe = await nats.connect(server.url)
+    agent = Agent(AgentOptions(server=server.url, node_id="gpu-7", state_dir=str(tmp_path / "a"),
+                               heartbeat_interval=0.1, fake_gpus=4))
+    task = asyncio.create_task(agent.run())
+    try:
+        await asyncio.wait_for(agent.registered.wait(), 10)
+        assert await eventually(lambda: _newer(probe, "gpu-7", after)) > after
+        assert len(await EventStore(probe.jetstream()).load("node", "gpu-7")) == 1
+    finally:
+        await agent.stop()
+        await task
+        await probe.close()
+        server.stop()
+
+
+async def _newer(nc, node_id: str, than: int) -> int:  # type: ignore[no-untyped-def]
+    seq = await last_heartbeat_seq(nc, node_id)
+    return seq if seq > than else 0
+
+
+def test_servers_older_than_2_11_are_refused() -> None:
+    check_server_version("2.11.0")
+    check_server_version("2.15.1")
+    check_server_version("v3.0.0-beta")
+    for old in ("2.9.25", "2.10.22", "1.4.1"):
+        with pytest.raises(StartupError, match="2.11 or newer"):
+            check_server_version(old)
+
+
+async def test_list_pages_under_max_payload_and_the_cli_follows_them(nc, nats_server, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    count = 12_000
+    for i in range(count):
+        event = NodeRegistered(node_id=f"node-{i:05d}", boot_id="b")
+        await nc.publish(subject_of(event), encode(event))
+    await nc.flush()
+    config = parse_config(f"nats: {{url: '{nats_server.url}'}}\ndata_dir: '{tmp_path / 'd'}'\n"
+                          "node_id: cp-page\n")
+    plane = ControlPlane(config)
+    await plane.start()
+    try:
+        assert plane.projector is not None
+        await eventually(lambda: _count(plane, count + 1), timeout=30)
+        first = await nc.request("herd.api.v1.node.list", b'{"wide": true}', timeout=10)
+        page = json.loads(first.data)["result"]
+        assert len(first.data) < 1024 * 1024 and page["next_token"] is not None
+        assert len(page["items"]) < count
+        result = await asyncio.to_thread(herd, "node", "list", "-o", "json",
+                                         server=nats_server.url, timeout=60)
+        assert result.returncode == 0, result.stderr
+        ids = [n["id"] for n in json.loads(result.stdout)]
+        assert len(ids) == count + 1 and len(set(ids)) == count + 1
+        # the view rebuild gives the same nodes
+        rebuilt = await asyncio.to_thread(herd, "view", "rebuild", server=nats_server.url,
+                                          timeout=60)
+        assert rebuilt.returncode == 0 and "Ok" in rebuilt.stdout, rebuilt.stderr
+        assert len(plane.projector.views) == count + 1
+        js = nc.jetstream()
+        assert plane.projector.committed_seq == (await js.stream_info(EVENTS_STREAM)).state.last_seq
+    finally:
+        await plane.stop()
+
+
+async def _count(plane: ControlPlane, n: int) -> bool:
+    assert plane.projector is not None
+    return len(plane.projector.views) >= n

@@ -1,0 +1,209 @@
+"""The event vocabulary: codec round-trips, immutability, subjects, schema, fold coverage."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+import msgspec
+import pytest
+
+from herdbook.events.base import Event
+from herdbook.events.codec import (
+    EVENT_TYPES,
+    DecodeError,
+    decode_event,
+    encode,
+    event_tag,
+    json_schema,
+)
+from herdbook.events.node import (
+    GpuInfo,
+    NodeApproved,
+    NodeDegraded,
+    NodeDeleted,
+    NodeDown,
+    NodeInfo,
+    NodeInfoUpdated,
+    NodeRecovered,
+    NodeRegistered,
+    NodeRejected,
+)
+from herdbook.events.states import NodeClass, NodeType
+from herdbook.events.store import subject_of
+from herdbook.events.subjects import (
+    InvalidIdError,
+    aggregate_filter,
+    event_subject,
+    health_subject,
+    heartbeat_subject,
+    resources_subject,
+    validate_id,
+)
+from herdbook.projector.node_view import NodeView, apply
+
+AT = datetime(2025, 3, 1, 12, 30, 45, 123456, tzinfo=UTC)
+INFO = NodeInfo(
+    hostname="gpu-017.rack4", arch="x86_64", os="linux", cpus=96, memory_bytes=2**40,
+    gpus=(GpuInfo(index=0, uuid="GPU-0f1e", name="H100", memory_bytes=80 * 2**30,
+                  driver_version="550.54"),),
+    labels={"rack": "4", "zone": "b"}, node_class=NodeClass.SENSITIVE,
+    agent_version="0.1.0", instance_id="i-0abc",
+)
+ENVELOPE = {"at": AT, "actor": "alice", "causation_id": "c-1", "correlation_id": "k-1"}
+
+# One sample per event type, every payload field away from its default.
+SAMPLES: dict[type[Event], Event] = {
+    NodeRegistered: NodeRegistered(node_id="gpu-017", node_type=NodeType.REQUESTER,
+                                   boot_id="boot-2", info=INFO, **ENVELOPE),
+    NodeInfoUpdated: NodeInfoUpdated(node_id="gpu-017", info=INFO, **ENVELOPE),
+    NodeApproved: NodeApproved(node_id="gpu-017", reason="racked", **ENVELOPE),
+    NodeRejected: NodeRejected(node_id="gpu-017", reason="unknown host", **ENVELOPE),
+    NodeDeleted: NodeDeleted(node_id="gpu-017", reason="decommissioned", **ENVELOPE),
+    NodeDegraded: NodeDegraded(node_id="gpu-017", heartbeat_age=31.5, reason="silent",
+                               **ENVELOPE),
+    NodeRecovered: NodeRecovered(node_id="gpu-017", reason="heartbeat resumed", **ENVELOPE),
+    NodeDown: NodeDown(node_id="gpu-017", heartbeat_age=92.0, reason="grace expired",
+                       **ENVELOPE),
+}
+
+EVENTS = [SAMPLES[t] for t in EVENT_TYPES]
+EVENT_IDS = [event_tag(t) for t in EVENT_TYPES]
+
+
+def test_every_event_type_has_a_sample() -> None:
+    assert set(SAMPLES) == set(EVENT_TYPES)
+
+
+# codec ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("event", EVENTS, ids=EVENT_IDS)
+def test_event_round_trips_through_the_codec(event: Event) -> None:
+    # given an event with every field set, when encoded and decoded
+    decoded = decode_event(encode(event))
+    # then it is the same event, of the same type
+    assert type(decoded) is type(event)
+    assert decoded == event
+
+
+@pytest.mark.parametrize("event_type", EVENT_TYPES, ids=EVENT_IDS)
+def test_encoded_event_carries_its_tag(event_type: type[Event]) -> None:
+    payload = json.loads(encode(SAMPLES[event_type]))
+    assert payload["type"] == event_tag(event_type)
+
+
+def test_unknown_tag_is_a_decode_error() -> None:
+    with pytest.raises(DecodeError):
+        decode_event(b'{"type": "node.teleported", "node_id": "gpu-017"}')
+
+
+@pytest.mark.parametrize("event", EVENTS, ids=EVENT_IDS)
+def test_events_are_frozen(event: Event) -> None:
+    with pytest.raises(AttributeError):
+        event.actor = "mallory"  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        event.node_id = "other"  # type: ignore[attr-defined]
+
+
+def test_fresh_events_get_distinct_ids_and_aware_timestamps() -> None:
+    first, second = NodeApproved(node_id="a"), NodeApproved(node_id="a")
+    assert first.event_id != second.event_id
+    assert first.at.tzinfo is not None
+
+
+# subjects ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("event", EVENTS, ids=EVENT_IDS)
+def test_subject_of_event_is_node_id_then_event_name(event: Event) -> None:
+    name = event_tag(type(event)).split(".", 1)[1]
+    assert subject_of(event) == f"herd.node.gpu-017.{name}"
+
+
+def test_subject_of_spells_multiword_names_with_underscores() -> None:
+    assert subject_of(NodeInfoUpdated(node_id="n1", info=INFO)) == "herd.node.n1.info_updated"
+
+
+BUILDERS: dict[str, Callable[[str], str]] = {
+    "event_subject": lambda node_id: event_subject("node", node_id, "approved"),
+    "aggregate_filter": lambda node_id: aggregate_filter("node", node_id),
+    "heartbeat_subject": heartbeat_subject,
+    "resources_subject": resources_subject,
+    "health_subject": health_subject,
+    "validate_id": validate_id,
+    "subject_of": lambda node_id: subject_of(NodeApproved(node_id=node_id)),
+}
+
+BAD_IDS = ["a.b", "a b", "*", ">", "", "x" * 129, "gpu/017", "gpu\t1"]
+
+
+@pytest.mark.parametrize("build", BUILDERS.values(), ids=BUILDERS.keys())
+@pytest.mark.parametrize("bad", BAD_IDS, ids=repr)
+def test_subject_builders_reject_bad_ids(build: Callable[[str], str], bad: str) -> None:
+    with pytest.raises(InvalidIdError) as excinfo:
+        build(bad)
+    assert repr(bad) in str(excinfo.value)
+
+
+def test_subject_builders_reject_a_trailing_newline() -> None:
+    with pytest.raises(InvalidIdError):
+        heartbeat_subject("gpu-017\n")
+
+
+@pytest.mark.parametrize("good", ["gpu-017", "node_1", "A", "x" * 128])
+def test_subject_builders_accept_good_ids(good: str) -> None:
+    assert heartbeat_subject(good) == f"herd.hb.{good}"
+    assert resources_subject(good) == f"herd.res.{good}"
+    assert health_subject(good) == f"herd.health.{good}"
+    assert aggregate_filter("node", good) == f"herd.node.{good}.>"
+    assert event_subject("node", good, "down") == f"herd.node.{good}.down"
+
+
+# JSON Schema ------------------------------------------------------------------------
+
+
+def test_json_schema_lists_every_event_tag() -> None:
+    schema = json_schema()
+    defs = schema["$defs"]
+    tags = {
+        tag
+        for ref in schema["oneOf"]
+        for tag in defs[ref["$ref"].removeprefix("#/$defs/")]["properties"]["type"]["enum"]
+    }
+    assert tags == {event_tag(t) for t in EVENT_TYPES}
+    assert "Heartbeat" in defs and "NodeResources" in defs
+    json.dumps(schema)  # serialisable as is
+
+
+# every fold handles every event (STYLE point 5) ---------------------------------------
+
+ENVELOPE_FIELDS = {"version", "updated_at", "last_event"}
+
+
+def _registered_view() -> NodeView:
+    view = apply(None, NodeRegistered(node_id="gpu-017", boot_id="boot-1"), 1)
+    assert view is not None
+    return view
+
+
+@pytest.mark.parametrize("event", EVENTS, ids=EVENT_IDS)
+def test_node_fold_handles_every_event_type(event: Event) -> None:
+    # given a registered node at version 1
+    view = _registered_view()
+    # when any event of the union is folded at sequence 2
+    after = apply(view, event, 2)  # type: ignore[arg-type]
+    # then the view is removed (deleted) or moved to the event
+    if isinstance(event, NodeDeleted):
+        assert after is None
+        return
+    assert after is not None
+    assert after.version == 2
+    assert after.last_event == event.event_name
+    # and the fold did something with the payload, not only the envelope
+    changed = {
+        name for name in msgspec.structs.asdict(view)
+        if getattr(view, name) != getattr(after, name)
+    }
+    assert changed - ENVELOPE_FIELDS, f"{event.event_name} only touched {changed}"

@@ -1,0 +1,314 @@
+"""The sweeper without NATS: hand-written fakes for the projector and the store, an
+injected clock, and ``observe`` / ``sweep`` called directly."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from typing import Any
+
+import pytest
+
+from herdbook.config import parse_config
+from herdbook.events.codec import AnyEvent
+from herdbook.events.node import (
+    NodeDegraded,
+    NodeDown,
+    NodeEvent,
+    NodeInfo,
+    NodeRecovered,
+    NodeRegistered,
+)
+from herdbook.events.states import Lifecycle, NodeClass
+from herdbook.events.store import ConflictError
+from herdbook.events.subjects import aggregate_filter
+from herdbook.projector.node_view import NodeView, apply
+from herdbook.reactors.sweeper import Sweeper
+
+CONFIG = parse_config(b"lifecycle: {heartbeat_timeout: 30s}")  # grace standard 60s
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class FakeProjector:
+    def __init__(self) -> None:
+        self.views: dict[str, NodeView] = {}
+        self.listeners: list[Any] = []
+        self.waited: list[int] = []
+
+    async def wait_applied(self, seq: int, timeout: float = 10.0) -> None:
+        self.waited.append(seq)
+
+
+class FakeStore:
+    """An in-memory event log: checks the expected version against its own last sequence
+    per node (as the server does), and folds each event into the projector at once (as
+    the real pair has done by the time ``wait_applied`` returns)."""
+
+    def __init__(self, projector: FakeProjector, last_seq: int = 100) -> None:
+        self.projector = projector
+        self.seq = last_seq
+        self.last: dict[str, int] = {}
+        self.appended: list[tuple[NodeEvent, int | None]] = []
+
+    def fold(self, event: AnyEvent) -> int:
+        """Store one event (from anyone) and fold it into the projector."""
+        self.seq += 1
+        self.last[event.node_id] = self.seq
+        new = apply(self.projector.views.get(event.node_id), event, self.seq)
+        if new is None:
+            self.projector.views.pop(event.node_id, None)
+        else:
+            self.projector.views[event.node_id] = new
+        return self.seq
+
+    async def append(self, event: NodeEvent, expected_version: int | None = None) -> int:
+        current = self.last.get(event.node_id, 0)
+        if expected_version is not None and expected_version != current:
+            raise ConflictError(aggregate_filter("node", event.node_id), expected_version)
+        self.appended.append((event, expected_version))
+        return self.fold(event)  # type: ignore[arg-type]
+
+    def of(self, node_id: str) -> list[tuple[str, int | None]]:
+        return [(e.event_name, v) for e, v in self.appended if e.node_id == node_id]
+
+
+class World:
+    def __init__(self) -> None:
+        self.clock = Clock()
+        self.projector = FakeProjector()
+        self.store = FakeStore(self.projector)
+        self.sweeper = Sweeper(None, self.store, self.projector, CONFIG,  # type: ignore[arg-type]
+                               clock=self.clock)
+
+    def register(self, node_id: str, node_class: NodeClass = NodeClass.STANDARD) -> NodeView:
+        self.store.fold(NodeRegistered(node_id=node_id, boot_id="boot-a",
+                                       info=NodeInfo(node_class=node_class)))
+        return self.projector.views[node_id]
+
+    def heartbeat(self, node_id: str, seq: int, boot_id: str = "boot-a") -> bool:
+        return self.sweeper.observe(node_id, boot_id, seq, self.clock.now)
+
+    async def tick(self, to: float) -> None:
+        """Move the clock, sweep, and let the append tasks run."""
+        self.clock.now = to
+        self.sweeper.sweep()
+        for _ in range(5):
+            await asyncio.sleep(0)
+
+
+@pytest.fixture
+def world() -> World:
+    return World()
+
+
+async def test_nothing_before_the_deadline_then_degraded_once(world: World) -> None:
+    # given a READY node at version 101 whose last heartbeat was at t=0
+    view = world.register("n1")
+    assert world.heartbeat("n1", seq=1)
+    # when the clock reaches 29.9s, then nothing
+    await world.tick(29.9)
+    assert world.store.appended == []
+    # when it passes 30s, then one NodeDegraded at the view's version
+    await world.tick(30.5)
+    assert world.store.of("n1") == [("degraded", view.version)]
+    [(event, _)] = world.store.appended
+    assert isinstance(event, NodeDegraded)
+    assert event.heartbeat_age == pytest.approx(30.5)
+    assert world.projector.waited == [world.store.seq]
+    # and sweeping on through the grace period adds nothing
+    for t in (30.5, 31.0, 45.0, 89.9):
+        await world.tick(t)
+    assert world.store.of("n1") == [("degraded", view.version)]
+    assert world.projector.views["n1"].lifecycle is Lifecycle.DEGRADED
+
+
+async def test_degraded_node_goes_down_when_grace_expires(world: World) -> None:
+    world.register("n1")
+    world.heartbeat("n1", seq=1)
+    await world.tick(30.0)
+    degraded_version = world.projector.views["n1"].version
+    await world.tick(89.9)
+    assert [name for name, _ in world.store.of("n1")] == ["degraded"]
+    await world.tick(90.0)
+    assert world.store.of("n1") == [("degraded", 101), ("down", degraded_version)]
+    assert isinstance(world.store.appended[-1][0], NodeDown)
+    # and a DOWN node is never swept again
+    await world.tick(10_000.0)
+    assert len(world.store.appended) == 2
+
+
+async def test_degraded_node_that_heartbeats_recovers(world: World) -> None:
+    world.register("n1")
+    world.heartbeat("n1", seq=1)
+    await world.tick(31.0)
+    degraded_version = world.projector.views["n1"].version
+    # when a heartbeat arrives within grace
+    world.clock.now = 50.0
+    assert world.heartbeat("n1", seq=2)
+    await world.tick(50.0)
+    # then NodeRecovered, and the node is READY with a fresh 30s deadline
+    assert world.store.of("n1")[-1] == ("recovered", degraded_version)
+    assert isinstance(world.store.appended[-1][0], NodeRecovered)
+    assert world.projector.views["n1"].lifecycle is Lifecycle.READY
+    await world.tick(79.9)
+    assert len(world.store.appended) == 2
+    await world.tick(80.0)
+    assert world.store.of("n1")[-1][0] == "degraded"
+
+
+async def test_down_node_that_heartbeats_stays_down(world: World) -> None:
+    world.register("n1")
+    world.heartbeat("n1", seq=1)
+    await world.tick(30.0)
+    await world.tick(90.0)
+    world.clock.now = 100.0
+    assert world.heartbeat("n1", seq=2)
+    await world.tick(100.0)
+    await world.tick(500.0)
+    assert [name for name, _ in world.store.of("n1")] == ["degraded", "down"]
+
+
+async def test_heartbeats_push_the_deadline(world: World) -> None:
+    world.register("n1")
+    for seq, t in enumerate([0.0, 20.0, 40.0, 60.0], start=1):
+        world.clock.now = t
+        world.heartbeat("n1", seq=seq)
+        await world.tick(t + 5.0)
+    await world.tick(89.9)
+    assert world.store.appended == []
+    await world.tick(90.0)
+    assert world.store.of("n1") == [("degraded", 101)]
+
+
+async def test_sensitive_nodes_get_the_longer_timeout(world: World) -> None:
+    world.register("s1", NodeClass.SENSITIVE)
+    world.heartbeat("s1", seq=1)
+    await world.tick(30.0)
+    await world.tick(119.9)
+    assert world.store.appended == []
+    await world.tick(120.0)
+    assert [name for name, _ in world.store.of("s1")] == ["degraded"]
+
+
+async def test_a_registered_node_that_never_heartbeats_is_timed_from_arming(
+        world: World) -> None:
+    world.clock.now = 5.0
+    world.register("n1")
+    world.sweeper._arm("n1")
+    await world.tick(34.9)
+    assert world.store.appended == []
+    await world.tick(35.0)
+    assert [name for name, _ in world.store.of("n1")] == ["degraded"]
+    assert world.sweeper.heartbeat_age("n1") is None  # never heartbeated
+
+
+async def test_another_writer_first_means_no_duplicate(world: World) -> None:
+    # given a READY node at version 101, silent since t=0
+    view = world.register("n1")
+    world.heartbeat("n1", seq=1)
+    # and another control-plane replica that degrades it first, after we decided
+    world.store.fold(NodeDegraded(node_id="n1", heartbeat_age=30.0, actor="replica-2"))
+    world.projector.views["n1"] = view  # our projector has not folded it yet
+    await world.tick(31.0)
+    # then our append is refused and nothing is recorded
+    assert world.store.appended == []
+    # when our projector catches up, the sweeper decides again and adds nothing
+    world.projector.views["n1"] = apply(view, NodeDegraded(node_id="n1", heartbeat_age=30.0),
+                                        world.store.seq)  # type: ignore[assignment]
+    for t in (31.0, 40.0, 60.0):
+        await world.tick(t)
+    assert world.store.appended == []
+    await world.tick(90.0)
+    assert world.store.of("n1") == [("down", world.store.seq - 1)]
+
+
+# replays --------------------------------------------------------------------------
+
+
+def test_a_replayed_heartbeat_is_dropped_and_counted(world: World) -> None:
+    world.register("n1")
+    assert world.heartbeat("n1", seq=5)
+    assert not world.heartbeat("n1", seq=5)
+    assert not world.heartbeat("n1", seq=3)
+    assert world.sweeper.replays_dropped == 2
+    assert world.heartbeat("n1", seq=6)
+    assert world.sweeper.beats["n1"].seq == 6
+
+
+def test_a_replay_does_not_refresh_last_seen(world: World) -> None:
+    world.register("n1")
+    world.heartbeat("n1", seq=5)
+    world.clock.now = 25.0
+    world.heartbeat("n1", seq=4)
+    assert world.sweeper.beats["n1"].last_seen == 0.0
+    assert world.sweeper.heartbeat_age("n1") == 25.0
+
+
+def test_a_new_boot_is_recorded(world: World) -> None:
+    world.register("n1")
+    world.heartbeat("n1", seq=50, boot_id="boot-a")
+    assert world.heartbeat("n1", seq=1, boot_id="boot-b")  # wiped state dir
+    beat = world.sweeper.beats["n1"]
+    assert (beat.boot_id, beat.seq, beat.recent_boots) == ("boot-b", 1, ["boot-a"])
+    assert not world.heartbeat("n1", seq=1, boot_id="boot-b")
+
+
+# the heap -------------------------------------------------------------------------
+
+NODES = [f"gpu-{i:03d}" for i in range(10)]
+
+
+async def test_the_heap_does_not_grow_per_heartbeat(world: World) -> None:
+    seed = random.randrange(2**32)
+    print(f"seed={seed}")
+    rng = random.Random(seed)
+    # given 10 READY nodes
+    for node_id in NODES:
+        world.register(node_id)
+    seqs = dict.fromkeys(NODES, 0)
+    largest = 0
+    # when 1000 heartbeats arrive, 10 per second round-robin in a shuffled order,
+    # and the sweeper runs after each
+    for rnd in range(100):
+        order = NODES[:]
+        rng.shuffle(order)
+        for i, node_id in enumerate(order):
+            world.clock.now = rnd * 10.0 + i + rng.random() * 0.5
+            seqs[node_id] += 1
+            assert world.heartbeat(node_id, seqs[node_id])
+            await world.tick(world.clock.now)
+            largest = max(largest, len(world.sweeper._heap))
+    # then the heap holds about one entry per node, and no node was degraded
+    print(f"largest heap={largest}")
+    assert largest <= len(NODES) + 2, f"heap grew to {largest} (seed={seed})"
+    assert world.store.appended == []
+    assert world.sweeper.replays_dropped == 0
+
+
+def test_heartbeats_alone_never_push(world: World) -> None:
+    for node_id in NODES:
+        world.register(node_id)
+    for seq in range(1, 101):
+        world.clock.now = float(seq)
+        for node_id in NODES:
+            world.heartbeat(node_id, seq)
+    assert len(world.sweeper._heap) == len(NODES)
+
+
+async def test_silent_nodes_are_all_detected_once(world: World) -> None:
+    for node_id in NODES:
+        world.register(node_id)
+        world.heartbeat(node_id, 1)
+    for t in range(0, 200):
+        await world.tick(float(t))
+    for node_id in NODES:
+        assert [name for name, _ in world.store.of(node_id)] == ["degraded", "down"]
+    assert world.sweeper.detections == 2 * len(NODES)
+    assert len(world.sweeper._heap) <= len(NODES) + 2
