@@ -22,6 +22,7 @@ from nats.micro import add_service
 from nats.micro.request import Request
 
 import herdbook
+from herdbook.control.present import node_json
 from herdbook.events.codec import decode_resources
 from herdbook.events.node import NodeEvent
 from herdbook.events.states import resolve_state_filter
@@ -125,8 +126,8 @@ class Api:
 
     # queries ----------------------------------------------------------------
     def _json(self, view: NodeView, wide: bool = True) -> dict[str, Any]:
-        from herdbook.control.present import node_json
-        return node_json(view, self.sweeper.heartbeat_age(view.id), wide=wide)
+        timeout = self.sweeper.timeouts(view).heartbeat_timeout
+        return node_json(view, self.sweeper.heartbeat_age(view.id), timeout, wide=wide)
 
     async def node_list(self, data: bytes) -> dict[str, Any]:
         req = msgspec.json.decode(data or b"{}", type=ListRequest)

@@ -13,7 +13,10 @@ def _iso(value: datetime | None) -> str | None:
     return value.isoformat().replace("+00:00", "Z") if value else None
 
 
-def node_json(view: NodeView, heartbeat_age: float | None, *, wide: bool = True) -> dict[str, Any]:
+def node_json(view: NodeView, heartbeat_age: float | None, heartbeat_timeout: float, *,
+              wide: bool = True) -> dict[str, Any]:
+    """``heartbeating``: a heartbeat arrived within the node's heartbeat_timeout (so a DOWN
+    node whose partition healed shows as DOWN but heartbeating)."""
     info = view.info
     last_hb = None
     if heartbeat_age is not None:
@@ -32,6 +35,7 @@ def node_json(view: NodeView, heartbeat_age: float | None, *, wide: bool = True)
         "pool": info.labels.get("pool"),
         "last_heartbeat": last_hb,
         "heartbeat_age": None if heartbeat_age is None else round(heartbeat_age, 3),
+        "heartbeating": heartbeat_age is not None and heartbeat_age < heartbeat_timeout,
         "allocations": 0,
         "gpus": len(info.gpus),
     }

@@ -72,12 +72,17 @@ class NodeDegraded(NodeEvent, frozen=True, kw_only=True, tag="node.degraded"):
 
     heartbeat_age: float
     reason: str = ""
+    boot_id: str = ""
+    """The boot of the last heartbeat seen, so a later heartbeat can tell a healed
+    partition (same boot) from a restarted agent (new boot)."""
 
 
 class NodeRecovered(NodeEvent, frozen=True, kw_only=True, tag="node.recovered"):
     reason: str = ""
+    boot_id: str = ""
 
 
 class NodeDown(NodeEvent, frozen=True, kw_only=True, tag="node.down"):
     heartbeat_age: float | None = None
     reason: str = ""
+    boot_id: str = ""

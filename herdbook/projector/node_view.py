@@ -82,17 +82,19 @@ def apply(view: NodeView | None, event: AnyEvent, seq: int) -> NodeView | None:
         case NodeRejected(reason=reason):
             return replace(view, approval=Approval.REJECTED, approval_reason=reason,
                            approval_actor=event.actor, approval_at=event.at)
-        case NodeDegraded(reason=reason):
-            return _lifecycle(view, Lifecycle.DEGRADED, reason, event.at)
-        case NodeRecovered(reason=reason):
-            return _lifecycle(view, Lifecycle.READY, reason, event.at)
-        case NodeDown(reason=reason):
-            return _lifecycle(view, Lifecycle.DOWN, reason, event.at)
+        case NodeDegraded(reason=reason, boot_id=boot_id):
+            return _lifecycle(view, Lifecycle.DEGRADED, reason, event.at, boot_id)
+        case NodeRecovered(reason=reason, boot_id=boot_id):
+            return _lifecycle(view, Lifecycle.READY, reason, event.at, boot_id)
+        case NodeDown(reason=reason, boot_id=boot_id):
+            return _lifecycle(view, Lifecycle.DOWN, reason, event.at, boot_id)
     return view
 
 
-def _lifecycle(view: NodeView, lifecycle: Lifecycle, reason: str, at: datetime) -> NodeView:
-    return replace(view, lifecycle=lifecycle, lifecycle_reason=reason, lifecycle_at=at)
+def _lifecycle(view: NodeView, lifecycle: Lifecycle, reason: str, at: datetime,
+               boot_id: str) -> NodeView:
+    return replace(view, lifecycle=lifecycle, lifecycle_reason=reason, lifecycle_at=at,
+                   boot_id=boot_id or view.boot_id)
 
 
 def _registered(view: NodeView | None, event: NodeRegistered, seq: int) -> NodeView:

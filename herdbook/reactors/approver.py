@@ -6,6 +6,7 @@ import asyncio
 import logging
 
 from herdbook.events.codec import AnyEvent
+from herdbook.events.node import NodeEvent
 from herdbook.events.store import ConflictError, EventStore
 from herdbook.projector.node_view import NodeView
 from herdbook.projector.runner import ProjectorRunner
@@ -39,7 +40,7 @@ class AutoApprover:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _append(self, view: NodeView, events: list) -> None:  # type: ignore[type-arg]
+    async def _append(self, view: NodeView, events: list[NodeEvent]) -> None:
         try:
             version = view.version
             for event in events:

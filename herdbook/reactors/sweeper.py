@@ -153,11 +153,15 @@ class Sweeper:
                 beat.boot_id = boot_id
         view = self.projector.views.get(node_id)
         if view is not None:
-            if liveness.decide_on_heartbeat(view):
+            if self._decide_on_heartbeat(view, boot_id):
                 self._push(self.clock(), node_id)
             elif node_id not in self._armed:
                 self._arm(node_id)
         return True
+
+    def _decide_on_heartbeat(self, view: NodeView, boot_id: str) -> list[NodeEvent]:
+        return liveness.decide_on_heartbeat(
+            view, boot_id, self.config.lifecycle.recover_down_on_heartbeat)
 
     def heartbeat_age(self, node_id: str) -> float | None:
         beat = self.beats.get(node_id)
@@ -228,9 +232,9 @@ class Sweeper:
         timeouts = self.timeouts(view)
         events: list[NodeEvent] = []
         if age < timeouts.heartbeat_timeout and beat.boot_id:
-            events = liveness.decide_on_heartbeat(view)
+            events = self._decide_on_heartbeat(view, beat.boot_id)
         if not events:
-            events = liveness.decide_on_age(view, age, timeouts)
+            events = liveness.decide_on_age(view, age, timeouts, beat.boot_id)
         if events:
             self._inflight[node_id] = now
             self._spawn(self._append(node_id, view, events))

@@ -121,12 +121,15 @@ def test_approve_reject_and_a_killed_agent_goes_degraded_then_down(fleet: Fleet)
     types = [json.loads(line)["type"] for line in tail.stdout.splitlines()]
     assert types == ["node.registered", "node.rejected", "node.degraded", "node.down"]
 
-    # A REJECTED node that registers again stays REJECTED; a restarted agent with its
-    # sentinel does not register again.
+    # The agent restarts (a new boot): DOWN -> READY, still REJECTED; with its sentinel
+    # it does not register again.
     fleet.agent("node-2")
-    wait_until(lambda: fleet.state("node-2") == "READY" or fleet.state("node-2"),
-               what="node-2 back")
+    wait_until(lambda: fleet.state("node-2") == "READY", what="node-2 back after restart")
     assert fleet.nodes()["node-2"]["approval"] == "REJECTED"
+    tail = herd("events", "tail", "-o", "json", "--subject", "herd.node.node-2.>",
+                server=fleet.url, check=True)
+    last = json.loads(tail.stdout.splitlines()[-1])
+    assert last["type"] == "node.recovered" and "restarted" in last["reason"]
 
     up.send_signal(signal.SIGTERM)
     assert up.wait(20) == 0
@@ -138,10 +141,16 @@ def test_approve_reject_and_a_killed_agent_goes_degraded_then_down(fleet: Fleet)
 
 
 def test_delete_then_register_again_is_pending_and_auto_approve(fleet: Fleet) -> None:
-    fleet.up(CONFIG + "approval:\n  auto_approve: true\n")
+    fleet.up("lifecycle: {heartbeat_timeout: 1s, grace_period: {standard: 30s}}\n"
+             "approval:\n  auto_approve: true\n")
     first = fleet.agent("node-a")
     wait_until(lambda: fleet.nodes().get("node-a", {}).get("approval") == "APPROVED",
                what="auto-approved")
+    # a paused agent goes DEGRADED and recovers within the grace period
+    first.send_signal(signal.SIGSTOP)
+    wait_until(lambda: fleet.state("node-a") == "DEGRADED", timeout=10, what="DEGRADED")
+    first.send_signal(signal.SIGCONT)
+    wait_until(lambda: fleet.state("node-a") == "READY", timeout=10, what="recovered")
     first.send_signal(signal.SIGTERM)
     first.wait(10)
     assert herd("node", "delete", "node-a", "-m", "gone", server=fleet.url).returncode == 0

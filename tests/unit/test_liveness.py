@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from herdbook.events.node import NodeApproved, NodeDegraded, NodeDown, NodeRecovered
@@ -99,6 +100,27 @@ def test_degraded_node_that_heartbeats_recovers() -> None:
 def test_a_heartbeat_does_not_revive_other_lifecycles(lifecycle: Lifecycle) -> None:
     # DESIGN §4: a DOWN node whose heartbeats resume stays DOWN
     assert decide_on_heartbeat(node(lifecycle)) == []
+
+
+def test_a_down_node_whose_agent_restarted_recovers() -> None:
+    view = msgspec.structs.replace(node(Lifecycle.DOWN), boot_id="boot-a")
+    [event] = decide_on_heartbeat(view, "boot-b")
+    assert isinstance(event, NodeRecovered) and event.boot_id == "boot-b"
+    assert "restarted" in event.reason
+
+
+def test_a_healed_partition_stays_down_unless_configured() -> None:
+    view = msgspec.structs.replace(node(Lifecycle.DOWN), boot_id="boot-a")
+    assert decide_on_heartbeat(view, "boot-a") == []
+    [event] = decide_on_heartbeat(view, "boot-a", recover_down_on_heartbeat=True)
+    assert isinstance(event, NodeRecovered)
+
+
+def test_liveness_events_carry_the_boot_of_the_last_heartbeat() -> None:
+    [degraded] = decide_on_age(node(Lifecycle.READY), 31.0, TIMEOUTS, "boot-a")
+    [down] = decide_on_age(node(Lifecycle.DEGRADED), 91.0, TIMEOUTS, "boot-a")
+    assert isinstance(degraded, NodeDegraded) and degraded.boot_id == "boot-a"
+    assert isinstance(down, NodeDown) and down.boot_id == "boot-a"
 
 
 # liveness: deadlines -------------------------------------------------------------
