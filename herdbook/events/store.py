@@ -23,6 +23,7 @@ from nats.js.errors import BadRequestError, NotFoundError
 
 from herdbook.events.base import Event
 from herdbook.events.codec import AnyEvent, decode_event, encode
+from herdbook.events.feed import StreamFeed
 from herdbook.events.subjects import EVENTS_STREAM, aggregate_filter, event_subject
 
 log = logging.getLogger(__name__)
@@ -131,21 +132,17 @@ class EventStore:
         return out
 
     async def subscribe(self, from_seq: int, cb: Callable[[Msg], Awaitable[None]],
-                        subject: str = "herd.>") -> Any:
-        """An ordered push consumer from ``from_seq`` (1 = the beginning), callback-driven."""
+                        subject: str = "herd.>") -> StreamFeed:
+        """Callback-driven reading from ``from_seq`` (1 = the beginning), with backpressure."""
         return await subscribe_from(self.js, self.stream, subject, from_seq, cb)
 
 
 async def subscribe_from(js: JetStreamContext, stream: str, subject: str, from_seq: int,
-                         cb: Callable[[Msg], Awaitable[None]]) -> Any:
-    if from_seq <= 1:
-        config = ConsumerConfig(deliver_policy=DeliverPolicy.ALL)
-    else:
-        config = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
-                                opt_start_seq=from_seq)
-    return await js.subscribe(subject, stream=stream, cb=cb, ordered_consumer=True,
-                              config=config, pending_msgs_limit=65536,
-                              pending_bytes_limit=64 * 1024 * 1024)
+                         cb: Callable[[Msg], Awaitable[None]]) -> StreamFeed:
+    """A started ``StreamFeed`` from ``from_seq`` (1 = the beginning); ``stop()`` ends it."""
+    feed = StreamFeed(js._nc, stream, subject, from_seq, cb)
+    await feed.start()
+    return feed
 
 
 async def stream_last_seq(js: JetStreamContext, stream: str) -> int:

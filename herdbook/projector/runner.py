@@ -18,7 +18,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from herdbook.events.codec import AnyEvent, DecodeError, decode_event
-from herdbook.events.store import subscribe_from
+from herdbook.events.feed import StreamFeed
 from herdbook.events.subjects import EVENTS_STREAM, deadletter_subject
 from herdbook.projector import schema
 from herdbook.projector.node_view import NodeView, apply
@@ -57,15 +57,13 @@ class ProjectorRunner:
         self.views, self.committed_seq = await schema.load(self._db, self.stream)
         self.folded_seq = self.committed_seq
         self._flusher = asyncio.create_task(self._flush_loop(), name="projector-flush")
-        self._sub = await subscribe_from(self.js, self.stream, "herd.>",
-                                         self.committed_seq + 1, self._on_msg)
+        self._sub = StreamFeed(self.nc, self.stream, "herd.>", self.committed_seq + 1,
+                               self._on_msg, batch=self.batch_size)
+        await self._sub.start()
 
     async def stop(self) -> None:
         if self._sub is not None:
-            try:
-                await self._sub.unsubscribe()
-            except Exception:  # noqa: BLE001 - connection may already be gone
-                pass
+            await self._sub.stop()
             self._sub = None
         if self._flusher is not None:
             self._flusher.cancel()

@@ -22,10 +22,10 @@ from typing import Any
 
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
-from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from herdbook.config import Config, grace_period, heartbeat_timeout
 from herdbook.events.codec import AnyEvent, DecodeError, decode_heartbeat
+from herdbook.events.feed import StreamFeed
 from herdbook.events.node import NodeEvent
 from herdbook.events.store import ConflictError, EventStore
 from herdbook.events.subjects import (
@@ -61,6 +61,7 @@ class Sweeper:
         self.config = config
         self.clock = clock
         self.beats: dict[str, NodeBeat] = {}
+        self.accepted = 0
         self.replays_dropped = 0
         self.undecodable = 0
         self.detections = 0
@@ -84,20 +85,15 @@ class Sweeper:
         for node_id in self.projector.views:
             self._arm(node_id)
         self.projector.listeners.append(self._on_view_change)
-        self._sub = await self.nc.jetstream().subscribe(
-            "herd.hb.*", stream=HEARTBEATS_STREAM, cb=self._on_heartbeat,
-            ordered_consumer=True,
-            config=ConsumerConfig(deliver_policy=DeliverPolicy.LAST_PER_SUBJECT),
-            pending_msgs_limit=262144, pending_bytes_limit=128 * 1024 * 1024,
-        )
+        # The latest heartbeat of every node first, then every new one.
+        self._sub = StreamFeed(self.nc, HEARTBEATS_STREAM, "herd.hb.*", 1, self._on_heartbeat,
+                               batch=2000, last_per_subject=True)
+        await self._sub.start()
         self._task = asyncio.create_task(self._loop(), name="sweeper")
 
     async def stop(self) -> None:
         if self._sub is not None:
-            try:
-                await self._sub.unsubscribe()
-            except Exception:  # noqa: BLE001 - connection may already be gone
-                pass
+            await self._sub.stop()
         if self._task is not None:
             self._task.cancel()
         for task in [self._task, *self._tasks]:
@@ -141,6 +137,7 @@ class Sweeper:
         if not is_newer(beat, boot_id, seq):
             self.replays_dropped += 1
             return False
+        self.accepted += 1
         if beat is None:
             beat = NodeBeat(last_seen=observed, boot_id=boot_id, seq=seq, sent_at=sent_at)
             self.beats[node_id] = beat

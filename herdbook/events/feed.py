@@ -1,0 +1,184 @@
+"""Reading a stream fast and without loss: a pull consumer with a callback on an inbox.
+
+An ordered *push* consumer lets the server run ahead of a slow callback (a SQLite
+commit), the client's pending buffer overflows, messages are dropped and the consumer
+resets over and over. Here the flow control is ours: at most ``1.5 * batch`` messages
+are requested ahead of the callback, and the next batch is requested only after the
+callback has returned — backpressure all the way to the server. JETSTREAM-NOTES
+measured this shape at ~119k msg/s.
+
+Guarantees:
+- The callback sees stream sequences strictly increasing, each at most once.
+- If nothing (not even the request-expiry status) arrives for ``expires + 5s`` — the
+  server restarted, the consumer vanished — a new consumer resumes at the last
+  delivered sequence + 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+log = logging.getLogger(__name__)
+
+STATUS = "Status"
+PENDING_MESSAGES = "Nats-Pending-Messages"
+
+
+class StreamFeed:
+    def __init__(self, nc: NATS, stream: str, subject: str, start_seq: int,
+                 cb: Callable[[Msg], Awaitable[None]], *, batch: int = 1000,
+                 last_per_subject: bool = False, expires: float = 5.0) -> None:
+        self.nc = nc
+        self.js = nc.jetstream()
+        self.stream = stream
+        self.subject = subject
+        self.cb = cb
+        self.batch = batch
+        self.expires = expires
+        self.last_seq = max(0, start_seq - 1)
+        self._last_per_subject = last_per_subject
+        self._consumer: str | None = None
+        self._sub: Any = None
+        self._outstanding = 0
+        self._last_activity = time.monotonic()
+        self._watchdog: asyncio.Task[None] | None = None
+        self._recreating = False
+        self._stopped = False
+        self._generation = 0
+
+    async def start(self) -> None:
+        await self._create()
+        self._watchdog = asyncio.create_task(self._watch(), name=f"feed-{self.stream}")
+
+    async def stop(self) -> None:
+        self._stopped = True
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            try:
+                await self._watchdog
+            except asyncio.CancelledError:
+                pass
+        await self._drop_consumer()
+
+    async def unsubscribe(self) -> None:
+        """Alias so a feed can stand where a subscription stood."""
+        await self.stop()
+
+    def _config(self) -> ConsumerConfig:
+        common: dict[str, Any] = {
+            "ack_policy": AckPolicy.NONE, "filter_subject": self.subject,
+            "inactive_threshold": 120.0, "mem_storage": True, "num_replicas": 1,
+            "max_waiting": 16,
+        }
+        if self._last_per_subject and self.last_seq == 0:
+            return ConsumerConfig(deliver_policy=DeliverPolicy.LAST_PER_SUBJECT, **common)
+        if self.last_seq == 0:
+            return ConsumerConfig(deliver_policy=DeliverPolicy.ALL, **common)
+        return ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+                              opt_start_seq=self.last_seq + 1, **common)
+
+    async def _create(self) -> None:
+        info = await self.js.add_consumer(self.stream, self._config())
+        self._consumer = info.name
+        self._outstanding = 0
+        self._generation += 1
+        generation = self._generation
+
+        async def on_msg(msg: Msg) -> None:
+            await self._on_msg(msg, generation)
+
+        self._sub = await self.nc.subscribe(self.nc.new_inbox(), cb=on_msg,
+                                            pending_msgs_limit=4 * self.batch + 100)
+        self._last_activity = time.monotonic()
+        await self._request()
+
+    async def _drop_consumer(self) -> None:
+        sub, self._sub = self._sub, None
+        consumer, self._consumer = self._consumer, None
+        if sub is not None:
+            try:
+                await sub.unsubscribe()
+            except Exception:  # noqa: BLE001 - connection may be gone
+                pass
+        if consumer is not None and self.nc.is_connected:
+            try:
+                await self.js.delete_consumer(self.stream, consumer)
+            except Exception:  # noqa: BLE001 - it expires by itself (inactive_threshold)
+                pass
+
+    async def _request(self) -> None:
+        if self._sub is None or self._consumer is None:
+            return
+        body = json.dumps({"batch": self.batch, "expires": int(self.expires * 1e9)})
+        self._outstanding += self.batch
+        try:
+            await self.nc.publish(f"$JS.API.CONSUMER.MSG.NEXT.{self.stream}.{self._consumer}",
+                                  body.encode(), reply=self._sub.subject)
+        except Exception as err:  # noqa: BLE001 - disconnected: the watchdog recreates
+            self._outstanding -= self.batch
+            log.debug("pull request for %s failed: %s", self.stream, err)
+
+    async def _on_msg(self, msg: Msg, generation: int) -> None:
+        if generation != self._generation:
+            return  # a late message of a consumer we already replaced
+        self._last_activity = time.monotonic()
+        headers = msg.headers
+        if headers and STATUS in headers and not msg.reply:
+            await self._on_status(headers)
+            return
+        self._outstanding -= 1
+        seq = msg.metadata.sequence.stream
+        if seq > self.last_seq:
+            self.last_seq = seq
+            await self.cb(msg)
+        if self._outstanding <= self.batch // 2:
+            await self._request()
+
+    async def _on_status(self, headers: dict[str, str]) -> None:
+        status = headers.get(STATUS, "")
+        if status in ("404", "408"):
+            # A request expired: that many of its messages will never come.
+            self._outstanding -= int(headers.get(PENDING_MESSAGES, self.batch))
+            self._outstanding = max(0, self._outstanding)
+            if self._outstanding <= self.batch // 2:
+                await self._request()
+        elif status == "100":
+            pass
+        else:
+            # 409 consumer deleted / leadership change, 503 no responders: start over.
+            log.info("feed on %s: status %s %s; resuming at %d", self.stream, status,
+                     headers.get("Description", ""), self.last_seq + 1)
+            asyncio.create_task(self._recreate())
+
+    async def _recreate(self) -> None:
+        if self._recreating or self._stopped:
+            return
+        self._recreating = True
+        try:
+            await self._drop_consumer()
+            while not self._stopped:
+                try:
+                    await self._create()
+                    return
+                except Exception as err:  # noqa: BLE001 - server not back yet
+                    log.debug("cannot recreate consumer on %s: %s", self.stream, err)
+                    await asyncio.sleep(1.0)
+        finally:
+            self._recreating = False
+
+    async def _watch(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            if time.monotonic() - self._last_activity > self.expires + 5.0:
+                log.info("feed on %s idle; resuming at %d", self.stream, self.last_seq + 1)
+                self._last_activity = time.monotonic()
+                await self._recreate()
