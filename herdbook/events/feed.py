@@ -2,7 +2,7 @@
 
 An ordered *push* consumer lets the server run ahead of a slow callback (a SQLite
 commit), the client's pending buffer overflows, messages are dropped and the consumer
-resets over and over. Here the flow control is ours: at most ``1.5 * batch`` messages
+resets over and over. Here the flow control is ours: at most ``2 * batch`` messages
 are requested ahead of the callback, and the next batch is requested only after the
 callback has returned — backpressure all the way to the server. JETSTREAM-NOTES
 measured this shape at ~119k msg/s.
@@ -31,6 +31,17 @@ log = logging.getLogger(__name__)
 
 STATUS = "Status"
 PENDING_MESSAGES = "Nats-Pending-Messages"
+
+
+def stream_seq(msg: Msg) -> int:
+    """The stream sequence from a JetStream delivery's reply subject, without building
+    ``msg.metadata`` (a measurable cost per message on the projector's hot path).
+
+    ``$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>`` (9 tokens) or
+    ``$JS.ACK.<domain>.<account>.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>.<token>``.
+    """
+    tokens = msg.reply.split(".")
+    return int(tokens[5] if len(tokens) == 9 else tokens[7])
 
 
 class StreamFeed:
@@ -136,11 +147,11 @@ class StreamFeed:
             await self._on_status(headers)
             return
         self._outstanding -= 1
-        seq = msg.metadata.sequence.stream
+        seq = stream_seq(msg)
         if seq > self.last_seq:
             self.last_seq = seq
             await self.cb(msg)
-        if self._outstanding <= self.batch // 2:
+        if self._outstanding <= self.batch:
             await self._request()
 
     async def _on_status(self, headers: dict[str, str]) -> None:
@@ -149,7 +160,7 @@ class StreamFeed:
             # A request expired: that many of its messages will never come.
             self._outstanding -= int(headers.get(PENDING_MESSAGES, self.batch))
             self._outstanding = max(0, self._outstanding)
-            if self._outstanding <= self.batch // 2:
+            if self._outstanding <= self.batch:
                 await self._request()
         elif status == "100":
             pass

@@ -18,7 +18,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from herdbook.events.codec import AnyEvent, DecodeError, decode_event
-from herdbook.events.feed import StreamFeed
+from herdbook.events.feed import StreamFeed, stream_seq
 from herdbook.events.subjects import EVENTS_STREAM, deadletter_subject
 from herdbook.projector import schema
 from herdbook.projector.node_view import NodeView, apply
@@ -81,7 +81,7 @@ class ProjectorRunner:
     async def _on_msg(self, msg: Msg) -> None:
         if self.failed is not None:
             return
-        seq = msg.metadata.sequence.stream
+        seq = stream_seq(msg)
         if seq <= self.folded_seq:
             return  # redelivered by an ordered-consumer reset
         try:
