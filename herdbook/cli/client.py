@@ -10,6 +10,7 @@ import socket
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+import msgspec
 import typer
 from rich.console import Console
 
@@ -76,7 +77,7 @@ async def request(nc: Any, route: str, payload: dict[str, Any], timeout: float =
     except nats.errors.TimeoutError:
         raise fail(f"the control plane did not answer {route} within {timeout:g}s",
                    EXIT_UNREACHABLE) from None
-    body = json.loads(msg.data)
+    body = msgspec.json.decode(msg.data)
     if not body.get("ok"):
         code = EXIT_USAGE if body.get("code") == "bad_request" else EXIT_REFUSED
         raise fail(body.get("error", "refused"), code)

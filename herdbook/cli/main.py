@@ -12,7 +12,7 @@ import typer
 from herdbook.cli import client
 from herdbook.cli.events import events_app
 from herdbook.cli.node import node_app, parse_labels
-from herdbook.cli.output import console
+from herdbook.cli.output import Format, console, render_object
 from herdbook.cli.view import view_app
 
 app = typer.Typer(
@@ -145,6 +145,16 @@ def agent(
         asyncio.run(run_agent(options))
     except KeyboardInterrupt:
         pass
+
+
+@app.command()
+def status(
+    ctx: typer.Context,
+    output: Annotated[Format, typer.Option("--output", "-o", help="table, json, yaml, csv.")] = Format.table,
+) -> None:
+    """The control plane answering: node count, projector position and lag, dead letters,
+    dropped heartbeat replays, liveness detections."""
+    render_object(client.call(str(ctx.obj["server"]), "status", {}), output)
 
 
 @app.command()

@@ -8,8 +8,8 @@ import sys
 from enum import StrEnum
 from typing import Any
 
+import msgspec
 from rich.console import Console
-from rich.table import Table
 
 # Piped output is for scripts: never truncate a column to a terminal width.
 console = Console(highlight=False, soft_wrap=True,
@@ -38,7 +38,7 @@ def _cell(value: Any) -> str:
 def render_rows(rows: list[dict[str, Any]], columns: list[tuple[str, str]], fmt: Format) -> None:
     """``columns`` = (header, key) for table and csv; json/yaml print whole objects."""
     if fmt is Format.json:
-        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+        sys.stdout.write(msgspec.json.format(msgspec.json.encode(rows), indent=2).decode() + "\n")
     elif fmt is Format.yaml:
         import yaml
         sys.stdout.write(yaml.safe_dump(rows, sort_keys=False))
@@ -48,12 +48,13 @@ def render_rows(rows: list[dict[str, Any]], columns: list[tuple[str, str]], fmt:
         for row in rows:
             writer.writerow([_cell(row.get(key)) for _, key in columns])
     else:
-        table = Table(box=None, pad_edge=False, show_edge=False)
-        for header, _ in columns:
-            table.add_column(header, no_wrap=True)
-        for row in rows:
-            table.add_row(*(_cell(row.get(key)) for _, key in columns))
-        console.print(table)
+        # Plain aligned columns: rich's Table takes seconds at 10k rows.
+        cells = [[header for header, _ in columns]]
+        cells.extend([_cell(row.get(key)) for _, key in columns] for row in rows)
+        widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
+        lines = ("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+                 for r in cells)
+        sys.stdout.write("\n".join(lines) + "\n")
 
 
 def render_object(obj: dict[str, Any], fmt: Format) -> None:

@@ -9,7 +9,6 @@ reply is sent after the view has applied the new event (read-your-writes).
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -43,6 +42,7 @@ from herdbook.reactors.sweeper import Sweeper
 log = logging.getLogger(__name__)
 
 QUEUE_GROUP = "herd-api"
+_encoder = msgspec.json.Encoder()
 PAGE_BYTES = 700_000          # replies stay well under NATS's 1 MB max_payload
 MAX_PAGE_ITEMS = 5000
 COMMAND_ATTEMPTS = 5
@@ -121,7 +121,7 @@ class Api:
             except Exception as err:
                 log.exception("API request on %s failed", request.subject)
                 body = {"ok": False, "code": "internal", "error": f"internal error: {err!r}"}
-            await request.respond(json.dumps(body, separators=(",", ":")).encode())
+            await request.respond(_encoder.encode(body))
         return endpoint
 
     # queries ----------------------------------------------------------------
@@ -153,7 +153,7 @@ class Api:
             if any(view.info.labels.get(k) != v for k, v in req.labels.items()):
                 continue
             item = self._json(view, req.wide)
-            size += len(json.dumps(item)) + 1
+            size += len(_encoder.encode(item)) + 1
             if items and (len(items) >= limit or size > PAGE_BYTES):
                 next_token = items[-1]["id"]
                 break

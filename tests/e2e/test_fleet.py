@@ -131,6 +131,10 @@ def test_approve_reject_and_a_killed_agent_goes_degraded_then_down(fleet: Fleet)
     last = json.loads(tail.stdout.splitlines()[-1])
     assert last["type"] == "node.recovered" and "restarted" in last["reason"]
 
+    status = json.loads(herd("status", "-o", "json", server=fleet.url, check=True).stdout)
+    assert status["instance"] == "cp-1" and status["nodes"] == 3
+    assert status["liveness_detections"] >= 3 and status["projector_failed"] is None
+
     up.send_signal(signal.SIGTERM)
     assert up.wait(20) == 0
     assert "stopped" in (fleet.tmp / "up.log").read_text()
