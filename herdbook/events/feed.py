@@ -33,15 +33,21 @@ STATUS = "Status"
 PENDING_MESSAGES = "Nats-Pending-Messages"
 
 
-def stream_seq(msg: Msg) -> int:
-    """The stream sequence from a JetStream delivery's reply subject, without building
-    ``msg.metadata`` (a measurable cost per message on the projector's hot path).
+def ack_position(msg: Msg) -> tuple[int, int]:
+    """(stream sequence, messages still pending) from a JetStream delivery's reply subject,
+    without building ``msg.metadata`` (a measurable cost per message on the hot path).
 
     ``$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>`` (9 tokens) or
     ``$JS.ACK.<domain>.<account>.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>.<token>``.
     """
     tokens = msg.reply.split(".")
-    return int(tokens[5] if len(tokens) == 9 else tokens[7])
+    if len(tokens) == 9:
+        return int(tokens[5]), int(tokens[8])
+    return int(tokens[7]), int(tokens[10])
+
+
+def stream_seq(msg: Msg) -> int:
+    return ack_position(msg)[0]
 
 
 class StreamFeed:
@@ -65,6 +71,8 @@ class StreamFeed:
         self._recreating = False
         self._stopped = False
         self._generation = 0
+        self.caught_up = asyncio.Event()
+        """Set once the messages that existed when the feed started are delivered."""
 
     async def start(self) -> None:
         await self._create()
@@ -100,6 +108,8 @@ class StreamFeed:
     async def _create(self) -> None:
         info = await self.js.add_consumer(self.stream, self._config())
         self._consumer = info.name
+        if not info.num_pending:
+            self.caught_up.set()
         self._outstanding = 0
         self._generation += 1
         generation = self._generation
@@ -147,10 +157,12 @@ class StreamFeed:
             await self._on_status(headers)
             return
         self._outstanding -= 1
-        seq = stream_seq(msg)
+        seq, pending = ack_position(msg)
         if seq > self.last_seq:
             self.last_seq = seq
             await self.cb(msg)
+        if pending == 0:
+            self.caught_up.set()
         if self._outstanding <= self.batch:
             await self._request()
 

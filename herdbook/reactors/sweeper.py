@@ -82,18 +82,33 @@ class Sweeper:
     async def start(self) -> None:
         self._probe_time = await probe_server_clock(self.nc)
         self._probe_clock = self.clock()
+        self.projector.listeners.append(self._on_view_change)
+        # Live heartbeats on a core subscription (the cheapest path: no consumer state;
+        # a heartbeat lost to overload is tolerated by design), opened before the
+        # snapshot so nothing falls between the two.
+        self._sub = await self.nc.subscribe(
+            "herd.hb.*", cb=self._on_live_heartbeat, pending_msgs_limit=1_000_000,
+            pending_bytes_limit=256 * 1024 * 1024)
+        # Then the last stored heartbeat of every node, aged on the server's clock.
+        snapshot = StreamFeed(self.nc, HEARTBEATS_STREAM, "herd.hb.*", 1,
+                              self._on_stored_heartbeat, batch=2000, last_per_subject=True)
+        await snapshot.start()
+        try:
+            await asyncio.wait_for(snapshot.caught_up.wait(), timeout=120)
+        finally:
+            await snapshot.stop()
+        # Arm after the snapshot: a node's clock starts at its last stored heartbeat,
+        # or now if it never sent one.
         for node_id in self.projector.views:
             self._arm(node_id)
-        self.projector.listeners.append(self._on_view_change)
-        # The latest heartbeat of every node first, then every new one.
-        self._sub = StreamFeed(self.nc, HEARTBEATS_STREAM, "herd.hb.*", 1, self._on_heartbeat,
-                               batch=2000, last_per_subject=True)
-        await self._sub.start()
         self._task = asyncio.create_task(self._loop(), name="sweeper")
 
     async def stop(self) -> None:
         if self._sub is not None:
-            await self._sub.stop()
+            try:
+                await self._sub.unsubscribe()
+            except Exception:  # noqa: BLE001 - connection may already be gone
+                pass
         if self._task is not None:
             self._task.cancel()
         for task in [self._task, *self._tasks]:
@@ -104,7 +119,13 @@ class Sweeper:
                     pass
 
     # heartbeats -------------------------------------------------------------
-    async def _on_heartbeat(self, msg: Msg) -> None:
+    async def _on_live_heartbeat(self, msg: Msg) -> None:
+        await self._on_heartbeat(msg, self.clock())
+
+    async def _on_stored_heartbeat(self, msg: Msg) -> None:
+        await self._on_heartbeat(msg, self._observed_at(msg))
+
+    async def _on_heartbeat(self, msg: Msg, observed: float) -> None:
         try:
             hb = decode_heartbeat(msg.data)
         except DecodeError as err:
@@ -116,7 +137,6 @@ class Sweeper:
         if hb.node_id != node_id:
             self.undecodable += 1
             return
-        observed = self._observed_at(msg)
         self.observe(node_id, hb.boot_id, hb.seq, observed, hb.sent_at)
 
     def _observed_at(self, msg: Msg) -> float:

@@ -14,6 +14,7 @@ from herdbook.config import parse_config
 from herdbook.control.app import ControlPlane, StartupError, check_server_version
 from herdbook.control.nats_server import EmbeddedNats
 from herdbook.events.codec import decode_heartbeat, encode
+from herdbook.events.heartbeat import Heartbeat
 from herdbook.events.node import NodeRegistered
 from herdbook.events.store import EventStore, subject_of
 from herdbook.events.subjects import EVENTS_STREAM, HEARTBEATS_STREAM, heartbeat_subject
@@ -137,3 +138,44 @@ async def test_list_pages_under_max_payload_and_the_cli_follows_them(nc, nats_se
 async def _count(plane: ControlPlane, n: int) -> bool:
     assert plane.projector is not None
     return len(plane.projector.views) >= n
+
+
+async def test_a_restarted_control_plane_ages_stored_heartbeats_on_the_server_clock(  # type: ignore[no-untyped-def]
+        nc, nats_server, tmp_path) -> None:
+    store = EventStore(nc.jetstream())
+    for node_id in ("stale", "fresh"):
+        await store.append(NodeRegistered(node_id=node_id, boot_id="b1"))
+
+    async def beat(node_id: str, seq: int) -> None:
+        # the agent's clock is an hour off: it must not matter
+        hb = Heartbeat(node_id=node_id, boot_id="b1", seq=seq, sent_at=time.time() - 3600)
+        await nc.publish(heartbeat_subject(node_id), encode(hb))
+        await nc.flush()
+
+    await beat("stale", 1)
+    await asyncio.sleep(2.5)
+    await beat("fresh", 1)
+    config = parse_config(f"nats: {{url: '{nats_server.url}'}}\ndata_dir: '{tmp_path / 'd'}'\n"
+                          "node_id: cp-r\nlifecycle: {heartbeat_timeout: 2s, "
+                          "grace_period: {standard: 60s}}\n")
+    plane = ControlPlane(config)
+    await plane.start()
+    try:
+        assert plane.projector is not None
+        views = plane.projector.views
+        # the stale node is past its timeout on the server's clock: DEGRADED at once
+        await eventually(lambda: _lifecycle_is(plane, "stale", "DEGRADED"), timeout=1.5)
+        assert views["fresh"].lifecycle.value == "READY"
+        # the fresh one had ~2s left; it keeps beating and never degrades
+        for seq in range(2, 12):
+            await beat("fresh", seq)
+            await asyncio.sleep(0.3)
+        assert views["fresh"].lifecycle.value == "READY"
+        assert views["stale"].lifecycle.value == "DEGRADED"
+    finally:
+        await plane.stop()
+
+
+async def _lifecycle_is(plane: ControlPlane, node_id: str, lifecycle: str) -> bool:
+    assert plane.projector is not None
+    return plane.projector.views[node_id].lifecycle.value == lifecycle
