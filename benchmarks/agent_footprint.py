@@ -1,0 +1,62 @@
+"""Agent RSS and CPU at the default 10 s heartbeat interval (a real `herd agent`)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+from benchmarks.common import report, start_server
+
+
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def main(seconds: float, gpus: int) -> None:
+    server, tmp = start_server()
+    try:
+        subprocess.run([sys.executable, "-c", (
+            "import asyncio, nats\n"
+            "from herdbook.control.app import ensure_streams\n"
+            "async def m():\n"
+            f"    nc = await nats.connect('{server.url}')\n"
+            "    await ensure_streams(nc, 1, 3600.0)\n"
+            "    await nc.close()\n"
+            "asyncio.run(m())")], check=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "herdbook.cli", "--server", server.url, "agent", "--node-id",
+             "bench", "--state-dir", str(tmp / "agent"), "--fake-gpus", str(gpus),
+             "--log-level", "warning"])
+        time.sleep(5)   # start-up and registration are not the steady state
+        cpu0, t0 = cpu_seconds(proc.pid), time.monotonic()
+        time.sleep(seconds)
+        cpu = (cpu_seconds(proc.pid) - cpu0) / (time.monotonic() - t0)
+        rss = rss_mb(proc.pid)
+        proc.terminate()
+        proc.wait(10)
+        report("agent footprint", f"{rss:.1f} MB RSS, {cpu:.2%} CPU ({gpus} fake GPUs)",
+               "<= 50 MB RSS, <= 1% CPU at 10s interval",
+               f"python -m benchmarks.agent_footprint --seconds {seconds:g}")
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--gpus", type=int, default=8)
+    args = parser.parse_args()
+    main(args.seconds, args.gpus)

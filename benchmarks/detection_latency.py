@@ -1,0 +1,129 @@
+"""Dead node → DEGRADED latency at fleet scale.
+
+A publisher process heartbeats --nodes nodes every --interval seconds; after a warm-up
+it stops heartbeating --dead of them. For each dead node the latency is the time from
+its last heartbeat to the moment the `node.degraded` event is seen on NATS. The target
+is heartbeat_timeout + 1 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import subprocess
+import sys
+import time
+
+import nats
+
+from benchmarks.common import report, start_server
+from herdbook.config import parse_config
+from herdbook.control.app import ControlPlane, ensure_streams
+from herdbook.events.codec import encode
+from herdbook.events.heartbeat import Heartbeat
+from herdbook.events.node import NodeRegistered
+from herdbook.events.store import subject_of
+
+
+async def publish(url: str, nodes: int, dead: int, interval: float, kill_after: float) -> None:
+    """Heartbeat all nodes every interval; after kill_after seconds, skip the dead ones.
+    Prints the wall time of each dead node's last heartbeat as JSON."""
+    nc = await nats.connect(url)
+    start = time.monotonic()
+    last: dict[str, float] = {}
+    seq = 0
+    while time.monotonic() - start < kill_after + 30:
+        seq += 1
+        round_start = time.monotonic()
+        killing = round_start - start >= kill_after
+        for i in range(nodes):
+            node_id = f"n{i}"
+            if killing and i < dead:
+                continue
+            await nc.publish(f"herd.hb.{node_id}", encode(Heartbeat(node_id=node_id, boot_id="b",
+                                                                    seq=seq)))
+            if i < dead:
+                last[node_id] = time.time()
+            if i % 2000 == 0:
+                await nc.flush()
+                # spread the round over the interval
+                target = round_start + interval * i / nodes
+                if target > time.monotonic():
+                    await asyncio.sleep(target - time.monotonic())
+        await nc.flush()
+        if killing:
+            break
+        await asyncio.sleep(max(0.0, round_start + interval - time.monotonic()))
+    print(json.dumps(last))
+    await nc.close()
+
+
+async def main(nodes: int, dead: int, timeout: float, interval: float) -> None:
+    server, tmp = start_server()
+    try:
+        nc = await nats.connect(server.url)
+        await ensure_streams(nc, 1, 3600.0)
+        for i in range(nodes):
+            event = NodeRegistered(node_id=f"n{i}", boot_id="b")
+            await nc.publish(subject_of(event), encode(event))
+            if i % 10_000 == 0:
+                await nc.flush()
+        await nc.flush()
+        seen: dict[str, float] = {}
+
+        async def on_degraded(msg) -> None:  # type: ignore[no-untyped-def]
+            seen.setdefault(msg.subject.split(".")[2], time.time())
+
+        await nc.subscribe("herd.node.*.degraded", cb=on_degraded)
+        config = parse_config(f"nats: {{url: '{server.url}'}}\ndata_dir: '{tmp / 'd'}'\n"
+                              f"lifecycle: {{heartbeat_timeout: {timeout}s}}\n")
+        plane = ControlPlane(config)
+        await plane.start()
+        assert plane.projector is not None
+        while len(plane.projector.views) < nodes:
+            await asyncio.sleep(0.2)
+        kill_after = 2 * interval
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "benchmarks.detection_latency", "--publish-only", server.url,
+            "--nodes", str(nodes), "--dead", str(dead), "--interval", str(interval),
+            "--kill-after", str(kill_after), stdout=subprocess.PIPE)
+        out, _ = await proc.communicate()
+        last = json.loads(out.decode().strip().splitlines()[-1])
+        deadline = time.monotonic() + timeout + 10
+        while len([n for n in last if n in seen]) < len(last) and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        false_alarms = len([n for n in seen if n not in last])
+        latencies = sorted(seen[n] - last[n] for n in last if n in seen)
+        await plane.stop()
+        await nc.close()
+        if not latencies:
+            print("no dead node was detected")
+            return
+        p50 = latencies[len(latencies) // 2]
+        worst = latencies[-1]
+        print(f"{len(latencies)}/{len(last)} dead nodes detected; {false_alarms} live nodes "
+              f"wrongly degraded; latency p50 {p50:.2f}s, max {worst:.2f}s")
+        report(f"dead node -> DEGRADED at {nodes} nodes",
+               f"max {worst:.2f}s = timeout {timeout:g}s + {worst - timeout:.2f}s",
+               f"<= heartbeat_timeout + 1s ({timeout + 1:g}s)",
+               f"python -m benchmarks.detection_latency --nodes {nodes} --dead {dead} "
+               f"--timeout {timeout:g} --interval {interval:g}")
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--nodes", type=int, default=10_000)
+    parser.add_argument("--dead", type=int, default=100)
+    parser.add_argument("--timeout", type=float, default=10.0)
+    parser.add_argument("--interval", type=float, default=3.0)
+    parser.add_argument("--publish-only", metavar="URL")
+    parser.add_argument("--kill-after", type=float, default=6.0)
+    args = parser.parse_args()
+    if args.publish_only:
+        asyncio.run(publish(args.publish_only, args.nodes, args.dead, args.interval,
+                            args.kill_after))
+    else:
+        asyncio.run(main(args.nodes, args.dead, args.timeout, args.interval))
