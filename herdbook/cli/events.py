@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from herdbook.cli import client
-from herdbook.cli.output import Format, console
+from herdbook.cli.output import Format
 
 events_app = typer.Typer(help="Read herdbook's event stream.", no_args_is_help=True)
 
@@ -31,55 +31,39 @@ def tail(
 
 
 async def _tail(server: str, follow: bool, subject: str, since: int, output: Format) -> None:
-    from nats.js.api import ConsumerConfig, DeliverPolicy
-
+    from herdbook.events.feed import StreamFeed
     from herdbook.events.subjects import EVENTS_STREAM
     nc = await client.connect(server)
-    done = asyncio.Event()
 
     async def on_msg(msg: Any) -> None:
-        meta = msg.metadata
+        seq = msg.metadata.sequence.stream
         try:
             event = json.loads(msg.data)
         except ValueError:
             event = {"type": "undecodable", "raw": msg.data.decode(errors="replace")}
         if output is Format.json:
-            sys.stdout.write(json.dumps({"seq": meta.sequence.stream, "subject": msg.subject,
-                                         **event}) + "\n")
-            sys.stdout.flush()
+            sys.stdout.write(json.dumps({"seq": seq, "subject": msg.subject, **event}) + "\n")
         else:
-            extra = event.get("reason") or ""
-            console.print(f"{meta.sequence.stream:>8}  {event.get('at', '')[:23]:<23}  "
-                          f"{event.get('type', ''):<18} {_aggregate(msg.subject):<20} "
-                          f"{event.get('actor', ''):<24} {extra}", markup=False)
-        if not follow and meta.num_pending == 0:
-            done.set()
+            sys.stdout.write(f"{seq:>8}  {str(event.get('at', ''))[:23]:<23}  "
+                             f"{event.get('type', ''):<18} {_aggregate(msg.subject):<20} "
+                             f"{event.get('actor', ''):<24} {event.get('reason') or ''}".rstrip()
+                             + "\n")
+        sys.stdout.flush()
 
+    feed = StreamFeed(nc, EVENTS_STREAM, subject, since, on_msg, batch=500)
     try:
-        js = nc.jetstream()
         try:
-            info = await js.stream_info(EVENTS_STREAM)
+            await feed.start()
         except Exception as err:  # noqa: BLE001
             raise client.fail(f"cannot read {EVENTS_STREAM}: {err}", client.EXIT_UNREACHABLE) from None
-        if not follow and info.state.last_seq < since:
-            return
-        config = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=since)
-        sub = await js.subscribe(subject, stream=EVENTS_STREAM, cb=on_msg, ordered_consumer=True,
-                                 config=config)
-        if not follow:
-            # A filter that matches nothing after --since delivers nothing: stop on idle.
-            while not done.is_set():
-                try:
-                    await asyncio.wait_for(done.wait(), timeout=1.0)
-                except TimeoutError:
-                    cinfo = await sub.consumer_info()
-                    if cinfo.num_pending == 0 and cinfo.num_ack_pending == 0:
-                        break
-        else:
+        if follow:
             await asyncio.Event().wait()
+        else:
+            await feed.caught_up.wait()
     except (KeyboardInterrupt, asyncio.CancelledError):
         pass
     finally:
+        await feed.stop()
         await nc.close()
 
 

@@ -102,6 +102,9 @@ def up(
 @app.command()
 def agent(
     ctx: typer.Context,
+    server: Annotated[str | None, typer.Option("--server", "-s", envvar="HERD_SERVER",
+                                               help="NATS URL [default: the global --server, "
+                                               "nats://127.0.0.1:4222]")] = None,
     node_id: Annotated[str | None, typer.Option("--node-id", help="[default: hostname]")] = None,
     state_dir: Annotated[str, typer.Option("--state-dir", help="Sentinel and heartbeat "
                                            "sequence live here.")] = "./.herd-agent",
@@ -120,8 +123,7 @@ def agent(
                                                     help="Provider instance this node runs on.")] = None,
     log_level: Annotated[str, typer.Option("--log-level")] = "info",
 ) -> None:
-    """Run the compute-node agent: register, heartbeat, report info and resources.
-    Uses the global --server (env HERD_SERVER)."""
+    """Run the compute-node agent: register, heartbeat, report info and resources."""
     import asyncio
 
     from herdbook.agent.main import AgentOptions, default_node_id, run_agent
@@ -136,7 +138,7 @@ def agent(
     if instance_id is not None:
         client.check_id(instance_id, "instance id")
     options = AgentOptions(
-        server=str(ctx.obj["server"]), node_id=nid, state_dir=state_dir,
+        server=server or str(ctx.obj["server"]), node_id=nid, state_dir=state_dir,
         labels=parse_labels(labels), node_class=cls, heartbeat_interval=heartbeat_interval,
         info_interval=info_interval, resource_interval=resource_interval, fake_gpus=fake_gpus,
         instance_id=instance_id)

@@ -47,7 +47,7 @@ class Fleet:
         return proc
 
     def agent(self, node_id: str, *extra: str) -> subprocess.Popen[bytes]:
-        return self.spawn(node_id, "--server", self.url, "agent", "--node-id", node_id,
+        return self.spawn(node_id, "agent", "--server", self.url, "--node-id", node_id,
                           "--state-dir", str(self.tmp / node_id), "--fake-gpus", "2",
                           "--heartbeat-interval", "0.2", *extra)
 
@@ -179,5 +179,7 @@ def test_cli_errors_are_one_line_with_exit_codes(fleet: Fleet) -> None:
     assert bad_state.returncode == 2 and "unknown state" in bad_state.stderr
     for result in (missing, bad_id, bad_state):
         assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    empty = herd("events", "tail", "--subject", "herd.node.nobody.>", server=fleet.url, timeout=10)
+    assert (empty.returncode, empty.stdout) == (0, "")
     nobody = herd("node", "list", server=f"nats://127.0.0.1:{free_port()}")
     assert nobody.returncode == 3 and "unreachable" in nobody.stderr
