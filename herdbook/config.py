@@ -73,6 +73,7 @@ class LifecycleConfig(_Section, frozen=True):
     heartbeat_timeout_sensitive: Duration = Duration(120.0)
     grace_period: GracePeriods = GracePeriods()
     sweep_interval: Duration = Duration(0.2)
+    boot_timeout: Duration = Duration(600.0)
     recover_down_on_heartbeat: bool = False
     """A DOWN node whose heartbeats resume from the same boot (a healed partition)
     returns to READY by itself; off: it stays DOWN, shown as heartbeating."""

@@ -16,19 +16,27 @@ import nats
 from nats.aio.client import Client as NATS
 from nats.js.errors import NotFoundError
 
-from herdbook.agent import gpu
+from herdbook.agent import boot, gpu
 from herdbook.agent.connection import connection_callbacks, quiet_errors
 from herdbook.agent.info import info_hash, node_info, resources
 from herdbook.agent.state import AgentState
 from herdbook.events.base import Event
-from herdbook.events.codec import encode
+from herdbook.events.codec import decode_event, encode
 from herdbook.events.heartbeat import Heartbeat
-from herdbook.events.node import NodeInfo, NodeInfoUpdated, NodeRegistered
+from herdbook.events.machine import Trigger
+from herdbook.events.node import (
+    NodeBootChecked,
+    NodeBootStarted,
+    NodeInfo,
+    NodeInfoUpdated,
+    NodeRegistered,
+)
 from herdbook.events.states import NodeClass
 from herdbook.events.store import EventStore
 from herdbook.events.subjects import (
     EVENTS_STREAM,
     aggregate_filter,
+    event_subject,
     heartbeat_subject,
     resources_subject,
     validate_id,
@@ -54,6 +62,10 @@ class AgentOptions:
     resource_interval: float = 30.0
     fake_gpus: int | None = None
     instance_id: str | None = None
+    boot_retry_interval: float = 10.0
+    boot_attempts: int = 3
+    fake_allocs: int = 0
+    """Running allocations the heartbeat reports until the executor exists (tests, demo)."""
 
 
 class Agent:
@@ -71,6 +83,8 @@ class Agent:
             nvml = gpu.real_nvml()
         self.nvml = nvml
         self.info: NodeInfo | None = None
+        self.fingerprint = ""
+        self._fingerprint_sent = False
         self.registered = asyncio.Event()
         self._stop = asyncio.Event()
 
@@ -101,9 +115,19 @@ class Agent:
             self.nc = await self.connect()
         store = EventStore(self.nc.jetstream())
         self.info = self.collect_info()
-        await self._register(store)
+        self.fingerprint = boot.fingerprint(self.nvml)
+        if not await self._register(store):
+            await self._append(store, NodeBootStarted(
+                node_id=self.node_id, boot_id=self.boot_id, actor=self.actor,
+                trigger=Trigger.AGENT_STARTED.value, reason="agent started"))
         self.registered.set()
+        async def on_boot_started(msg: Any) -> None:
+            await self._on_boot_started(msg, store)
+
+        reboots = await self.nc.subscribe(event_subject("node", self.node_id, "boot_started"),
+                                          cb=on_boot_started)
         tasks = [
+            asyncio.create_task(self._boot_checks(store)),
             asyncio.create_task(self._every(self.options.heartbeat_interval, self.heartbeat)),
             asyncio.create_task(self._every(self.options.info_interval,
                                             lambda: self._info_update(store), first=False)),
@@ -113,6 +137,7 @@ class Agent:
         try:
             await self._stop.wait()
         finally:
+            await reboots.unsubscribe()
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -125,8 +150,40 @@ class Agent:
     async def stop(self) -> None:
         self._stop.set()
 
-    async def _register(self, store: EventStore) -> None:
-        """Register unless the sentinel says so and the stream still knows this node."""
+    async def _boot_checks(self, store: EventStore) -> None:
+        """Run the boot check; report each result; retry a failure up to boot_attempts
+        times in all (the control plane marks the node FAILED after 3 in a row)."""
+        expected = (self.state.sentinel() or {}).get("gpus")
+        for attempt in range(1, self.options.boot_attempts + 1):
+            checks = boot.boot_check(self.nvml, expected, self.state.dir)
+            passed = all(result == "ok" for result in checks.values())
+            await self._append(store, NodeBootChecked(
+                node_id=self.node_id, boot_id=self.boot_id, passed=passed, checks=checks,
+                actor=self.actor))
+            if passed:
+                log.info("%s: boot check passed", self.node_id)
+                return
+            log.warning("%s: boot check %d/%d failed: %s", self.node_id, attempt,
+                        self.options.boot_attempts, checks)
+            if attempt < self.options.boot_attempts:
+                await asyncio.sleep(self.options.boot_retry_interval)
+
+    async def _on_boot_started(self, msg: Any, store: EventStore) -> None:
+        """A reboot was requested (`herd node reboot`): boot again, i.e. check again."""
+        try:
+            event = decode_event(msg.data)
+        except Exception:  # noqa: BLE001
+            return
+        if isinstance(event, NodeBootStarted) and event.trigger == Trigger.REBOOT:
+            log.info("%s: reboot requested by %s; running the boot check", self.node_id,
+                     event.actor)
+            self.boot_id = uuid.uuid4().hex
+            self._fingerprint_sent = False
+            asyncio.create_task(self._boot_checks(store))
+
+    async def _register(self, store: EventStore) -> bool:
+        """Register unless the sentinel says so and the stream still knows this node;
+        return whether it registered."""
         assert self.info is not None and self.nc is not None
         digest = info_hash(self.info)
         sentinel = self.state.sentinel()
@@ -136,14 +193,16 @@ class Agent:
                 if sentinel.get("info_hash") != digest:
                     await self._append(store, NodeInfoUpdated(
                         node_id=self.node_id, info=self.info, actor=self.actor))
-                    self.state.write_sentinel(self.node_id, sentinel.get("event_id", ""), digest)
+                    self.state.write_sentinel(self.node_id, sentinel.get("event_id", ""), digest,
+                                              sentinel.get("gpus"))
                 log.info("%s: already registered", self.node_id)
-                return
+                return False
         event = NodeRegistered(node_id=self.node_id, boot_id=self.boot_id, info=self.info,
                                actor=self.actor)
         await self._append(store, event)
-        self.state.write_sentinel(self.node_id, event.event_id, digest)
+        self.state.write_sentinel(self.node_id, event.event_id, digest, len(self.info.gpus))
         log.info("%s: registered", self.node_id)
+        return True
 
     @property
     def actor(self) -> str:
@@ -190,10 +249,19 @@ class Agent:
             await asyncio.sleep(max(0.0, interval - (time.monotonic() - started)))
 
     def make_heartbeat(self) -> Heartbeat:
+        # The fingerprint rides along only until it has been sent once this boot.
+        send_fingerprint = not self._fingerprint_sent
+        self._fingerprint_sent = True
+        try:
+            max_temp = gpu.max_temperature(self.nvml)
+            gpu_count = self.nvml.nvmlDeviceGetCount() if self.nvml else 0
+        except Exception:  # noqa: BLE001 - a failing NVML still heartbeats
+            max_temp, gpu_count = None, 0
         return Heartbeat(
             node_id=self.node_id, boot_id=self.boot_id, seq=self.state.seq.next(),
-            sent_at=time.time(), gpu_count=len(self.info.gpus) if self.info else 0,
-            max_temp_c=gpu.max_temperature(self.nvml))
+            sent_at=time.time(), gpu_count=gpu_count, max_temp_c=max_temp,
+            running_allocs=self.options.fake_allocs,
+            fingerprint=self.fingerprint if send_fingerprint else None)
 
     async def heartbeat(self) -> None:
         assert self.nc is not None
@@ -216,7 +284,8 @@ class Agent:
         await self._append(store, NodeInfoUpdated(node_id=self.node_id, info=info,
                                                   actor=self.actor))
         sentinel = self.state.sentinel() or {}
-        self.state.write_sentinel(self.node_id, sentinel.get("event_id", ""), info_hash(info))
+        self.state.write_sentinel(self.node_id, sentinel.get("event_id", ""), info_hash(info),
+                                  sentinel.get("gpus"))
 
 
 async def run_agent(options: AgentOptions) -> None:

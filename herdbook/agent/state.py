@@ -58,6 +58,9 @@ class AgentState:
             return None
         return data if isinstance(data, dict) else None
 
-    def write_sentinel(self, node_id: str, event_id: str, info_hash: str) -> None:
+    def write_sentinel(self, node_id: str, event_id: str, info_hash: str,
+                       gpus: int | None = None) -> None:
+        """``gpus``: the GPU count registered, what later boot checks expect to find."""
         write_atomic(self.dir / SENTINEL, json.dumps(
-            {"node_id": node_id, "event_id": event_id, "info_hash": info_hash}) + "\n")
+            {"node_id": node_id, "event_id": event_id, "info_hash": info_hash,
+             "gpus": gpus}) + "\n")

@@ -27,7 +27,7 @@ from herdbook.control.api import Api
 from herdbook.control.nats_server import EmbeddedNats, NatsServerError, port_in_use
 from herdbook.events.codec import encode
 from herdbook.events.heartbeat import Heartbeat
-from herdbook.events.node import NodeInfo, NodeRegistered
+from herdbook.events.node import NodeBootChecked, NodeInfo, NodeRegistered
 from herdbook.events.states import NodeType
 from herdbook.events.store import ConflictError, EventStore, stream_last_seq
 from herdbook.events.streams import all_streams
@@ -174,6 +174,10 @@ class ControlPlane:
                                boot_id=self.boot_id, info=info, actor=f"control:{self.node_id}")
         try:
             seq = await store.append(event, expected_version=view.version if view else 0)
+            # This process is its own boot check: it is up and serving.
+            seq = await store.append(NodeBootChecked(
+                node_id=self.node_id, boot_id=self.boot_id, passed=True,
+                checks={"control_plane": "ok"}, actor=event.actor), expected_version=seq)
             await self.projector.wait_applied(seq)
         except ConflictError:
             log.warning("requester node %s changed while registering; left as is", self.node_id)

@@ -10,18 +10,32 @@ from herdbook.events.base import Event
 from herdbook.events.heartbeat import Heartbeat, NodeResources
 from herdbook.events.node import (
     NodeApproved,
+    NodeBootChecked,
+    NodeBootStarted,
+    NodeCordoned,
+    NodeDeclared,
     NodeDegraded,
     NodeDeleted,
+    NodeDisabled,
     NodeDown,
+    NodeDrained,
+    NodeDrainStarted,
+    NodeEnabled,
+    NodeFailed,
     NodeInfoUpdated,
     NodeRecovered,
     NodeRegistered,
     NodeRejected,
+    NodeUncordoned,
+    NodeUndrained,
 )
 
 AnyEvent = (
     NodeRegistered | NodeInfoUpdated | NodeApproved | NodeRejected | NodeDeleted
     | NodeDegraded | NodeRecovered | NodeDown
+    | NodeDeclared | NodeBootStarted | NodeBootChecked | NodeFailed
+    | NodeCordoned | NodeUncordoned | NodeDrainStarted | NodeDrained | NodeUndrained
+    | NodeDisabled | NodeEnabled
 )
 
 EVENT_TYPES: tuple[type[Event], ...] = AnyEvent.__args__

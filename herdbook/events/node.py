@@ -86,3 +86,66 @@ class NodeDown(NodeEvent, frozen=True, kw_only=True, tag="node.down"):
     heartbeat_age: float | None = None
     reason: str = ""
     boot_id: str = ""
+
+
+# boot
+class NodeDeclared(NodeEvent, frozen=True, kw_only=True, tag="node.declared"):
+    """`herd node add`: the node is expected but has never reported (UNKNOWN)."""
+
+    reason: str = ""
+    node_class: NodeClass = NodeClass.STANDARD
+    labels: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+class NodeBootStarted(NodeEvent, frozen=True, kw_only=True, tag="node.boot_started"):
+    """The agent started (``trigger`` agent_started) or a reboot was requested (reboot)."""
+
+    trigger: str = "agent_started"
+    boot_id: str = ""
+    reason: str = ""
+
+
+class NodeBootChecked(NodeEvent, frozen=True, kw_only=True, tag="node.boot_checked"):
+    """The agent's one-time boot check: every check by name, "ok" or what failed."""
+
+    boot_id: str = ""
+    passed: bool
+    checks: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+class NodeFailed(NodeEvent, frozen=True, kw_only=True, tag="node.failed"):
+    reason: str = ""
+
+
+# operator intents
+class NodeCordoned(NodeEvent, frozen=True, kw_only=True, tag="node.cordoned"):
+    reason: str = ""
+
+
+class NodeUncordoned(NodeEvent, frozen=True, kw_only=True, tag="node.uncordoned"):
+    """Also clears a sticky UNHEALTHY after an operator checked the hardware."""
+
+    reason: str = ""
+
+
+class NodeDrainStarted(NodeEvent, frozen=True, kw_only=True, tag="node.drain_started"):
+    reason: str = ""
+    urgent: bool = False
+    deadline_s: float | None = None
+
+
+class NodeDrained(NodeEvent, frozen=True, kw_only=True, tag="node.drained"):
+    reason: str = ""
+
+
+class NodeUndrained(NodeEvent, frozen=True, kw_only=True, tag="node.undrained"):
+    reason: str = ""
+
+
+class NodeDisabled(NodeEvent, frozen=True, kw_only=True, tag="node.disabled"):
+    reason: str = ""
+
+
+class NodeEnabled(NodeEvent, frozen=True, kw_only=True, tag="node.enabled"):
+    reason: str = ""
+    forced: bool = False

@@ -7,22 +7,34 @@ for the next optimistic-concurrency append.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import msgspec
 from msgspec.structs import replace
 
 from herdbook.events.codec import AnyEvent
+from herdbook.events.machine import Trigger, next_lifecycle
 from herdbook.events.node import (
     NodeApproved,
+    NodeBootChecked,
+    NodeBootStarted,
+    NodeCordoned,
+    NodeDeclared,
     NodeDegraded,
     NodeDeleted,
+    NodeDisabled,
     NodeDown,
+    NodeDrained,
+    NodeDrainStarted,
+    NodeEnabled,
+    NodeFailed,
     NodeInfo,
     NodeInfoUpdated,
     NodeRecovered,
     NodeRegistered,
     NodeRejected,
+    NodeUncordoned,
+    NodeUndrained,
 )
 from herdbook.events.states import (
     Approval,
@@ -51,6 +63,13 @@ class NodeView(msgspec.Struct, frozen=True, kw_only=True):
     approval_at: datetime | None = None
     lifecycle_reason: str = ""
     lifecycle_at: datetime | None = None
+    boot_failures: int = 0
+    boot_checks: dict[str, str] = msgspec.field(default_factory=dict)
+    intent_reason: str = ""
+    intent_actor: str = ""
+    intent_at: datetime | None = None
+    drain_urgent: bool = False
+    drain_deadline: datetime | None = None
     last_event: str = ""
     version: int = 0
 
@@ -63,13 +82,26 @@ class NodeView(msgspec.Struct, frozen=True, kw_only=True):
         return is_schedulable(self.approval, self.lifecycle, self.health, self.intent)
 
 
+MAX_BOOT_FAILURES = 3
+
+
 def apply(view: NodeView | None, event: AnyEvent, seq: int) -> NodeView | None:
-    """Fold one node event. Unknown nodes ignore every event but registration."""
+    """Fold one node event. Unknown nodes ignore every event but registration and
+    declaration. Events are facts: the fold records them; deciders consulted the
+    state machine (``events.machine``) before appending."""
     match event:
         case NodeRegistered():
             return _registered(view, event, seq)
         case NodeDeleted():
             return None
+        case NodeDeclared() if view is None:
+            return NodeView(
+                id=event.node_id, type=NodeType.COMPUTE, approval=Approval.PENDING,
+                lifecycle=Lifecycle.UNKNOWN,
+                info=NodeInfo(node_class=event.node_class, labels=dict(event.labels)),
+                registered_at=event.at, updated_at=event.at, lifecycle_at=event.at,
+                lifecycle_reason=event.reason or "declared", last_event=event.event_name,
+                version=seq)
     if view is None:
         return None
     view = replace(view, version=seq, updated_at=event.at, last_event=event.event_name)
@@ -88,6 +120,60 @@ def apply(view: NodeView | None, event: AnyEvent, seq: int) -> NodeView | None:
             return _lifecycle(view, Lifecycle.READY, reason, event.at, boot_id)
         case NodeDown(reason=reason, boot_id=boot_id):
             return _lifecycle(view, Lifecycle.DOWN, reason, event.at, boot_id)
+        case NodeBootStarted(trigger=trigger, boot_id=boot_id, reason=reason):
+            target = next_lifecycle(view.lifecycle, Trigger(trigger)) or view.lifecycle
+            view = _lifecycle(view, target, reason or trigger, event.at, boot_id)
+            return replace(view, boot_failures=0) if trigger == Trigger.REBOOT else view
+        case NodeBootChecked(passed=True, checks=checks, boot_id=boot_id):
+            target = next_lifecycle(view.lifecycle, Trigger.BOOT_PASSED) or view.lifecycle
+            return replace(_lifecycle(view, target, "boot check passed", event.at, boot_id),
+                           boot_failures=0, boot_checks=dict(checks))
+        case NodeBootChecked(passed=False, checks=checks, boot_id=boot_id):
+            failures = view.boot_failures + 1
+            failed = [f"{k}: {v}" for k, v in checks.items() if v != "ok"]
+            reason = "boot check failed: " + "; ".join(failed)
+            target = Lifecycle.FAILED if failures >= MAX_BOOT_FAILURES else view.lifecycle
+            if failures >= MAX_BOOT_FAILURES:
+                reason = f"{failures} consecutive boot failures; last {reason}"
+            return replace(_lifecycle(view, target, reason, event.at, boot_id),
+                           boot_failures=failures, boot_checks=dict(checks))
+        case NodeFailed(reason=reason):
+            return _lifecycle(view, Lifecycle.FAILED, reason, event.at, "")
+        case NodeCordoned(reason=reason):
+            return _intent(view, Intent.CORDONED, event, reason)
+        case NodeUncordoned(reason=reason):
+            view = _clear_unhealthy(view)
+            if view.intent is Intent.CORDONED:
+                view = _intent(view, Intent.ELIGIBLE, event, reason)
+            return view
+        case NodeDrainStarted(reason=reason, urgent=urgent, deadline_s=deadline_s):
+            deadline = None if deadline_s is None else event.at + timedelta(seconds=deadline_s)
+            return replace(_intent(view, Intent.DRAINING, event, reason), drain_urgent=urgent,
+                           drain_deadline=deadline)
+        case NodeDrained(reason=reason):
+            return _intent(view, Intent.DRAINED, event, reason)
+        case NodeUndrained(reason=reason):
+            return replace(_intent(view, Intent.ELIGIBLE, event, reason), drain_urgent=False,
+                           drain_deadline=None)
+        case NodeDisabled(reason=reason):
+            view = _lifecycle(view, Lifecycle.DOWN, reason or "disabled", event.at, "")
+            return _intent(view, Intent.DISABLED, event, reason)
+        case NodeEnabled(reason=reason):
+            view = _lifecycle(_clear_unhealthy(view), Lifecycle.READY, reason or "enabled",
+                              event.at, "")
+            return _intent(view, Intent.ELIGIBLE, event, reason)
+    return view
+
+
+def _intent(view: NodeView, intent: Intent, event: AnyEvent, reason: str) -> NodeView:
+    return replace(view, intent=intent, intent_reason=reason, intent_actor=event.actor,
+                   intent_at=event.at)
+
+
+def _clear_unhealthy(view: NodeView) -> NodeView:
+    """UNHEALTHY is sticky: only an operator's uncordon or enable clears it."""
+    if view.health is Health.UNHEALTHY:
+        return replace(view, health=Health.UNKNOWN)
     return view
 
 
@@ -103,15 +189,18 @@ def _registered(view: NodeView | None, event: NodeRegistered, seq: int) -> NodeV
                     else Approval.PENDING)
         return NodeView(
             id=event.node_id, type=event.node_type, approval=approval,
-            lifecycle=Lifecycle.READY, info=event.info, boot_id=event.boot_id,
+            lifecycle=Lifecycle.BOOTING, info=event.info, boot_id=event.boot_id,
             registered_at=event.at, updated_at=event.at, lifecycle_at=event.at,
             lifecycle_reason="registered", last_event=event.event_name, version=seq,
         )
     # Registering again keeps the approval decision: a REJECTED node stays REJECTED.
-    return replace(view, type=event.node_type, info=event.info, boot_id=event.boot_id,
-                   lifecycle=Lifecycle.READY, lifecycle_reason="registered again",
-                   lifecycle_at=event.at, updated_at=event.at,
+    # The agent started: BOOTING, unless the node is beyond that (TERMINATED, ...).
+    target = next_lifecycle(view.lifecycle, Trigger.AGENT_STARTED)
+    view = replace(view, type=event.node_type, info=event.info, updated_at=event.at,
                    last_event=event.event_name, version=seq)
+    if target is None:
+        return view
+    return _lifecycle(view, target, "registered again", event.at, event.boot_id)
 
 
 def apply_all(views: dict[str, NodeView], events: list[tuple[int, AnyEvent]]) -> set[str]:

@@ -12,6 +12,9 @@ class NodeBeat:
     seq: int
     recent_boots: list[str] = field(default_factory=list)
     sent_at: float = 0.0
+    running_allocs: int | None = None
+    gpu_count: int | None = None
+    fingerprint: str | None = None
 
 
 def is_newer(beat: NodeBeat | None, boot_id: str, seq: int) -> bool:

@@ -2,17 +2,25 @@
 
 READY --no heartbeat for heartbeat_timeout--> DEGRADED --grace expired--> DOWN;
 DEGRADED --heartbeat resumes within grace--> READY;
-DOWN --heartbeat of a new boot (the agent restarted)--> READY. A DOWN node whose
-heartbeats resume from the same boot (a healed partition) stays DOWN, unless
-``recover_down_on_heartbeat``.
+BOOTING --longer than boot_timeout--> FAILED; DRAINING --no running allocation--> DRAINED.
+A DOWN node whose heartbeats resume (a healed partition) stays DOWN, unless
+``recover_down_on_heartbeat``; an agent that restarted goes through BOOTING by its own
+``boot_started`` / ``boot_checked`` events.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from herdbook.events.node import NodeDegraded, NodeDown, NodeEvent, NodeRecovered
-from herdbook.events.states import Lifecycle
+from herdbook.events.node import (
+    NodeDegraded,
+    NodeDown,
+    NodeDrained,
+    NodeEvent,
+    NodeFailed,
+    NodeRecovered,
+)
+from herdbook.events.states import Intent, Lifecycle
 from herdbook.projector.node_view import NodeView
 
 ACTOR = "sweeper"
@@ -22,6 +30,37 @@ ACTOR = "sweeper"
 class Timeouts:
     heartbeat_timeout: float
     grace_period: float
+    boot_timeout: float = 600.0
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the sweeper knows of a node besides its view, on its own clock."""
+
+    heartbeat_age: float
+    boot_id: str = ""                  # of the last heartbeat; "" if none was seen
+    running_allocs: int | None = None  # from the last heartbeat
+    booting_for: float | None = None   # seconds since the view entered BOOTING
+
+
+def decide(view: NodeView, seen: Observation, timeouts: Timeouts,
+           recover_down_on_heartbeat: bool = False) -> list[NodeEvent]:
+    """Every liveness event due for ``view`` now."""
+    fresh = bool(seen.boot_id) and seen.heartbeat_age < timeouts.heartbeat_timeout
+    events: list[NodeEvent] = []
+    if fresh:
+        events += decide_on_heartbeat(view, seen.boot_id, recover_down_on_heartbeat)
+    if not events:
+        events += decide_on_age(view, seen.heartbeat_age, timeouts, seen.boot_id)
+    if (view.lifecycle is Lifecycle.BOOTING and seen.booting_for is not None
+            and seen.booting_for >= timeouts.boot_timeout):
+        events.append(NodeFailed(node_id=view.id, actor=ACTOR,
+                                 reason=f"boot timeout: BOOTING for {seen.booting_for:.0f}s "
+                                        f"(limit {timeouts.boot_timeout:g}s)"))
+    if view.intent is Intent.DRAINING and fresh and seen.running_allocs == 0:
+        events.append(NodeDrained(node_id=view.id, actor=ACTOR,
+                                  reason="no allocation runs on the node"))
+    return events
 
 
 def decide_on_age(view: NodeView, age: float, timeouts: Timeouts,
@@ -45,21 +84,20 @@ def decide_on_heartbeat(view: NodeView, boot_id: str | None = None,
     if view.lifecycle is Lifecycle.DEGRADED:
         return [NodeRecovered(node_id=view.id, actor=ACTOR, boot_id=boot_id or "",
                               reason="heartbeat resumed within the grace period")]
-    if view.lifecycle is Lifecycle.DOWN and boot_id:
-        if boot_id != view.boot_id:
-            return [NodeRecovered(node_id=view.id, actor=ACTOR, boot_id=boot_id,
-                                  reason="agent restarted (new boot id)")]
-        if recover_down_on_heartbeat:
-            return [NodeRecovered(node_id=view.id, actor=ACTOR, boot_id=boot_id,
-                                  reason="heartbeat resumed "
-                                         "(lifecycle.recover_down_on_heartbeat)")]
+    if view.lifecycle is Lifecycle.DOWN and boot_id and recover_down_on_heartbeat:
+        return [NodeRecovered(node_id=view.id, actor=ACTOR, boot_id=boot_id,
+                              reason="heartbeat resumed (lifecycle.recover_down_on_heartbeat)")]
     return []
 
 
-def next_deadline(view: NodeView, last_seen: float, timeouts: Timeouts) -> float | None:
-    """When ``decide_on_age`` could next produce an event, on the same clock as last_seen."""
+def next_deadline(view: NodeView, last_seen: float, timeouts: Timeouts,
+                  booting_since: float | None = None) -> float | None:
+    """When ``decide`` could next produce an event by the clock alone, on the same clock
+    as ``last_seen``."""
     if view.lifecycle is Lifecycle.READY:
         return last_seen + timeouts.heartbeat_timeout
     if view.lifecycle is Lifecycle.DEGRADED:
         return last_seen + timeouts.heartbeat_timeout + timeouts.grace_period
+    if view.lifecycle is Lifecycle.BOOTING and booting_since is not None:
+        return booting_since + timeouts.boot_timeout
     return None

@@ -27,6 +27,7 @@ from herdbook.config import Config, grace_period, heartbeat_timeout
 from herdbook.events.codec import AnyEvent, DecodeError, decode_heartbeat
 from herdbook.events.feed import StreamFeed
 from herdbook.events.node import NodeEvent
+from herdbook.events.states import Intent, Lifecycle
 from herdbook.events.store import ConflictError, EventStore
 from herdbook.events.subjects import (
     CLOCK_PROBE_SUBJECT,
@@ -41,6 +42,8 @@ from herdbook.reactors.heartbeats import NodeBeat, is_newer
 log = logging.getLogger(__name__)
 
 MAX_RECENT_BOOTS = 16
+# A heartbeat of a node in these states may be due an event right away.
+_WATCH_ON_HEARTBEAT = frozenset({Lifecycle.DEGRADED, Lifecycle.DOWN})
 
 
 async def probe_server_clock(nc: NATS) -> datetime:
@@ -67,7 +70,9 @@ class Sweeper:
         self.detections = 0
         self._heap: list[tuple[float, str]] = []
         self._armed: dict[str, float] = {}
-        self._inflight: dict[str, float] = {}   # node -> clock when an append was sent
+        self._inflight: dict[str, float] = {}
+        # When this process saw a node enter BOOTING (after a restart: when it started).
+        self._booting_since: dict[str, float] = {}   # node -> clock when an append was sent
         self._probe_time: datetime | None = None
         self._probe_clock = 0.0
         self._sub: Any = None
@@ -77,7 +82,8 @@ class Sweeper:
     def timeouts(self, view: NodeView) -> liveness.Timeouts:
         node_class = view.info.node_class.value
         return liveness.Timeouts(heartbeat_timeout(self.config, node_class),
-                                 grace_period(self.config, node_class))
+                                 grace_period(self.config, node_class),
+                                 float(self.config.lifecycle.boot_timeout))
 
     async def start(self) -> None:
         self._probe_time = await probe_server_clock(self.nc)
@@ -99,7 +105,10 @@ class Sweeper:
             await snapshot.stop()
         # Arm after the snapshot: a node's clock starts at its last stored heartbeat,
         # or now if it never sent one.
-        for node_id in self.projector.views:
+        now = self.clock()
+        for node_id, view in self.projector.views.items():
+            if view.lifecycle is Lifecycle.BOOTING:
+                self._booting_since[node_id] = now
             self._arm(node_id)
         self._task = asyncio.create_task(self._loop(), name="sweeper")
 
@@ -137,7 +146,12 @@ class Sweeper:
         if hb.node_id != node_id:
             self.undecodable += 1
             return
-        self.observe(node_id, hb.boot_id, hb.seq, observed, hb.sent_at)
+        if self.observe(node_id, hb.boot_id, hb.seq, observed, hb.sent_at):
+            beat = self.beats[node_id]
+            beat.running_allocs = hb.running_allocs
+            beat.gpu_count = hb.gpu_count
+            if hb.fingerprint:
+                beat.fingerprint = hb.fingerprint
 
     def _observed_at(self, msg: Msg) -> float:
         now = self.clock()
@@ -170,15 +184,11 @@ class Sweeper:
                 beat.boot_id = boot_id
         view = self.projector.views.get(node_id)
         if view is not None:
-            if self._decide_on_heartbeat(view, boot_id):
+            if view.lifecycle in _WATCH_ON_HEARTBEAT or view.intent is Intent.DRAINING:
                 self._push(self.clock(), node_id)
             elif node_id not in self._armed:
                 self._arm(node_id)
         return True
-
-    def _decide_on_heartbeat(self, view: NodeView, boot_id: str) -> list[NodeEvent]:
-        return liveness.decide_on_heartbeat(
-            view, boot_id, self.config.lifecycle.recover_down_on_heartbeat)
 
     def heartbeat_age(self, node_id: str) -> float | None:
         beat = self.beats.get(node_id)
@@ -188,6 +198,10 @@ class Sweeper:
 
     # deadlines --------------------------------------------------------------
     def _on_view_change(self, node_id: str, view: NodeView | None, event: AnyEvent) -> None:
+        if view is not None and view.lifecycle is Lifecycle.BOOTING:
+            self._booting_since.setdefault(node_id, self.clock())
+        else:
+            self._booting_since.pop(node_id, None)
         if view is not None:
             if node_id not in self.beats:
                 # Registered but never heartbeated: the clock starts at registration.
@@ -201,7 +215,8 @@ class Sweeper:
         beat = self.beats.get(node_id)
         if beat is None:
             beat = self.beats[node_id] = NodeBeat(last_seen=self.clock(), boot_id="", seq=0)
-        deadline = liveness.next_deadline(view, beat.last_seen, self.timeouts(view))
+        deadline = liveness.next_deadline(view, beat.last_seen, self.timeouts(view),
+                                          self._booting_since.get(node_id))
         if deadline is not None:
             self._push(deadline, node_id)
 
@@ -245,13 +260,13 @@ class Sweeper:
         if beat is None:
             self._arm(node_id)
             return
-        age = now - beat.last_seen
-        timeouts = self.timeouts(view)
-        events: list[NodeEvent] = []
-        if age < timeouts.heartbeat_timeout and beat.boot_id:
-            events = self._decide_on_heartbeat(view, beat.boot_id)
-        if not events:
-            events = liveness.decide_on_age(view, age, timeouts, beat.boot_id)
+        booting_since = self._booting_since.get(node_id)
+        seen = liveness.Observation(
+            heartbeat_age=now - beat.last_seen, boot_id=beat.boot_id,
+            running_allocs=beat.running_allocs,
+            booting_for=None if booting_since is None else now - booting_since)
+        events = liveness.decide(view, seen, self.timeouts(view),
+                                 self.config.lifecycle.recover_down_on_heartbeat)
         if events:
             self._inflight[node_id] = now
             self._spawn(self._append(node_id, view, events))

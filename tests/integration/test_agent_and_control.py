@@ -15,7 +15,7 @@ from herdbook.control.app import ControlPlane, StartupError, check_server_versio
 from herdbook.control.nats_server import EmbeddedNats
 from herdbook.events.codec import decode_heartbeat, encode
 from herdbook.events.heartbeat import Heartbeat
-from herdbook.events.node import NodeRegistered
+from herdbook.events.node import NodeBootChecked, NodeRegistered
 from herdbook.events.store import EventStore, subject_of
 from herdbook.events.subjects import EVENTS_STREAM, HEARTBEATS_STREAM, heartbeat_subject
 from tests.conftest import herd
@@ -64,7 +64,7 @@ async def test_agent_survives_a_nats_server_restart_and_resumes(tmp_path: Path) 
             lambda: _newer(probe, "gpu-7", before), timeout=20)
         assert after > before
         events = await EventStore(probe.jetstream()).load("node", "gpu-7")
-        assert [type(e).__name__ for _, e in events] == ["NodeRegistered"]
+        assert [type(e).__name__ for _, e in events] == ["NodeRegistered", "NodeBootChecked"]
     finally:
         await agent.stop()
         await task
@@ -80,7 +80,10 @@ async def test_agent_survives_a_nats_server_restart_and_resumes(tmp_path: Path) 
     try:
         await asyncio.wait_for(agent.registered.wait(), 10)
         assert await eventually(lambda: _newer(probe, "gpu-7", after)) > after
-        assert len(await EventStore(probe.jetstream()).load("node", "gpu-7")) == 1
+        types = [type(e).__name__ for _, e in await EventStore(probe.jetstream()).load(
+            "node", "gpu-7")]
+        assert types.count("NodeRegistered") == 1 and types[-2:] == [
+            "NodeBootStarted", "NodeBootChecked"]
     finally:
         await agent.stop()
         await task
@@ -145,6 +148,7 @@ async def test_a_restarted_control_plane_ages_stored_heartbeats_on_the_server_cl
     store = EventStore(nc.jetstream())
     for node_id in ("stale", "fresh"):
         await store.append(NodeRegistered(node_id=node_id, boot_id="b1"))
+        await store.append(NodeBootChecked(node_id=node_id, boot_id="b1", passed=True))
 
     async def beat(node_id: str, seq: int) -> None:
         # the agent's clock is an hour off: it must not matter

@@ -21,16 +21,27 @@ from herdbook.events.codec import (
 from herdbook.events.node import (
     GpuInfo,
     NodeApproved,
+    NodeBootChecked,
+    NodeBootStarted,
+    NodeCordoned,
+    NodeDeclared,
     NodeDegraded,
     NodeDeleted,
+    NodeDisabled,
     NodeDown,
+    NodeDrained,
+    NodeDrainStarted,
+    NodeEnabled,
+    NodeFailed,
     NodeInfo,
     NodeInfoUpdated,
     NodeRecovered,
     NodeRegistered,
     NodeRejected,
+    NodeUncordoned,
+    NodeUndrained,
 )
-from herdbook.events.states import NodeClass, NodeType
+from herdbook.events.states import Intent, NodeClass, NodeType
 from herdbook.events.store import subject_of
 from herdbook.events.subjects import (
     InvalidIdError,
@@ -66,6 +77,21 @@ SAMPLES: dict[type[Event], Event] = {
     NodeRecovered: NodeRecovered(node_id="gpu-017", reason="heartbeat resumed", **ENVELOPE),
     NodeDown: NodeDown(node_id="gpu-017", heartbeat_age=92.0, reason="grace expired",
                        **ENVELOPE),
+    NodeDeclared: NodeDeclared(node_id="gpu-017", reason="racked", labels={"rack": "4"},
+                               node_class=NodeClass.BORROWED, **ENVELOPE),
+    NodeBootStarted: NodeBootStarted(node_id="gpu-017", trigger="reboot", boot_id="boot-3",
+                                     reason="reimage", **ENVELOPE),
+    NodeBootChecked: NodeBootChecked(node_id="gpu-017", boot_id="boot-3", passed=True,
+                                     checks={"nvml": "ok"}, **ENVELOPE),
+    NodeFailed: NodeFailed(node_id="gpu-017", reason="boot timeout", **ENVELOPE),
+    NodeCordoned: NodeCordoned(node_id="gpu-017", reason="maintenance", **ENVELOPE),
+    NodeUncordoned: NodeUncordoned(node_id="gpu-017", reason="done", **ENVELOPE),
+    NodeDrainStarted: NodeDrainStarted(node_id="gpu-017", reason="upgrade", urgent=True,
+                                       deadline_s=600.0, **ENVELOPE),
+    NodeDrained: NodeDrained(node_id="gpu-017", reason="idle", **ENVELOPE),
+    NodeUndrained: NodeUndrained(node_id="gpu-017", reason="upgraded", **ENVELOPE),
+    NodeDisabled: NodeDisabled(node_id="gpu-017", reason="bad PSU", **ENVELOPE),
+    NodeEnabled: NodeEnabled(node_id="gpu-017", reason="PSU swapped", forced=True, **ENVELOPE),
 }
 
 EVENTS = [SAMPLES[t] for t in EVENT_TYPES]
@@ -182,16 +208,25 @@ def test_json_schema_lists_every_event_tag() -> None:
 ENVELOPE_FIELDS = {"version", "updated_at", "last_event"}
 
 
-def _registered_view() -> NodeView:
+def _registered_view(event: Event) -> NodeView | None:
+    """The state in which ``event`` is meaningful."""
+    if isinstance(event, NodeDeclared):
+        return None
     view = apply(None, NodeRegistered(node_id="gpu-017", boot_id="boot-1"), 1)
     assert view is not None
-    return view
+    given = {NodeUncordoned: Intent.CORDONED, NodeDrained: Intent.DRAINING,
+             NodeUndrained: Intent.DRAINING, NodeEnabled: Intent.DISABLED}.get(type(event))
+    return view if given is None else msgspec.structs.replace(view, intent=given)
 
 
 @pytest.mark.parametrize("event", EVENTS, ids=EVENT_IDS)
 def test_node_fold_handles_every_event_type(event: Event) -> None:
-    # given a registered node at version 1
-    view = _registered_view()
+    # given a registered node at version 1 (none, for a declaration)
+    view = _registered_view(event)
+    if view is None:
+        created = apply(None, event, 2)  # type: ignore[arg-type]
+        assert created is not None and created.version == 2
+        return
     # when any event of the union is folded at sequence 2
     after = apply(view, event, 2)  # type: ignore[arg-type]
     # then the view is removed (deleted) or moved to the event

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from herdbook.events.codec import AnyEvent
 from herdbook.events.node import (
     NodeApproved,
+    NodeBootChecked,
     NodeDegraded,
     NodeDeleted,
     NodeDown,
@@ -55,12 +56,13 @@ def test_a_compute_node_registers_pending_and_ready() -> None:
     # given nothing, when a compute node registers
     info = NodeInfo(hostname="gpu-017", cpus=64, node_class=NodeClass.BORROWED)
     then = when(None, registered(info=info), 7)
-    # then it is a PENDING, READY compute node at the registration's sequence
+    # then it is a PENDING compute node, BOOTING until its boot check, at the registration's
+    # sequence
     assert then is not None
     assert then.id == "gpu-017"
     assert then.type is NodeType.COMPUTE
     assert then.approval is Approval.PENDING
-    assert then.lifecycle is Lifecycle.READY
+    assert then.lifecycle is Lifecycle.BOOTING
     assert then.info == info
     assert then.boot_id == "boot-1"
     assert then.registered_at == at(0)
@@ -74,15 +76,17 @@ def test_a_requester_node_registers_approved() -> None:
     assert then is not None
     assert then.type is NodeType.REQUESTER
     assert then.approval is Approval.APPROVED
-    assert then.schedulable
+    assert not then.schedulable   # BOOTING
+    booted = when(then, NodeBootChecked(node_id="gpu-017", passed=True), 2)
+    assert booted is not None and booted.schedulable
 
 
 # approval -------------------------------------------------------------------------
 
 
 def test_approve_stores_reason_and_actor() -> None:
-    # given a pending node
-    view = given(registered())
+    # given a pending node that booted
+    view = given(registered(), NodeBootChecked(node_id="gpu-017", passed=True))
     # when an operator approves it
     then = when(view, NodeApproved(node_id="gpu-017", actor="alice", reason="racked",
                                    at=at(5)), 2)
@@ -129,7 +133,7 @@ def test_an_approved_node_stays_approved_when_it_registers_again() -> None:
     then = when(view, NodeRegistered(node_id="gpu-017", boot_id="boot-2"), 5)
     assert then is not None
     assert then.approval is Approval.APPROVED
-    assert then.lifecycle is Lifecycle.READY
+    assert then.lifecycle is Lifecycle.BOOTING   # DOWN -> BOOTING: the agent started again
     assert then.lifecycle_reason == "registered again"
 
 

@@ -12,6 +12,7 @@ import pytest
 from herdbook.config import parse_config
 from herdbook.events.codec import AnyEvent
 from herdbook.events.node import (
+    NodeBootChecked,
     NodeDegraded,
     NodeDown,
     NodeEvent,
@@ -90,6 +91,7 @@ class World:
     def register(self, node_id: str, node_class: NodeClass = NodeClass.STANDARD) -> NodeView:
         self.store.fold(NodeRegistered(node_id=node_id, boot_id="boot-a",
                                        info=NodeInfo(node_class=node_class)))
+        self.store.fold(NodeBootChecked(node_id=node_id, boot_id="boot-a", passed=True))
         return self.projector.views[node_id]
 
     def heartbeat(self, node_id: str, seq: int, boot_id: str = "boot-a") -> bool:
@@ -137,7 +139,7 @@ async def test_degraded_node_goes_down_when_grace_expires(world: World) -> None:
     await world.tick(89.9)
     assert [name for name, _ in world.store.of("n1")] == ["degraded"]
     await world.tick(90.0)
-    assert world.store.of("n1") == [("degraded", 101), ("down", degraded_version)]
+    assert world.store.of("n1") == [("degraded", 102), ("down", degraded_version)]
     assert isinstance(world.store.appended[-1][0], NodeDown)
     # and a DOWN node is never swept again
     await world.tick(10_000.0)
@@ -184,7 +186,7 @@ async def test_heartbeats_push_the_deadline(world: World) -> None:
     await world.tick(89.9)
     assert world.store.appended == []
     await world.tick(90.0)
-    assert world.store.of("n1") == [("degraded", 101)]
+    assert world.store.of("n1") == [("degraded", 102)]
 
 
 async def test_sensitive_nodes_get_the_longer_timeout(world: World) -> None:

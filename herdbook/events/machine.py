@@ -1,0 +1,105 @@
+"""The node state machine: every allowed transition of the lifecycle and of the
+operator intent, as tables in code (DESIGN §4, Lattice's state machine).
+
+A transition that is not in a table is refused. Deciders consult these tables before
+they append; the README's tables are checked against them by a test.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from herdbook.events.states import Intent, Lifecycle
+
+L = Lifecycle
+I = Intent  # noqa: E741 - reads as the table's column name
+
+
+class Trigger(StrEnum):
+    """What moves the lifecycle."""
+
+    AGENT_STARTED = "agent_started"        # the agent (re)started: registered or boot_started
+    REBOOT = "reboot"                      # `herd node reboot`: reboot/reimage requested
+    BOOT_PASSED = "boot_passed"            # the agent's boot check passed
+    BOOT_FAILED = "boot_failed"            # a boot check failed (the 3rd in a row: FAILED)
+    BOOT_TIMEOUT = "boot_timeout"          # BOOTING longer than lifecycle.boot_timeout
+    HEARTBEAT_MISSED = "heartbeat_missed"  # no heartbeat for heartbeat_timeout
+    HEARTBEAT_RESUMED = "heartbeat_resumed"  # within the grace period
+    GRACE_EXPIRED = "grace_expired"
+    FATAL = "fatal"                        # a fatal hardware event: DOWN at once
+    DISABLE = "disable"
+    ENABLE = "enable"
+    PARTITION_HEALED = "partition_healed"  # same boot heartbeats again (recover_down_on_heartbeat)
+
+
+class Command(StrEnum):
+    """What moves the operator intent."""
+
+    CORDON = "cordon"
+    UNCORDON = "uncordon"
+    DRAIN = "drain"
+    DRAIN_COMPLETE = "drain_complete"      # the node runs no allocation any more
+    UNDRAIN = "undrain"
+    DISABLE = "disable"
+    ENABLE = "enable"
+
+
+_LIVE = (L.BOOTING, L.READY, L.DEGRADED)
+
+LIFECYCLE: dict[tuple[Lifecycle, Trigger], Lifecycle] = {
+    (L.UNKNOWN, Trigger.AGENT_STARTED): L.BOOTING,
+    (L.BOOTING, Trigger.AGENT_STARTED): L.BOOTING,
+    (L.READY, Trigger.AGENT_STARTED): L.BOOTING,
+    (L.DEGRADED, Trigger.AGENT_STARTED): L.BOOTING,
+    (L.DOWN, Trigger.AGENT_STARTED): L.BOOTING,
+    (L.FAILED, Trigger.AGENT_STARTED): L.BOOTING,
+    (L.DOWN, Trigger.REBOOT): L.BOOTING,
+    (L.FAILED, Trigger.REBOOT): L.BOOTING,
+    (L.BOOTING, Trigger.BOOT_PASSED): L.READY,
+    (L.BOOTING, Trigger.BOOT_FAILED): L.BOOTING,  # the fold turns the 3rd into FAILED
+    (L.BOOTING, Trigger.BOOT_TIMEOUT): L.FAILED,
+    (L.READY, Trigger.HEARTBEAT_MISSED): L.DEGRADED,
+    (L.DEGRADED, Trigger.HEARTBEAT_RESUMED): L.READY,
+    (L.DEGRADED, Trigger.GRACE_EXPIRED): L.DOWN,
+    **{(state, Trigger.FATAL): L.DOWN for state in (L.UNKNOWN, *_LIVE)},
+    **{(state, Trigger.DISABLE): L.DOWN for state in (L.UNKNOWN, *_LIVE, L.DOWN, L.FAILED)},
+    (L.DOWN, Trigger.ENABLE): L.READY,
+    (L.DOWN, Trigger.PARTITION_HEALED): L.READY,
+}
+
+INTENT: dict[tuple[Intent, Command], Intent] = {
+    (I.ELIGIBLE, Command.CORDON): I.CORDONED,
+    (I.CORDONED, Command.UNCORDON): I.ELIGIBLE,
+    (I.ELIGIBLE, Command.DRAIN): I.DRAINING,
+    (I.CORDONED, Command.DRAIN): I.DRAINING,
+    (I.DRAINING, Command.DRAIN_COMPLETE): I.DRAINED,
+    (I.DRAINING, Command.UNDRAIN): I.ELIGIBLE,
+    (I.DRAINED, Command.UNDRAIN): I.ELIGIBLE,
+    **{(intent, Command.DISABLE): I.DISABLED
+       for intent in (I.ELIGIBLE, I.CORDONED, I.DRAINING, I.DRAINED)},
+    (I.DISABLED, Command.ENABLE): I.ELIGIBLE,
+}
+
+
+def next_lifecycle(current: Lifecycle, trigger: Trigger) -> Lifecycle | None:
+    """The lifecycle after ``trigger``, or None when the table refuses it."""
+    return LIFECYCLE.get((current, trigger))
+
+
+def next_intent(current: Intent, command: Command) -> Intent | None:
+    """The intent after ``command``, or None when the table refuses it."""
+    return INTENT.get((current, command))
+
+
+def lifecycle_table_markdown() -> str:
+    """The lifecycle transitions as the README shows them."""
+    rows = ["| from | trigger | to |", "|---|---|---|"]
+    rows += [f"| {src.value} | {trig.value} | {dst.value} |"
+             for (src, trig), dst in LIFECYCLE.items()]
+    return "\n".join(rows)
+
+
+def intent_table_markdown() -> str:
+    rows = ["| from | command | to |", "|---|---|---|"]
+    rows += [f"| {src.value} | {cmd.value} | {dst.value} |" for (src, cmd), dst in INTENT.items()]
+    return "\n".join(rows)
