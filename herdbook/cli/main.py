@@ -121,6 +121,10 @@ def agent(
                                                   "instead of reading NVML.")] = None,
     instance_id: Annotated[str | None, typer.Option("--instance-id", envvar="HERD_INSTANCE_ID",
                                                     help="Provider instance this node runs on.")] = None,
+    boot_retry_interval: Annotated[float, typer.Option(
+        "--boot-retry-interval", min=0.0, help="Seconds between boot check attempts.")] = 10.0,
+    fake_allocs: Annotated[int, typer.Option("--fake-allocs", min=0, hidden=True,
+                                             help="Running allocations to report.")] = 0,
     log_level: Annotated[str, typer.Option("--log-level")] = "info",
 ) -> None:
     """Run the compute-node agent: register, heartbeat, report info and resources."""
@@ -141,7 +145,8 @@ def agent(
         server=server or str(ctx.obj["server"]), node_id=nid, state_dir=state_dir,
         labels=parse_labels(labels), node_class=cls, heartbeat_interval=heartbeat_interval,
         info_interval=info_interval, resource_interval=resource_interval, fake_gpus=fake_gpus,
-        instance_id=instance_id)
+        instance_id=instance_id, boot_retry_interval=boot_retry_interval,
+        fake_allocs=fake_allocs)
     _logging(log_level)
     try:
         asyncio.run(run_agent(options))

@@ -109,10 +109,35 @@ def describe(ctx: typer.Context,
     render_object(client.call(_server(ctx), "node.describe", {"id": node_id}), output)
 
 
-def _command(ctx: typer.Context, route: str, node_id: str, reason: str) -> None:
+Yes = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
+
+
+def _command(ctx: typer.Context, route: str, node_id: str, reason: str,
+             **extra: Any) -> None:
     client.check_id(node_id)
-    client.call(_server(ctx), route, {"id": node_id, "reason": reason, "actor": client.actor()})
+    result = client.call(_server(ctx), route, {"id": node_id, "reason": reason,
+                                               "actor": client.actor(), **extra})
     console.print("Ok")
+    _warn_if_stale(result.get("node"))
+
+
+def _warn_if_stale(node: dict[str, Any] | None) -> None:
+    """An operator acting on a node that stopped heartbeating should know it."""
+    if not node or node.get("heartbeating") or node.get("type") == "requester":
+        return
+    age = node.get("heartbeat_age")
+    when = "has never heartbeated" if age is None else f"last heartbeated {age:.0f}s ago"
+    client.err_console.print(f"Warning: node {node['id']} {when}", markup=False)
+
+
+def _confirm(question: str, yes: bool) -> None:
+    if yes:
+        return
+    import sys
+    if not sys.stdin.isatty():
+        raise client.fail(f"{question} needs confirmation: pass --yes", client.EXIT_USAGE)
+    if not typer.confirm(question, default=False):
+        raise client.fail("aborted", client.EXIT_REFUSED)
 
 
 @node_app.command("approve")
@@ -131,3 +156,90 @@ def reject(ctx: typer.Context, node_id: NodeId, message: Reason = "") -> None:
 def delete(ctx: typer.Context, node_id: NodeId, message: Reason = "") -> None:
     """Remove a node from the view; if its agent registers again it is PENDING."""
     _command(ctx, "node.delete", node_id, message)
+
+
+@node_app.command("add")
+def add(ctx: typer.Context, node_id: NodeId, message: Reason = "",
+        node_class: Annotated[str, typer.Option("--class", help="standard, sensitive or "
+                                                "borrowed.")] = "standard",
+        labels: Annotated[str | None, typer.Option("--labels", help="k=v[,k=v]")] = None) -> None:
+    """Declare a node that has not reported yet: it is UNKNOWN until its agent starts."""
+    if node_class not in ("standard", "sensitive", "borrowed"):
+        raise client.fail(f"invalid class {node_class!r}; choose from standard, sensitive, "
+                          "borrowed", client.EXIT_USAGE)
+    _command(ctx, "node.add", node_id, message, node_class=node_class,
+             labels=parse_labels(labels))
+
+
+@node_app.command("cordon")
+def cordon(ctx: typer.Context, node_id: NodeId, message: Reason = "") -> None:
+    """Stop scheduling new work on the node; running work continues."""
+    _command(ctx, "node.cordon", node_id, message)
+
+
+@node_app.command("uncordon")
+def uncordon(ctx: typer.Context, node_id: NodeId, message: Reason = "") -> None:
+    """Schedule on the node again; also clears UNHEALTHY once the hardware was checked."""
+    _command(ctx, "node.uncordon", node_id, message)
+
+
+@node_app.command("drain")
+def drain(ctx: typer.Context, node_id: NodeId, message: Reason = "",
+          urgent: Annotated[bool, typer.Option("--urgent", help="Checkpoint running "
+                                               "allocations (asks for confirmation).")] = False,
+          deadline: Annotated[str | None, typer.Option("--deadline", help="Stop what still "
+                                                       "runs after this long, e.g. 30m.")] = None,
+          yes: Yes = False) -> None:
+    """Move work off the node: DRAINING, then DRAINED when nothing runs on it."""
+    from herdbook.config import parse_duration
+    deadline_s = None
+    if deadline is not None:
+        try:
+            deadline_s = float(parse_duration(deadline))
+        except ValueError as err:
+            raise client.fail(f"--deadline: {err}", client.EXIT_USAGE) from None
+    if urgent:
+        _confirm(f"Drain {node_id} urgently? Its allocations will be checkpointed.", yes)
+    _command(ctx, "node.drain", node_id, message, urgent=urgent, deadline_s=deadline_s)
+
+
+@node_app.command("undrain")
+def undrain(ctx: typer.Context, node_id: NodeId, message: Reason = "") -> None:
+    """Schedule on a draining or drained node again, if it passes the health check (recent
+    heartbeat, GPU count equal to its capabilities, a reported fingerprint)."""
+    _command(ctx, "node.undrain", node_id, message)
+
+
+@node_app.command("disable")
+def disable(ctx: typer.Context, node_id: NodeId, message: Reason = "", yes: Yes = False) -> None:
+    """Take the node DOWN at once (asks for confirmation: allocations are requeued)."""
+    _confirm(f"Disable {node_id}? It goes DOWN now and its allocations are requeued.", yes)
+    _command(ctx, "node.disable", node_id, message)
+
+
+@node_app.command("enable")
+def enable(ctx: typer.Context, node_id: NodeId, message: Reason = "",
+           force: Annotated[bool, typer.Option("--force", help="Even without a recent "
+                                               "heartbeat.")] = False) -> None:
+    """Bring a disabled node back (DOWN -> READY); needs a recent heartbeat unless --force."""
+    _command(ctx, "node.enable", node_id, message, force=force)
+
+
+@node_app.command("reboot")
+def reboot(ctx: typer.Context, node_id: NodeId, message: Reason = "") -> None:
+    """Request a reboot of a DOWN or FAILED node: BOOTING until its boot check passes."""
+    _command(ctx, "node.reboot", node_id, message)
+
+
+STATUS_KEYS = ("id", "state", "approval", "lifecycle", "health", "intent", "schedulable",
+               "class", "heartbeating", "last_heartbeat", "allocations", "gpus",
+               "lifecycle_reason", "intent_reason", "boot_failures")
+
+
+@node_app.command("status")
+def status(ctx: typer.Context, node_id: Annotated[str, typer.Argument(
+        help="Node id or a unique prefix of one.")], output: Output = Format.table) -> None:
+    """The node's current state, allocations and health, in short."""
+    client.check_id(node_id)
+    node = client.call(_server(ctx), "node.describe", {"id": node_id})
+    render_object({k: node.get(k) for k in STATUS_KEYS}, output)

@@ -23,8 +23,8 @@ from nats.micro.request import Request
 import herdbook
 from herdbook.control.present import node_json
 from herdbook.events.codec import decode_resources
-from herdbook.events.node import NodeEvent
-from herdbook.events.states import resolve_state_filter
+from herdbook.events.node import NodeDeclared, NodeEvent
+from herdbook.events.states import NodeClass, resolve_state_filter
 from herdbook.events.store import ConflictError, EventStore, stream_last_seq
 from herdbook.events.subjects import (
     API_PREFIX,
@@ -36,6 +36,7 @@ from herdbook.events.subjects import (
 )
 from herdbook.projector.node_view import NodeView
 from herdbook.projector.runner import ProjectorRunner
+from herdbook.reactors import intents
 from herdbook.reactors.membership import Refused, decide_approve, decide_delete, decide_reject
 from herdbook.reactors.sweeper import Sweeper
 
@@ -67,9 +68,14 @@ class NodeRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     id: str
     reason: str = ""
     actor: str = "operator"
+    urgent: bool = False
+    deadline_s: float | None = None
+    force: bool = False
+    node_class: NodeClass = NodeClass.STANDARD
+    labels: dict[str, str] = {}
 
 
-Decide = Callable[[NodeView, str, str], NodeEvent]
+Decide = Callable[[NodeView, NodeRequest], NodeEvent]
 
 
 class Api:
@@ -92,9 +98,22 @@ class Api:
         routes: dict[str, Callable[[bytes], Awaitable[Any]]] = {
             "node.list": self.node_list,
             "node.describe": self.node_describe,
-            "node.approve": self._command(decide_approve),
-            "node.reject": self._command(decide_reject),
-            "node.delete": self._command(decide_delete),
+            "node.approve": self._command(lambda v, r: decide_approve(v, r.actor, r.reason)),
+            "node.reject": self._command(lambda v, r: decide_reject(v, r.actor, r.reason)),
+            "node.delete": self._command(lambda v, r: decide_delete(v, r.actor, r.reason)),
+            "node.cordon": self._command(lambda v, r: intents.decide_cordon(v, r.actor, r.reason)),
+            "node.uncordon": self._command(
+                lambda v, r: intents.decide_uncordon(v, r.actor, r.reason)),
+            "node.drain": self._command(lambda v, r: intents.decide_drain(
+                v, r.actor, r.reason, r.urgent, r.deadline_s)),
+            "node.undrain": self._command(lambda v, r: intents.decide_undrain(
+                v, r.actor, r.reason, self._liveness(v))),
+            "node.disable": self._command(
+                lambda v, r: intents.decide_disable(v, r.actor, r.reason)),
+            "node.enable": self._command(lambda v, r: intents.decide_enable(
+                v, r.actor, r.reason, self._liveness(v), r.force)),
+            "node.reboot": self._command(lambda v, r: intents.decide_reboot(v, r.actor, r.reason)),
+            "node.add": self.node_add,
             "view.rebuild": self.view_rebuild,
             "status": self.status,
         }
@@ -179,7 +198,9 @@ class Api:
         out = self._json(view)
         beat = self.sweeper.beats.get(view.id)
         out["heartbeat"] = None if beat is None or not beat.boot_id else {
-            "boot_id": beat.boot_id, "seq": beat.seq, "agent_sent_at": beat.sent_at}
+            "boot_id": beat.boot_id, "seq": beat.seq, "agent_sent_at": beat.sent_at,
+            "gpu_count": beat.gpu_count, "running_allocs": beat.running_allocs,
+            "fingerprint": beat.fingerprint}
         try:
             msg = await self.nc.jetstream().get_last_msg(
                 HEARTBEATS_STREAM, resources_subject(view.id), direct=True)
@@ -197,7 +218,7 @@ class Api:
                 view = self.projector.views.get(req.id)
                 if view is None:
                     raise ApiError("not_found", f"node {req.id} not found")
-                event = decide(view, req.actor, req.reason)
+                event = decide(view, req)
                 try:
                     seq = await self.store.append(event, expected_version=view.version)
                 except ConflictError:
@@ -211,6 +232,32 @@ class Api:
                         "node": None if after is None else self._json(after)}
             raise ApiError("unavailable", f"node {req.id} kept changing; try again")
         return handler
+
+    def _liveness(self, view: NodeView) -> intents.Liveness:
+        beat = self.sweeper.beats.get(view.id)
+        return intents.Liveness(
+            heartbeat_age=self.sweeper.heartbeat_age(view.id),
+            heartbeat_timeout=self.sweeper.timeouts(view).heartbeat_timeout,
+            gpu_count=None if beat is None else beat.gpu_count,
+            fingerprint=None if beat is None else beat.fingerprint)
+
+    async def node_add(self, data: bytes) -> dict[str, Any]:
+        """Declare a node that has never reported (UNKNOWN) — Lattice's inventory."""
+        req = msgspec.json.decode(data, type=NodeRequest)
+        validate_id(req.id)
+        if req.id in self.projector.views:
+            raise Refused(f"node {req.id} already exists")
+        event = NodeDeclared(node_id=req.id, actor=req.actor, reason=req.reason,
+                             node_class=req.node_class, labels=req.labels)
+        try:
+            seq = await self.store.append(
+                event, expected_version=await self.store.last_sequence("node", req.id))
+        except ConflictError as err:
+            raise Refused(f"node {req.id} changed meanwhile; try again") from err
+        await self.projector.wait_applied(seq)
+        after = self.projector.views.get(req.id)
+        return {"event": event.event_name, "event_id": event.event_id, "seq": seq,
+                "node": None if after is None else self._json(after)}
 
     async def view_rebuild(self, data: bytes) -> dict[str, Any]:
         return await self.rebuild()

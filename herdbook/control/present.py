@@ -58,6 +58,13 @@ def node_json(view: NodeView, heartbeat_age: float | None, heartbeat_timeout: fl
             "approval_at": _iso(view.approval_at),
             "lifecycle_reason": view.lifecycle_reason,
             "lifecycle_at": _iso(view.lifecycle_at),
+            "intent_reason": view.intent_reason,
+            "intent_actor": view.intent_actor,
+            "intent_at": _iso(view.intent_at),
+            "drain_urgent": view.drain_urgent,
+            "drain_deadline": _iso(view.drain_deadline),
+            "boot_failures": view.boot_failures,
+            "boot_checks": dict(view.boot_checks),
             "last_event": view.last_event,
             "version": view.version,
         })

@@ -4,79 +4,14 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from tests.conftest import free_port, herd, wait_until
+from tests.e2e.conftest import Fleet
 
 pytestmark = pytest.mark.e2e
 
-CONFIG = """
-lifecycle:
-  heartbeat_timeout: 1s
-  grace_period:
-    standard: 1500ms
-"""
-
-
-class Fleet:
-    def __init__(self, tmp: Path) -> None:
-        self.tmp = tmp
-        self.port = free_port()
-        self.url = f"nats://127.0.0.1:{self.port}"
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
-
-    def spawn(self, name: str, *args: str) -> subprocess.Popen[bytes]:
-        with open(self.tmp / f"{name}.log", "ab") as log:
-            proc = subprocess.Popen([sys.executable, "-m", "herdbook.cli", *args],
-                                    stdout=log, stderr=subprocess.STDOUT)
-        self.procs[name] = proc
-        return proc
-
-    def up(self, config: str = CONFIG, *extra: str) -> subprocess.Popen[bytes]:
-        (self.tmp / "herd.yaml").write_text(config)
-        proc = self.spawn("up", "up", "--config", str(self.tmp / "herd.yaml"), "--nats-port",
-                          str(self.port), "--data-dir", str(self.tmp / "data"), "--node-id",
-                          "cp-1", *extra)
-        wait_until(lambda: herd("node", "list", server=self.url).returncode == 0,
-                   what="herd up to answer")
-        return proc
-
-    def agent(self, node_id: str, *extra: str) -> subprocess.Popen[bytes]:
-        return self.spawn(node_id, "agent", "--server", self.url, "--node-id", node_id,
-                          "--state-dir", str(self.tmp / node_id), "--fake-gpus", "2",
-                          "--heartbeat-interval", "0.2", *extra)
-
-    def nodes(self) -> dict[str, dict[str, object]]:
-        out = herd("node", "list", "-o", "json", server=self.url, check=True)
-        return {n["id"]: n for n in json.loads(out.stdout)}
-
-    def state(self, node_id: str) -> object:
-        return self.nodes().get(node_id, {}).get("state")
-
-    def stop(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in self.procs.values():
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
-@pytest.fixture
-def fleet(tmp_path: Path) -> Iterator[Fleet]:
-    f = Fleet(tmp_path)
-    try:
-        yield f
-    finally:
-        f.stop()
 
 
 def test_approve_reject_and_a_killed_agent_goes_degraded_then_down(fleet: Fleet) -> None:

@@ -1,0 +1,101 @@
+"""Operator command deciders: cordon, uncordon, drain, undrain, disable, enable, reboot,
+add. Pure: the view and what the control plane knows of the node's heartbeats come in,
+an event or ``Refused`` comes out. The state machine tables decide what is allowed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from herdbook.events.machine import Command, Trigger, next_intent, next_lifecycle
+from herdbook.events.node import (
+    NodeBootStarted,
+    NodeCordoned,
+    NodeDisabled,
+    NodeDrainStarted,
+    NodeEnabled,
+    NodeEvent,
+    NodeUncordoned,
+    NodeUndrained,
+)
+from herdbook.events.states import Health, Intent
+from herdbook.projector.node_view import NodeView
+from herdbook.reactors.membership import Refused
+
+
+@dataclass(frozen=True)
+class Liveness:
+    """The node's heartbeat as this control plane sees it."""
+
+    heartbeat_age: float | None      # None: never heartbeated
+    heartbeat_timeout: float
+    gpu_count: int | None = None     # in the last heartbeat
+    fingerprint: str | None = None   # last reported conformance fingerprint
+
+    @property
+    def recent(self) -> bool:
+        return self.heartbeat_age is not None and self.heartbeat_age < self.heartbeat_timeout
+
+
+def _intent(view: NodeView, command: Command) -> None:
+    if next_intent(view.intent, command) is None:
+        raise Refused(f"cannot {command.value} node {view.id}: it is {view.intent.value} "
+                      f"(state {view.state})")
+
+
+def decide_cordon(view: NodeView, actor: str, reason: str) -> NodeEvent:
+    _intent(view, Command.CORDON)
+    return NodeCordoned(node_id=view.id, actor=actor, reason=reason)
+
+
+def decide_uncordon(view: NodeView, actor: str, reason: str) -> NodeEvent:
+    """Uncordon also clears a sticky UNHEALTHY; refused when neither applies."""
+    if view.intent is not Intent.CORDONED and view.health is not Health.UNHEALTHY:
+        raise Refused(f"cannot uncordon node {view.id}: it is neither cordoned nor unhealthy "
+                      f"(state {view.state})")
+    return NodeUncordoned(node_id=view.id, actor=actor, reason=reason)
+
+
+def decide_drain(view: NodeView, actor: str, reason: str, urgent: bool = False,
+                 deadline_s: float | None = None) -> NodeEvent:
+    _intent(view, Command.DRAIN)
+    return NodeDrainStarted(node_id=view.id, actor=actor, reason=reason, urgent=urgent,
+                            deadline_s=deadline_s)
+
+
+def decide_undrain(view: NodeView, actor: str, reason: str, live: Liveness) -> NodeEvent:
+    """Back to scheduling only if the node passes the health check of Lattice: a recent
+    heartbeat, its GPU count equal to its capabilities, a conformance fingerprint."""
+    _intent(view, Command.UNDRAIN)
+    if not live.recent:
+        raise Refused(f"cannot undrain node {view.id}: no recent heartbeat")
+    expected = len(view.info.gpus)
+    if live.gpu_count != expected:
+        raise Refused(f"cannot undrain node {view.id}: it reports {live.gpu_count} GPUs, "
+                      f"its capabilities say {expected}")
+    if not live.fingerprint:
+        raise Refused(f"cannot undrain node {view.id}: no conformance fingerprint reported")
+    return NodeUndrained(node_id=view.id, actor=actor, reason=reason)
+
+
+def decide_disable(view: NodeView, actor: str, reason: str) -> NodeEvent:
+    _intent(view, Command.DISABLE)
+    if next_lifecycle(view.lifecycle, Trigger.DISABLE) is None:
+        raise Refused(f"cannot disable node {view.id}: it is {view.lifecycle.value}")
+    return NodeDisabled(node_id=view.id, actor=actor, reason=reason)
+
+
+def decide_enable(view: NodeView, actor: str, reason: str, live: Liveness,
+                  force: bool = False) -> NodeEvent:
+    if view.intent is not Intent.DISABLED:
+        raise Refused(f"cannot enable node {view.id}: it is not disabled (state {view.state})")
+    if not live.recent and not force:
+        raise Refused(f"cannot enable node {view.id}: no recent heartbeat (use --force)")
+    return NodeEnabled(node_id=view.id, actor=actor, reason=reason, forced=force)
+
+
+def decide_reboot(view: NodeView, actor: str, reason: str) -> NodeEvent:
+    if next_lifecycle(view.lifecycle, Trigger.REBOOT) is None:
+        raise Refused(f"cannot reboot node {view.id}: it is {view.lifecycle.value}; reboot "
+                      "takes a DOWN or FAILED node")
+    return NodeBootStarted(node_id=view.id, actor=actor, reason=reason or "reboot requested",
+                           trigger=Trigger.REBOOT.value)
