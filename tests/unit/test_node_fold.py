@@ -4,20 +4,27 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import msgspec
+
 from herdbook.events.codec import AnyEvent
 from herdbook.events.node import (
     NodeApproved,
     NodeBootChecked,
+    NodeBootStarted,
+    NodeDeclared,
     NodeDegraded,
     NodeDeleted,
+    NodeDisabled,
     NodeDown,
+    NodeDrainStarted,
+    NodeEnabled,
     NodeInfo,
     NodeInfoUpdated,
     NodeRecovered,
     NodeRegistered,
     NodeRejected,
 )
-from herdbook.events.states import Approval, Lifecycle, NodeClass, NodeType
+from herdbook.events.states import Approval, Health, Lifecycle, NodeClass, NodeType
 from herdbook.projector.node_view import NodeView, apply, apply_all
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
@@ -244,3 +251,51 @@ def test_apply_all_folds_a_batch_in_place_and_names_the_changed_nodes() -> None:
     assert set(views) == {"b"}
     assert views["b"].version == 3
     assert changed == {"gpu-017", "b", "c"}
+
+
+# boot ------------------------------------------------------------------------------
+
+
+def test_three_consecutive_boot_failures_fail_the_node_and_a_pass_resets_the_count() -> None:
+    fail = NodeBootChecked(node_id="gpu-017", passed=False, checks={"nvml": "NVML call failed"})
+    view = given(registered(), fail)
+    assert view is not None and view.lifecycle is Lifecycle.BOOTING and view.boot_failures == 1
+    view = when(view, NodeBootChecked(node_id="gpu-017", passed=True), 3)
+    assert view is not None and view.lifecycle is Lifecycle.READY and view.boot_failures == 0
+    view = given(registered(), fail, fail, fail)
+    assert view is not None and view.lifecycle is Lifecycle.FAILED
+    assert "3 consecutive boot failures" in view.lifecycle_reason
+
+
+def test_a_reboot_takes_a_failed_node_back_to_booting() -> None:
+    fail = NodeBootChecked(node_id="gpu-017", passed=False)
+    view = given(registered(), fail, fail, fail,
+                 NodeBootStarted(node_id="gpu-017", trigger="reboot"))
+    assert view is not None and view.lifecycle is Lifecycle.BOOTING and view.boot_failures == 0
+
+
+def test_a_declared_node_is_unknown_until_its_agent_registers() -> None:
+    view = given(NodeDeclared(node_id="gpu-017", labels={"rack": "7"}))
+    assert view is not None and view.lifecycle is Lifecycle.UNKNOWN
+    assert view.info.labels == {"rack": "7"}
+    view = when(view, registered(), 2)
+    assert view is not None and view.lifecycle is Lifecycle.BOOTING
+
+
+def test_draining_survives_degraded_and_recovery() -> None:
+    view = given(registered(), NodeBootChecked(node_id="gpu-017", passed=True),
+                 NodeDrainStarted(node_id="gpu-017", urgent=True, deadline_s=60),
+                 NodeDegraded(node_id="gpu-017", heartbeat_age=31.0),
+                 NodeRecovered(node_id="gpu-017"))
+    assert view is not None and view.lifecycle is Lifecycle.READY
+    assert view.state == "DRAINING" and view.drain_urgent and view.drain_deadline is not None
+
+
+def test_disable_and_enable_clear_unhealthy() -> None:
+    view = given(registered(), NodeBootChecked(node_id="gpu-017", passed=True))
+    assert view is not None
+    view = msgspec.structs.replace(view, health=Health.UNHEALTHY)
+    view = when(view, NodeDisabled(node_id="gpu-017"), 5)
+    assert view is not None and view.state == "DOWN" and view.intent.value == "DISABLED"
+    view = when(view, NodeEnabled(node_id="gpu-017"), 6)
+    assert view is not None and view.state == "READY" and view.health is Health.UNKNOWN

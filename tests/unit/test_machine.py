@@ -1,0 +1,181 @@
+"""The state machine tables: every allowed and every refused transition, and the README
+tables checked against the code."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from herdbook.events.machine import (
+    INTENT,
+    LIFECYCLE,
+    Command,
+    Trigger,
+    intent_table_markdown,
+    lifecycle_table_markdown,
+    next_intent,
+    next_lifecycle,
+)
+from herdbook.events.states import Approval, Health, Intent, Lifecycle, NodeType
+from herdbook.projector.node_view import NodeView
+from herdbook.reactors import intents
+from herdbook.reactors.membership import Refused
+
+L, I = Lifecycle, Intent  # noqa: E741
+
+ALLOWED_LIFECYCLE = [
+    (L.UNKNOWN, Trigger.AGENT_STARTED, L.BOOTING),
+    (L.BOOTING, Trigger.AGENT_STARTED, L.BOOTING),
+    (L.READY, Trigger.AGENT_STARTED, L.BOOTING),
+    (L.DEGRADED, Trigger.AGENT_STARTED, L.BOOTING),
+    (L.DOWN, Trigger.AGENT_STARTED, L.BOOTING),
+    (L.FAILED, Trigger.AGENT_STARTED, L.BOOTING),
+    (L.DOWN, Trigger.REBOOT, L.BOOTING),
+    (L.FAILED, Trigger.REBOOT, L.BOOTING),
+    (L.BOOTING, Trigger.BOOT_PASSED, L.READY),
+    (L.BOOTING, Trigger.BOOT_FAILED, L.BOOTING),
+    (L.BOOTING, Trigger.BOOT_TIMEOUT, L.FAILED),
+    (L.READY, Trigger.HEARTBEAT_MISSED, L.DEGRADED),
+    (L.DEGRADED, Trigger.HEARTBEAT_RESUMED, L.READY),
+    (L.DEGRADED, Trigger.GRACE_EXPIRED, L.DOWN),
+    (L.UNKNOWN, Trigger.FATAL, L.DOWN),
+    (L.BOOTING, Trigger.FATAL, L.DOWN),
+    (L.READY, Trigger.FATAL, L.DOWN),
+    (L.DEGRADED, Trigger.FATAL, L.DOWN),
+    (L.UNKNOWN, Trigger.DISABLE, L.DOWN),
+    (L.BOOTING, Trigger.DISABLE, L.DOWN),
+    (L.READY, Trigger.DISABLE, L.DOWN),
+    (L.DEGRADED, Trigger.DISABLE, L.DOWN),
+    (L.DOWN, Trigger.DISABLE, L.DOWN),
+    (L.FAILED, Trigger.DISABLE, L.DOWN),
+    (L.DOWN, Trigger.ENABLE, L.READY),
+    (L.DOWN, Trigger.PARTITION_HEALED, L.READY),
+]
+
+ALLOWED_INTENT = [
+    (I.ELIGIBLE, Command.CORDON, I.CORDONED),
+    (I.CORDONED, Command.UNCORDON, I.ELIGIBLE),
+    (I.ELIGIBLE, Command.DRAIN, I.DRAINING),
+    (I.CORDONED, Command.DRAIN, I.DRAINING),
+    (I.DRAINING, Command.DRAIN_COMPLETE, I.DRAINED),
+    (I.DRAINING, Command.UNDRAIN, I.ELIGIBLE),
+    (I.DRAINED, Command.UNDRAIN, I.ELIGIBLE),
+    (I.ELIGIBLE, Command.DISABLE, I.DISABLED),
+    (I.CORDONED, Command.DISABLE, I.DISABLED),
+    (I.DRAINING, Command.DISABLE, I.DISABLED),
+    (I.DRAINED, Command.DISABLE, I.DISABLED),
+    (I.DISABLED, Command.ENABLE, I.ELIGIBLE),
+]
+
+
+@pytest.mark.parametrize(("src", "trigger", "dst"), ALLOWED_LIFECYCLE)
+def test_allowed_lifecycle_transition(src: Lifecycle, trigger: Trigger, dst: Lifecycle) -> None:
+    assert next_lifecycle(src, trigger) is dst
+
+
+REFUSED_LIFECYCLE = [
+    (src, trigger) for src, trigger in itertools.product(Lifecycle, Trigger)
+    if (src, trigger) not in {(s, t) for s, t, _ in ALLOWED_LIFECYCLE}
+]
+
+
+@pytest.mark.parametrize(("src", "trigger"), REFUSED_LIFECYCLE)
+def test_refused_lifecycle_transition(src: Lifecycle, trigger: Trigger) -> None:
+    assert next_lifecycle(src, trigger) is None
+
+
+@pytest.mark.parametrize(("src", "command", "dst"), ALLOWED_INTENT)
+def test_allowed_intent_transition(src: Intent, command: Command, dst: Intent) -> None:
+    assert next_intent(src, command) is dst
+
+
+REFUSED_INTENT = [
+    (src, command) for src, command in itertools.product(Intent, Command)
+    if (src, command) not in {(s, c) for s, c, _ in ALLOWED_INTENT}
+]
+
+
+@pytest.mark.parametrize(("src", "command"), REFUSED_INTENT)
+def test_refused_intent_transition(src: Intent, command: Command) -> None:
+    assert next_intent(src, command) is None
+
+
+def test_the_tables_hold_exactly_the_listed_transitions() -> None:
+    assert {(s, t): d for s, t, d in ALLOWED_LIFECYCLE} == LIFECYCLE
+    assert {(s, c): d for s, c, d in ALLOWED_INTENT} == INTENT
+
+
+def test_terminal_states_have_no_way_out() -> None:
+    for trigger in Trigger:
+        assert next_lifecycle(L.TERMINATED, trigger) is None
+        assert next_lifecycle(L.QUARANTINED, trigger) in (None,)
+
+
+def test_the_readme_tables_are_the_code() -> None:
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    assert lifecycle_table_markdown() in readme
+    assert intent_table_markdown() in readme
+
+
+# the deciders consult the tables ---------------------------------------------------
+
+def view(lifecycle: Lifecycle = L.READY, intent: Intent = I.ELIGIBLE,
+         health: Health = Health.HEALTHY) -> NodeView:
+    return NodeView(id="gpu-1", type=NodeType.COMPUTE, approval=Approval.APPROVED,
+                    lifecycle=lifecycle, intent=intent, health=health)
+
+
+LIVE = intents.Liveness(heartbeat_age=1.0, heartbeat_timeout=30.0, gpu_count=0,
+                        fingerprint="abc")
+STALE = intents.Liveness(heartbeat_age=100.0, heartbeat_timeout=30.0, gpu_count=0,
+                         fingerprint="abc")
+
+
+@pytest.mark.parametrize("intent", list(Intent))
+def test_cordon_follows_the_table(intent: Intent) -> None:
+    if next_intent(intent, Command.CORDON) is None:
+        with pytest.raises(Refused, match="cannot cordon"):
+            intents.decide_cordon(view(intent=intent), "op", "")
+    else:
+        assert intents.decide_cordon(view(intent=intent), "op", "why").reason == "why"
+
+
+def test_uncordon_clears_unhealthy_and_is_refused_otherwise() -> None:
+    assert intents.decide_uncordon(view(health=Health.UNHEALTHY), "op", "")
+    assert intents.decide_uncordon(view(intent=I.CORDONED), "op", "")
+    with pytest.raises(Refused, match="neither cordoned nor unhealthy"):
+        intents.decide_uncordon(view(), "op", "")
+
+
+@pytest.mark.parametrize(("live", "message"), [
+    (STALE, "no recent heartbeat"),
+    (intents.Liveness(heartbeat_age=1.0, heartbeat_timeout=30.0, gpu_count=7,
+                      fingerprint="abc"), "reports 7 GPUs"),
+    (intents.Liveness(heartbeat_age=1.0, heartbeat_timeout=30.0, gpu_count=0), "fingerprint"),
+])
+def test_undrain_needs_the_health_check(live: intents.Liveness, message: str) -> None:
+    with pytest.raises(Refused, match=message):
+        intents.decide_undrain(view(intent=I.DRAINED), "op", "", live)
+    assert intents.decide_undrain(view(intent=I.DRAINED), "op", "", LIVE)
+
+
+def test_enable_needs_disabled_and_a_recent_heartbeat_unless_forced() -> None:
+    disabled = view(lifecycle=L.DOWN, intent=I.DISABLED)
+    with pytest.raises(Refused, match="not disabled"):
+        intents.decide_enable(view(lifecycle=L.DOWN), "op", "", LIVE)
+    with pytest.raises(Refused, match="--force"):
+        intents.decide_enable(disabled, "op", "", STALE)
+    event = intents.decide_enable(disabled, "op", "", STALE, force=True)
+    assert msgspec.structs.asdict(event)["forced"] is True
+
+
+@pytest.mark.parametrize("lifecycle", list(Lifecycle))
+def test_reboot_takes_down_or_failed(lifecycle: Lifecycle) -> None:
+    if lifecycle in (L.DOWN, L.FAILED):
+        assert intents.decide_reboot(view(lifecycle=lifecycle), "op", "")
+    else:
+        with pytest.raises(Refused):
+            intents.decide_reboot(view(lifecycle=lifecycle), "op", "")
