@@ -86,6 +86,11 @@ class ProjectorConfig(_Section, frozen=True):
 
 class HealthStreamConfig(_Section, frozen=True):
     max_age: Duration = Duration(7 * 86400.0)
+    """Retention of HERD_HEALTH."""
+    policy: str | None = None
+    """A CEL policy YAML file; the built-in default when unset."""
+    unhealthy_threshold: int = 2
+    """Consecutive unhealthy reports before a node is UNHEALTHY (one fatal event is enough)."""
 
 
 class Config(_Section, frozen=True):

@@ -10,6 +10,11 @@ from typing import Any, Protocol
 from herdbook.events.node import GpuInfo
 
 NVML_TEMPERATURE_GPU = 0
+NVML_MEMORY_ERROR_TYPE_CORRECTED = 0
+NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
+NVML_VOLATILE_ECC = 0
+NVML_EVENT_TYPE_XID_CRITICAL_ERROR = 8
+NVML_NVLINK_ERROR_DL_REPLAY = 0
 
 
 class NvmlLike(Protocol):
@@ -38,6 +43,36 @@ class FakeGpu:
     name: str = "NVIDIA H100 80GB HBM3 (fake)"
     memory_total: int = 80 * 1024**3
     temperature_c: int = 45
+    power_mw: int = 350_000
+    utilization: int = 0
+    ecc_sbe: int = 0
+    ecc_dbe: int = 0
+    nvlink_errors: int = 0
+    pcie_replays: int = 0
+    fallen_off: bool = False
+
+
+@dataclass
+class _FakeUtil:
+    gpu: int
+    memory: int
+
+
+@dataclass
+class _FakeEvent:
+    device: FakeGpu
+    eventData: int  # noqa: N815 - pynvml's field name
+
+
+class FakeNvmlTimeout(Exception):
+    """What nvmlEventSetWait raises when no event is pending (pynvml: NVMLError_Timeout)."""
+
+
+class FakeNvmlError(Exception):
+    """A failed NVML call, e.g. on a GPU that fell off the bus."""
+
+
+FAULTS = ("xid", "thermal", "ecc-dbe", "ecc-sbe", "nvlink", "pcie", "clear")
 
 
 @dataclass
@@ -55,8 +90,40 @@ class FakeNvml:
             self.gpus = [FakeGpu(index=i, uuid=f"GPU-{uuid.uuid5(uuid.NAMESPACE_URL, f'{self.seed}/{i}')}")
                          for i in range(self.count)]
 
+    xid_queue: list[tuple[int, int]] = field(default_factory=list)  # (gpu, xid)
+    fail_init: bool = False
+
+    def inject(self, fault: str, gpu: int = 0, value: float | None = None) -> str:
+        """Fault injection (`herd agent inject`); returns what was done."""
+        if fault not in FAULTS:
+            raise ValueError(f"unknown fault {fault!r}; choose from {', '.join(FAULTS)}")
+        if fault == "clear":
+            for device in self.gpus:
+                device.temperature_c, device.fallen_off = 45, False
+            self.xid_queue.clear()
+            return "cleared every fault"
+        if not 0 <= gpu < len(self.gpus):
+            raise ValueError(f"no GPU {gpu}: this node has {len(self.gpus)}")
+        device = self.gpus[gpu]
+        if fault == "xid":
+            if value is None:
+                raise ValueError("xid needs a code, e.g. `xid 79`")
+            self.xid_queue.append((gpu, int(value)))
+            if int(value) == 79:
+                device.fallen_off = True
+            return f"XID {int(value)} on GPU {gpu}"
+        if fault == "thermal":
+            device.temperature_c = int(value if value is not None else 97)
+            return f"GPU {gpu} at {device.temperature_c}°C"
+        count = int(value if value is not None else 1)
+        attribute = {"ecc-dbe": "ecc_dbe", "ecc-sbe": "ecc_sbe", "nvlink": "nvlink_errors",
+                     "pcie": "pcie_replays"}[fault]
+        setattr(device, attribute, getattr(device, attribute) + count)
+        return f"{count} {fault} error(s) on GPU {gpu}"
+
     def nvmlInit(self) -> None:
-        pass
+        if self.fail_init:
+            raise FakeNvmlError("NVML init failed (fake)")
 
     def nvmlShutdown(self) -> None:
         pass
@@ -80,13 +147,48 @@ class FakeNvml:
         return _FakeMemory(total=handle.memory_total, free=handle.memory_total)
 
     def nvmlDeviceGetTemperature(self, handle: FakeGpu, sensor: int) -> int:
+        self._check(handle)
         return handle.temperature_c
+
+    def _check(self, handle: FakeGpu) -> None:
+        if handle.fallen_off:
+            raise FakeNvmlError(f"GPU {handle.index} is lost (fallen off the bus)")
+
+    def nvmlDeviceGetPowerUsage(self, handle: FakeGpu) -> int:
+        self._check(handle)
+        return handle.power_mw
+
+    def nvmlDeviceGetUtilizationRates(self, handle: FakeGpu) -> _FakeUtil:
+        self._check(handle)
+        return _FakeUtil(gpu=handle.utilization, memory=0)
+
+    def nvmlDeviceGetTotalEccErrors(self, handle: FakeGpu, error_type: int,
+                                    counter_type: int) -> int:
+        return handle.ecc_dbe if error_type == NVML_MEMORY_ERROR_TYPE_UNCORRECTED else handle.ecc_sbe
+
+    def nvmlDeviceGetPcieReplayCounter(self, handle: FakeGpu) -> int:
+        return handle.pcie_replays
+
+    def nvmlDeviceGetNvLinkErrorCounter(self, handle: FakeGpu, link: int, counter: int) -> int:
+        return handle.nvlink_errors if link == 0 else 0
+
+    def nvmlEventSetCreate(self) -> object:
+        return object()
+
+    def nvmlDeviceRegisterEvents(self, handle: FakeGpu, event_types: int, event_set: object) -> None:
+        pass
+
+    def nvmlEventSetWait_v2(self, event_set: object, timeout_ms: int) -> _FakeEvent:
+        if not self.xid_queue:
+            raise FakeNvmlTimeout("timeout")
+        gpu_index, xid = self.xid_queue.pop(0)
+        return _FakeEvent(device=self.gpus[gpu_index], eventData=xid)
 
 
 def real_nvml() -> NvmlLike | None:
     """pynvml if it is installed and a driver answers, else None (a CPU node)."""
     try:
-        import pynvml  # type: ignore[import-not-found]
+        import pynvml
     except ImportError:
         return None
     try:

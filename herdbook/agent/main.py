@@ -4,6 +4,7 @@ sends node-info and resource updates, and resumes by itself after NATS restarts.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import signal
 import socket
@@ -18,6 +19,7 @@ from nats.js.errors import NotFoundError
 
 from herdbook.agent import boot, gpu
 from herdbook.agent.connection import connection_callbacks, quiet_errors
+from herdbook.agent.health import HealthMonitor
 from herdbook.agent.info import info_hash, node_info, resources
 from herdbook.agent.state import AgentState
 from herdbook.events.base import Event
@@ -37,7 +39,9 @@ from herdbook.events.subjects import (
     EVENTS_STREAM,
     aggregate_filter,
     event_subject,
+    health_subject,
     heartbeat_subject,
+    inject_subject,
     resources_subject,
     validate_id,
 )
@@ -64,6 +68,7 @@ class AgentOptions:
     instance_id: str | None = None
     boot_retry_interval: float = 10.0
     boot_attempts: int = 3
+    health_interval: float = 60.0
     fake_allocs: int = 0
     """Running allocations the heartbeat reports until the executor exists (tests, demo)."""
 
@@ -83,6 +88,7 @@ class Agent:
             nvml = gpu.real_nvml()
         self.nvml = nvml
         self.info: NodeInfo | None = None
+        self.health = HealthMonitor(nvml)
         self.fingerprint = ""
         self._fingerprint_sent = False
         self.registered = asyncio.Event()
@@ -126,8 +132,10 @@ class Agent:
 
         reboots = await self.nc.subscribe(event_subject("node", self.node_id, "boot_started"),
                                           cb=on_boot_started)
+        injections = await self.nc.subscribe(inject_subject(self.node_id), cb=self._on_inject)
         tasks = [
             asyncio.create_task(self._boot_checks(store)),
+            asyncio.create_task(self._every(self.options.health_interval, self.send_health)),
             asyncio.create_task(self._every(self.options.heartbeat_interval, self.heartbeat)),
             asyncio.create_task(self._every(self.options.info_interval,
                                             lambda: self._info_update(store), first=False)),
@@ -138,6 +146,7 @@ class Agent:
             await self._stop.wait()
         finally:
             await reboots.unsubscribe()
+            await injections.unsubscribe()
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -257,9 +266,11 @@ class Agent:
             gpu_count = self.nvml.nvmlDeviceGetCount() if self.nvml else 0
         except Exception:  # noqa: BLE001 - a failing NVML still heartbeats
             max_temp, gpu_count = None, 0
+        ecc_sbe, ecc_dbe = self.health.totals()
         return Heartbeat(
             node_id=self.node_id, boot_id=self.boot_id, seq=self.state.seq.next(),
             sent_at=time.time(), gpu_count=gpu_count, max_temp_c=max_temp,
+            ecc_sbe=ecc_sbe, ecc_dbe=ecc_dbe,
             running_allocs=self.options.fake_allocs,
             fingerprint=self.fingerprint if send_fingerprint else None)
 
@@ -268,6 +279,41 @@ class Agent:
         # Core publish: fire and forget, the stream captures it; while disconnected the
         # client buffers it, and a lost heartbeat is tolerated by design.
         await self.nc.publish(heartbeat_subject(self.node_id), encode(self.make_heartbeat()))
+
+    async def send_health(self) -> None:
+        """GPU check + health events, to HERD_HEALTH (acked, deduplicated, retried)."""
+        assert self.nc is not None
+        report = self.health.report(self.node_id, self.boot_id, time.time())
+        js = self.nc.jetstream()
+        data = encode(report)
+        for attempt in range(5):
+            try:
+                await js.publish(health_subject(self.node_id), data,
+                                 headers={"Nats-Msg-Id": report.report_id})
+                return
+            except Exception as err:  # noqa: BLE001 - retried with the same id
+                if attempt == 4:
+                    raise
+                log.debug("health report not stored yet: %s", err)
+                await asyncio.sleep(0.5 * (attempt + 1))
+
+    async def _on_inject(self, msg: Any) -> None:
+        """Fault injection into the fake NVML backend (`herd agent inject`)."""
+        try:
+            request = json.loads(msg.data or b"{}")
+            if not isinstance(self.nvml, gpu.FakeNvml):
+                raise ValueError(f"node {self.node_id} uses real NVML; fault injection needs "
+                                 "an agent started with --fake-gpus")
+            done = self.nvml.inject(str(request.get("fault", "")), int(request.get("gpu", 0)),
+                                    request.get("value"))
+        except (ValueError, TypeError) as err:
+            await msg.respond(json.dumps({"ok": False, "error": str(err)}).encode())
+            return
+        log.warning("%s: injected %s", self.node_id, done)
+        try:
+            await self.send_health()   # report at once: a fatal event must not wait a minute
+        finally:
+            await msg.respond(json.dumps({"ok": True, "result": done}).encode())
 
     async def send_resources(self) -> None:
         assert self.nc is not None

@@ -99,7 +99,12 @@ def up(
     console.print("herd control plane stopped")
 
 
-@app.command()
+agent_app = typer.Typer(help="Run the compute-node agent (`herd agent --node-id ...`), or "
+                        "inject faults into one (`herd agent inject ...`).")
+app.add_typer(agent_app, name="agent")
+
+
+@agent_app.callback(invoke_without_command=True)
 def agent(
     ctx: typer.Context,
     server: Annotated[str | None, typer.Option("--server", "-s", envvar="HERD_SERVER",
@@ -125,9 +130,16 @@ def agent(
         "--boot-retry-interval", min=0.0, help="Seconds between boot check attempts.")] = 10.0,
     fake_allocs: Annotated[int, typer.Option("--fake-allocs", min=0, hidden=True,
                                              help="Running allocations to report.")] = 0,
+    health_interval: Annotated[float, typer.Option("--health-interval", min=0.05,
+                                                   help="Seconds between health checks.")] = 60.0,
     log_level: Annotated[str, typer.Option("--log-level")] = "info",
 ) -> None:
-    """Run the compute-node agent: register, heartbeat, report info and resources."""
+    """Run the compute-node agent: register, boot check, heartbeat, health checks, info and
+    resource updates."""
+    if server:
+        ctx.obj["server"] = server
+    if ctx.invoked_subcommand is not None:
+        return
     import asyncio
 
     from herdbook.agent.main import AgentOptions, default_node_id, run_agent
@@ -146,12 +158,71 @@ def agent(
         labels=parse_labels(labels), node_class=cls, heartbeat_interval=heartbeat_interval,
         info_interval=info_interval, resource_interval=resource_interval, fake_gpus=fake_gpus,
         instance_id=instance_id, boot_retry_interval=boot_retry_interval,
-        fake_allocs=fake_allocs)
+        fake_allocs=fake_allocs, health_interval=health_interval)
     _logging(log_level)
     try:
         asyncio.run(run_agent(options))
     except KeyboardInterrupt:
         pass
+
+
+@agent_app.command("inject")
+def inject(
+    ctx: typer.Context,
+    fault: Annotated[str, typer.Argument(help="xid, thermal, ecc-dbe, ecc-sbe, nvlink, pcie "
+                                         "or clear.")],
+    value: Annotated[float | None, typer.Argument(help="XID code, temperature °C or error "
+                                                  "count.")] = None,
+    node: Annotated[str, typer.Option("--node", help="The agent's node id.")] = "",
+    gpu: Annotated[int, typer.Option("--gpu", min=0, help="GPU index.")] = 0,
+) -> None:
+    """Inject a GPU fault into a running agent that uses fake GPUs, e.g.
+    `herd agent inject --node gpu-1 xid 79 --gpu 3`; the agent reports it at once."""
+    import json as _json
+
+    from herdbook.agent.gpu import FAULTS
+    from herdbook.events.subjects import inject_subject
+    if not node:
+        raise client.fail("--node is required", client.EXIT_USAGE)
+    client.check_id(node)
+    if fault not in FAULTS:
+        raise client.fail(f"unknown fault {fault!r}; choose from {', '.join(FAULTS)}",
+                          client.EXIT_USAGE)
+    if fault == "xid" and value is None:
+        raise client.fail("xid needs a code, e.g. `xid 79`", client.EXIT_USAGE)
+
+    async def send(nc: object) -> dict[str, object]:
+        import nats.errors
+        try:
+            msg = await nc.request(inject_subject(node),  # type: ignore[attr-defined]
+                                   _json.dumps({"fault": fault, "gpu": gpu,
+                                                "value": value}).encode(), timeout=10)
+        except nats.errors.NoRespondersError:
+            raise client.fail(f"no agent {node} is running", client.EXIT_REFUSED) from None
+        except nats.errors.TimeoutError:
+            raise client.fail(f"agent {node} did not answer", client.EXIT_UNREACHABLE) from None
+        reply: dict[str, object] = _json.loads(msg.data)
+        return reply
+
+    reply = client.run(str(ctx.obj["server"]), send)
+    if not reply.get("ok"):
+        raise client.fail(str(reply.get("error")), client.EXIT_REFUSED)
+    console.print(f"Ok: {reply.get('result')}", markup=False)
+
+
+health_app = typer.Typer(help="GPU health policies.", no_args_is_help=True)
+app.add_typer(health_app, name="health")
+
+
+@health_app.command("check-policy")
+def check_policy(file: Annotated[Path, typer.Argument(help="A CEL policy YAML file.")]) -> None:
+    """Compile every rule of a health policy; a bad rule is named with its CEL error."""
+    from herdbook.reactors.health_policy import Policy, PolicyError
+    try:
+        policy = Policy.load(file)
+    except PolicyError as err:
+        raise client.fail(str(err), client.EXIT_REFUSED) from None
+    console.print(f"Ok: {len(policy.rules)} rules", markup=False)
 
 
 @app.command()

@@ -34,6 +34,8 @@ from herdbook.events.streams import all_streams
 from herdbook.events.subjects import EVENTS_STREAM, heartbeat_subject, validate_id
 from herdbook.projector.runner import ProjectorRunner
 from herdbook.reactors.approver import AutoApprover
+from herdbook.reactors.classifier import HealthClassifier
+from herdbook.reactors.health_policy import Policy, PolicyError
 from herdbook.reactors.sweeper import Sweeper
 
 log = logging.getLogger(__name__)
@@ -92,6 +94,7 @@ class ControlPlane:
         self.projector: ProjectorRunner | None = None
         self.sweeper: Sweeper | None = None
         self.approver: AutoApprover | None = None
+        self.classifier: HealthClassifier | None = None
         self.api: Api | None = None
         self._lock_file: Any = None
         self._tasks: list[asyncio.Task[Any]] = []
@@ -145,6 +148,14 @@ class ControlPlane:
         await self.sweeper.start()
         self.approver = AutoApprover(store, self.projector, cfg.approval.auto_approve)
         self.approver.start()
+        try:
+            policy = Policy.load(cfg.health.policy)
+        except PolicyError as err:
+            raise StartupError(str(err)) from err
+        self.classifier = HealthClassifier(self.nc, store, self.projector, policy,
+                                           cfg.health.unhealthy_threshold,
+                                           self.data_dir / "health.position")
+        await self.classifier.start()
         self.api = Api(self.nc, store, self.projector, self.sweeper, self.rebuild_view,
                        self.node_id)
         await self.api.start()
@@ -248,7 +259,7 @@ class ControlPlane:
                 await task
             except (asyncio.CancelledError, Exception):  # noqa: BLE001
                 pass
-        for part in (self.api, self.approver, self.sweeper, self.projector):
+        for part in (self.api, self.classifier, self.approver, self.sweeper, self.projector):
             if part is not None:
                 try:
                     await part.stop()

@@ -7,6 +7,7 @@ from typing import Any
 import msgspec
 
 from herdbook.events.base import Event
+from herdbook.events.health import HealthReport, NodeHealthChanged
 from herdbook.events.heartbeat import Heartbeat, NodeResources
 from herdbook.events.node import (
     NodeApproved,
@@ -35,7 +36,7 @@ AnyEvent = (
     | NodeDegraded | NodeRecovered | NodeDown
     | NodeDeclared | NodeBootStarted | NodeBootChecked | NodeFailed
     | NodeCordoned | NodeUncordoned | NodeDrainStarted | NodeDrained | NodeUndrained
-    | NodeDisabled | NodeEnabled
+    | NodeDisabled | NodeEnabled | NodeHealthChanged
 )
 
 EVENT_TYPES: tuple[type[Event], ...] = AnyEvent.__args__
@@ -43,6 +44,7 @@ EVENT_TYPES: tuple[type[Event], ...] = AnyEvent.__args__
 _event_decoder = msgspec.json.Decoder(AnyEvent)
 _heartbeat_decoder = msgspec.json.Decoder(Heartbeat)
 _resources_decoder = msgspec.json.Decoder(NodeResources)
+_report_decoder = msgspec.json.Decoder(HealthReport)
 _encoder = msgspec.json.Encoder()
 
 DecodeError = msgspec.DecodeError
@@ -61,6 +63,10 @@ def decode_resources(data: bytes) -> NodeResources:
     return _resources_decoder.decode(data)
 
 
+def decode_health_report(data: bytes) -> HealthReport:
+    return _report_decoder.decode(data)
+
+
 def encode(value: Any) -> bytes:
     return _encoder.encode(value)
 
@@ -74,7 +80,7 @@ def event_tag(cls: type[Event]) -> str:
 def json_schema() -> dict[str, Any]:
     """JSON Schema of every event and of the transient reports, for external consumers."""
     (schemas, components) = msgspec.json.schema_components(
-        [*EVENT_TYPES, Heartbeat, NodeResources], ref_template="#/$defs/{name}"
+        [*EVENT_TYPES, Heartbeat, NodeResources, HealthReport], ref_template="#/$defs/{name}"
     )
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",

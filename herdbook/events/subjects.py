@@ -47,6 +47,11 @@ def health_subject(node_id: str) -> str:
     return f"herd.health.{validate_id(node_id)}"
 
 
+def inject_subject(node_id: str) -> str:
+    """Fault injection into one agent's fake NVML (request/reply, no stream)."""
+    return f"herd.agent.{validate_id(node_id)}.inject"
+
+
 def deadletter_subject(stream: str) -> str:
     return f"herd.deadletter.{stream}"
 

@@ -13,6 +13,7 @@ import msgspec
 from msgspec.structs import replace
 
 from herdbook.events.codec import AnyEvent
+from herdbook.events.health import NodeHealthChanged
 from herdbook.events.machine import Trigger, next_lifecycle
 from herdbook.events.node import (
     NodeApproved,
@@ -68,6 +69,8 @@ class NodeView(msgspec.Struct, frozen=True, kw_only=True):
     intent_reason: str = ""
     intent_actor: str = ""
     intent_at: datetime | None = None
+    health_reason: str = ""
+    health_at: datetime | None = None
     drain_urgent: bool = False
     drain_deadline: datetime | None = None
     last_event: str = ""
@@ -158,6 +161,8 @@ def apply(view: NodeView | None, event: AnyEvent, seq: int) -> NodeView | None:
         case NodeDisabled(reason=reason):
             view = _lifecycle(view, Lifecycle.DOWN, reason or "disabled", event.at, "")
             return _intent(view, Intent.DISABLED, event, reason)
+        case NodeHealthChanged(health=health, reason=reason):
+            return replace(view, health=health, health_reason=reason, health_at=event.at)
         case NodeEnabled(reason=reason):
             view = _lifecycle(_clear_unhealthy(view), Lifecycle.READY, reason or "enabled",
                               event.at, "")

@@ -45,8 +45,9 @@ class Fleet:
         return proc
 
     def agent(self, node_id: str, *extra: str) -> subprocess.Popen[bytes]:
+        gpus = [] if "--fake-gpus" in extra else ["--fake-gpus", "2"]
         return self.spawn(node_id, "agent", "--server", self.url, "--node-id", node_id,
-                          "--state-dir", str(self.tmp / node_id), "--fake-gpus", "2",
+                          "--state-dir", str(self.tmp / node_id), *gpus,
                           "--heartbeat-interval", "0.2", *extra)
 
     def nodes(self) -> dict[str, dict[str, object]]:

@@ -18,6 +18,7 @@ from herdbook.events.codec import (
     event_tag,
     json_schema,
 )
+from herdbook.events.health import NodeHealthChanged
 from herdbook.events.node import (
     GpuInfo,
     NodeApproved,
@@ -41,7 +42,7 @@ from herdbook.events.node import (
     NodeUncordoned,
     NodeUndrained,
 )
-from herdbook.events.states import Intent, NodeClass, NodeType
+from herdbook.events.states import Health, Intent, NodeClass, NodeType
 from herdbook.events.store import subject_of
 from herdbook.events.subjects import (
     InvalidIdError,
@@ -92,6 +93,9 @@ SAMPLES: dict[type[Event], Event] = {
     NodeUndrained: NodeUndrained(node_id="gpu-017", reason="upgraded", **ENVELOPE),
     NodeDisabled: NodeDisabled(node_id="gpu-017", reason="bad PSU", **ENVELOPE),
     NodeEnabled: NodeEnabled(node_id="gpu-017", reason="PSU swapped", forced=True, **ENVELOPE),
+    NodeHealthChanged: NodeHealthChanged(node_id="gpu-017", health=Health.UNHEALTHY,
+                                         reason="XID 79", report_id="r-1", fatal=True,
+                                         **ENVELOPE),
 }
 
 EVENTS = [SAMPLES[t] for t in EVENT_TYPES]

@@ -1,0 +1,119 @@
+"""The agent's GPU check and health-event check (Navarch), through any NVML-like backend.
+
+A failed NVML call is itself an unhealthy result. Counters (ECC, NVLink, PCIe) are
+reported as deltas since the previous check, so one burst is one event.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+from herdbook.agent import gpu
+from herdbook.events.health import CheckResult, GpuEvent, HealthReport
+
+log = logging.getLogger(__name__)
+
+THERMAL_REPORT_C = 85   # temperatures from here on are health events for the policy
+
+
+class HealthMonitor:
+    def __init__(self, nvml: gpu.NvmlLike | None) -> None:
+        backend: Any = nvml
+        self.nvml = backend
+        self._counters: dict[tuple[str, int], int] = {}
+        self._event_set: Any = None
+        if backend is not None:
+            try:
+                self._event_set = backend.nvmlEventSetCreate()
+                for i in range(backend.nvmlDeviceGetCount()):
+                    backend.nvmlDeviceRegisterEvents(
+                        backend.nvmlDeviceGetHandleByIndex(i),
+                        gpu.NVML_EVENT_TYPE_XID_CRITICAL_ERROR, self._event_set)
+            except Exception as err:  # noqa: BLE001 - XID events unavailable on this driver
+                log.warning("XID events unavailable: %s", err)
+                self._event_set = None
+        self.baseline()
+
+    def baseline(self) -> None:
+        """Counters as they are now: only what happens after start is an event."""
+        self.counter_events()
+
+    def gpu_check(self) -> CheckResult:
+        if self.nvml is None:
+            return CheckResult(name="gpu", status="healthy", message="no GPU")
+        metrics: dict[str, Any] = {}
+        try:
+            for i in range(self.nvml.nvmlDeviceGetCount()):
+                handle = self.nvml.nvmlDeviceGetHandleByIndex(i)
+                memory = self.nvml.nvmlDeviceGetMemoryInfo(handle)
+                metrics[str(i)] = {
+                    "temperature_c": self.nvml.nvmlDeviceGetTemperature(
+                        handle, gpu.NVML_TEMPERATURE_GPU),
+                    "power_w": round(self.nvml.nvmlDeviceGetPowerUsage(handle) / 1000, 1),
+                    "utilization": self.nvml.nvmlDeviceGetUtilizationRates(handle).gpu,
+                    "memory_used_bytes": int(memory.used),
+                }
+        except Exception as err:  # noqa: BLE001 - NVML failing is the finding
+            return CheckResult(name="gpu", status="unhealthy",
+                               message=f"NVML call failed: {err}", metrics=metrics)
+        return CheckResult(name="gpu", status="healthy", metrics=metrics)
+
+    def counter_events(self) -> list[GpuEvent]:
+        if self.nvml is None:
+            return []
+        events = []
+        try:
+            for i in range(self.nvml.nvmlDeviceGetCount()):
+                handle = self.nvml.nvmlDeviceGetHandleByIndex(i)
+                readings = {
+                    "ecc_sbe": self.nvml.nvmlDeviceGetTotalEccErrors(
+                        handle, gpu.NVML_MEMORY_ERROR_TYPE_CORRECTED, gpu.NVML_VOLATILE_ECC),
+                    "ecc_dbe": self.nvml.nvmlDeviceGetTotalEccErrors(
+                        handle, gpu.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, gpu.NVML_VOLATILE_ECC),
+                    "pcie": self.nvml.nvmlDeviceGetPcieReplayCounter(handle),
+                    "nvlink": self.nvml.nvmlDeviceGetNvLinkErrorCounter(
+                        handle, 0, gpu.NVML_NVLINK_ERROR_DL_REPLAY),
+                }
+                for kind, value in readings.items():
+                    before = self._counters.get((kind, i))
+                    self._counters[(kind, i)] = int(value)
+                    if before is not None and value > before:
+                        events.append(GpuEvent(kind=kind, gpu=i, value=float(value - before)))
+        except Exception as err:  # noqa: BLE001 - unsupported counters are skipped
+            log.debug("counter read failed: %s", err)
+        return events
+
+    def xid_events(self) -> list[GpuEvent]:
+        if self._event_set is None:
+            return []
+        events = []
+        for _ in range(1000):
+            try:
+                event = self.nvml.nvmlEventSetWait_v2(self._event_set, 0)
+            except Exception:  # noqa: BLE001 - timeout: nothing pending
+                break
+            index = getattr(event.device, "index", -1)
+            events.append(GpuEvent(kind="xid", gpu=int(index) if isinstance(index, int) else -1,
+                                   xid=int(event.eventData)))
+        return events
+
+    def thermal_events(self, check: CheckResult) -> list[GpuEvent]:
+        return [GpuEvent(kind="thermal", gpu=int(i), value=float(m["temperature_c"]))
+                for i, m in check.metrics.items()
+                if m.get("temperature_c", 0) >= THERMAL_REPORT_C]
+
+    def report(self, node_id: str, boot_id: str, sent_at: float) -> HealthReport:
+        check = self.gpu_check()
+        events = [*self.xid_events(), *self.thermal_events(check), *self.counter_events()]
+        events_check = CheckResult(name="health_events", status="healthy",
+                                   message=f"{len(events)} events")
+        return HealthReport(report_id=uuid.uuid4().hex, node_id=node_id, boot_id=boot_id,
+                            sent_at=sent_at, checks=(check, events_check), events=tuple(events))
+
+    def totals(self) -> tuple[int, int]:
+        """(ECC SBE, ECC DBE) totals for the heartbeat."""
+        sbe = sum(v for (kind, _), v in self._counters.items() if kind == "ecc_sbe")
+        dbe = sum(v for (kind, _), v in self._counters.items() if kind == "ecc_dbe")
+        return sbe, dbe

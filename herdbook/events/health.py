@@ -1,0 +1,50 @@
+"""Health reports (HERD_HEALTH) and the health event of the node aggregate."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from herdbook.events.node import NodeEvent
+from herdbook.events.states import Health
+
+HEALTH_EVENT_KINDS = ("xid", "thermal", "ecc_sbe", "ecc_dbe", "nvlink", "pcie")
+CHECK_STATUSES = ("healthy", "degraded", "unhealthy")
+
+
+class GpuEvent(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One raw GPU health event, as NVML reported it."""
+
+    kind: str                  # xid | thermal | ecc_sbe | ecc_dbe | nvlink | pcie
+    gpu: int = -1
+    xid: int = 0
+    value: float = 0.0         # temperature °C, error count, ...
+    message: str = ""
+
+
+class CheckResult(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    name: str                  # boot | gpu | health_events
+    status: str                # healthy | degraded | unhealthy
+    message: str = ""
+    metrics: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class HealthReport(msgspec.Struct, frozen=True, kw_only=True):
+    """What the agent publishes to ``herd.health.<node_id>`` every health interval."""
+
+    report_id: str
+    node_id: str
+    boot_id: str
+    sent_at: float = 0.0       # the agent's clock: shown, never trusted
+    checks: tuple[CheckResult, ...] = ()
+    events: tuple[GpuEvent, ...] = ()
+
+
+class NodeHealthChanged(NodeEvent, frozen=True, kw_only=True, tag="node.health_changed"):
+    """The classifier's verdict changed the node's health (DESIGN §4)."""
+
+    health: Health
+    reason: str = ""
+    report_id: str = ""
+    fatal: bool = False

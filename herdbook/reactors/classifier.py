@@ -1,0 +1,120 @@
+"""The health classifier: reads HERD_HEALTH, classifies each report with the CEL policy,
+appends health changes (and DOWN on a fatal event) with optimistic concurrency.
+
+Its position in HERD_HEALTH is kept in ``<data-dir>/health.position`` so reports that
+arrive while the control plane is down are classified when it comes back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+
+from herdbook.agent.state import write_atomic
+from herdbook.events.codec import AnyEvent, DecodeError, decode_health_report
+from herdbook.events.feed import StreamFeed, stream_seq
+from herdbook.events.states import Health
+from herdbook.events.store import ConflictError, EventStore
+from herdbook.events.subjects import HEALTH_STREAM, deadletter_subject
+from herdbook.projector.node_view import NodeView
+from herdbook.projector.runner import ProjectorRunner
+from herdbook.reactors.health import decide_health
+from herdbook.reactors.health_policy import Policy
+
+log = logging.getLogger(__name__)
+
+
+class HealthClassifier:
+    def __init__(self, nc: NATS, store: EventStore, projector: ProjectorRunner, policy: Policy,
+                 threshold: int, position_file: Path) -> None:
+        self.nc = nc
+        self.store = store
+        self.projector = projector
+        self.policy = policy
+        self.threshold = threshold
+        self.position_file = position_file
+        self.unhealthy_in_a_row: dict[str, int] = {}
+        self.reports = 0
+        self.undecodable = 0
+        self._position = 0
+        self._saved = 0
+        self._feed: StreamFeed | None = None
+        self._saver: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        try:
+            self._position = self._saved = int(self.position_file.read_text().strip() or 0)
+        except (FileNotFoundError, ValueError):
+            self._position = self._saved = 0
+        self.projector.listeners.append(self._on_view_change)
+        self._feed = StreamFeed(self.nc, HEALTH_STREAM, "herd.health.*", self._position + 1,
+                                self._on_report, batch=500)
+        await self._feed.start()
+        self._saver = asyncio.create_task(self._save_loop())
+
+    async def stop(self) -> None:
+        if self._feed is not None:
+            await self._feed.stop()
+        if self._saver is not None:
+            self._saver.cancel()
+        self._save()
+
+    def _save(self) -> None:
+        if self._position != self._saved:
+            write_atomic(self.position_file, f"{self._position}\n")
+            self._saved = self._position
+
+    async def _save_loop(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            self._save()
+
+    def _on_view_change(self, node_id: str, view: NodeView | None, event: AnyEvent) -> None:
+        # An operator cleared UNHEALTHY (uncordon/enable): counting starts again.
+        if view is None or view.health is Health.UNKNOWN:
+            self.unhealthy_in_a_row.pop(node_id, None)
+
+    async def _on_report(self, msg: Msg) -> None:
+        seq = stream_seq(msg)
+        try:
+            report = decode_health_report(msg.data)
+        except DecodeError as err:
+            self.undecodable += 1
+            await self.nc.publish(deadletter_subject(HEALTH_STREAM), msg.data,
+                                  headers={"Herd-Subject": msg.subject, "Herd-Error": str(err)})
+            self._position = seq
+            return
+        self.reports += 1
+        verdict = self.policy.classify(report)
+        for _ in range(5):
+            view = self.projector.views.get(report.node_id)
+            if view is None:
+                break
+            count = self.unhealthy_in_a_row.get(report.node_id, 0)
+            events, count = decide_health(view, verdict, count, self.threshold,
+                                          report.report_id)
+            try:
+                version = view.version
+                for event in events:
+                    version = await self.store.append(event, expected_version=version)
+                    log.info("%s %s: %s", report.node_id, event.event_name,
+                             getattr(event, "reason", ""))
+                if events:
+                    await self.projector.wait_applied(version)
+            except ConflictError:
+                latest = await self.store.last_sequence("node", report.node_id)
+                await self.projector.wait_applied(latest)
+                continue
+            self.unhealthy_in_a_row[report.node_id] = count
+            break
+        self._position = seq
+
+    def status(self) -> dict[str, Any]:
+        return {"health_reports": self.reports, "health_position": self._position,
+                "at": time.time()}
