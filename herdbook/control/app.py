@@ -144,6 +144,11 @@ class ControlPlane:
             batch_interval=float(cfg.projector.batch_interval))
         await self.projector.start()
         await self._catch_up()
+        # This control plane's own node first: registered and heartbeating before the
+        # sweeper reads the stored heartbeats, so a restart does not find itself silent.
+        await self._register_requester(store)
+        self._tasks.append(asyncio.create_task(self._requester_heartbeats()))
+        await self.nc.flush()
         self.sweeper = Sweeper(self.nc, store, self.projector, cfg, clock=self.clock)
         await self.sweeper.start()
         self.approver = AutoApprover(store, self.projector, cfg.approval.auto_approve)
@@ -159,8 +164,6 @@ class ControlPlane:
         self.api = Api(self.nc, store, self.projector, self.sweeper, self.rebuild_view,
                        self.node_id)
         await self.api.start()
-        await self._register_requester(store)
-        self._tasks.append(asyncio.create_task(self._requester_heartbeats()))
         if self.demo:
             await self._start_demo(self.demo)
         return {"nats_url": self.url, "embedded": self.embedded is not None,
