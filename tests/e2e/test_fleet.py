@@ -16,7 +16,7 @@ pytestmark = pytest.mark.e2e
 
 def test_approve_reject_and_a_killed_agent_goes_degraded_then_down(fleet: Fleet) -> None:
     up = fleet.up()
-    fleet.agent("node-1", "--labels", "zone=a")
+    agent1 = fleet.agent("node-1", "--labels", "zone=a")
     agent2 = fleet.agent("node-2", "--class", "standard")
     nodes = wait_until(lambda: all(fleet.state(n) == "READY" for n in ("node-1", "node-2"))
                        and fleet.nodes(), what="both agents registered and booted")
@@ -70,9 +70,17 @@ def test_approve_reject_and_a_killed_agent_goes_degraded_then_down(fleet: Fleet)
     assert types[-2:] == ["node.boot_started", "node.boot_checked"]
     assert types.count("node.registered") == 1
 
+    # A healed partition (the same boot heartbeats again) leaves a DOWN node DOWN,
+    # shown as heartbeating.
+    agent1.send_signal(signal.SIGSTOP)
+    wait_until(lambda: fleet.state("node-1") == "DOWN", timeout=10, what="node-1 DOWN")
+    agent1.send_signal(signal.SIGCONT)
+    wait_until(lambda: fleet.nodes()["node-1"]["heartbeating"], timeout=10, what="heartbeating")
+    assert fleet.state("node-1") == "DOWN"
+
     status = json.loads(herd("status", "-o", "json", server=fleet.url, check=True).stdout)
     assert status["instance"] == "cp-1" and status["nodes"] == 3
-    assert status["liveness_detections"] >= 2 and status["projector_failed"] is None
+    assert status["liveness_detections"] >= 4 and status["projector_failed"] is None
 
     up.send_signal(signal.SIGTERM)
     assert up.wait(20) == 0
