@@ -42,8 +42,7 @@ from herdbook.reactors.heartbeats import NodeBeat, is_newer
 log = logging.getLogger(__name__)
 
 MAX_RECENT_BOOTS = 16
-# A heartbeat of a node in these states may be due an event right away.
-_WATCH_ON_HEARTBEAT = frozenset({Lifecycle.DEGRADED, Lifecycle.DOWN})
+
 
 
 async def probe_server_clock(nc: NATS) -> datetime:
@@ -184,7 +183,9 @@ class Sweeper:
                 beat.boot_id = boot_id
         view = self.projector.views.get(node_id)
         if view is not None:
-            if view.lifecycle in _WATCH_ON_HEARTBEAT or view.intent is Intent.DRAINING:
+            if (view.lifecycle is Lifecycle.DEGRADED or view.intent is Intent.DRAINING
+                    or (view.lifecycle is Lifecycle.DOWN
+                        and self.config.lifecycle.recover_down_on_heartbeat)):
                 self._push(self.clock(), node_id)
             elif node_id not in self._armed:
                 self._arm(node_id)
