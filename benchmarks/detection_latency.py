@@ -22,7 +22,7 @@ from herdbook.config import parse_config
 from herdbook.control.app import ControlPlane, ensure_streams
 from herdbook.events.codec import encode
 from herdbook.events.heartbeat import Heartbeat
-from herdbook.events.node import NodeRegistered
+from herdbook.events.node import NodeBootChecked, NodeRegistered
 from herdbook.events.store import subject_of
 
 
@@ -65,8 +65,9 @@ async def main(nodes: int, dead: int, timeout: float, interval: float) -> None:
         nc = await nats.connect(server.url)
         await ensure_streams(nc, 1, 3600.0)
         for i in range(nodes):
-            event = NodeRegistered(node_id=f"n{i}", boot_id="b")
-            await nc.publish(subject_of(event), encode(event))
+            for event in (NodeRegistered(node_id=f"n{i}", boot_id="b"),
+                          NodeBootChecked(node_id=f"n{i}", boot_id="b", passed=True)):
+                await nc.publish(subject_of(event), encode(event))
             if i % 10_000 == 0:
                 await nc.flush()
         await nc.flush()
