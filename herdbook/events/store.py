@@ -90,6 +90,18 @@ class EventStore:
                 await asyncio.sleep(0.2 * (attempt + 1))
         raise AssertionError("unreachable")
 
+    async def append_decided(self, events: list[Event], expected_version: int) -> int:
+        """Append what one decision produced, in order, each expecting the previous one:
+        a ConflictError on the first means someone else moved the aggregate first (the
+        decision is stale); later ones cannot conflict unless someone interleaves.
+        Returns the sequence of the last event (``expected_version`` if none)."""
+        version = expected_version
+        for event in events:
+            version = await self.append(event, expected_version=version)
+            log.info("%s %s by %s: %s", event.aggregate_id, event.event_name, event.actor,
+                     getattr(event, "reason", ""))
+        return version
+
     async def _landed_seq(self, filt: str, event_id: str) -> int | None:
         try:
             msg = await self.js.get_last_msg(self.stream, filt)

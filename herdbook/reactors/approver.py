@@ -42,9 +42,7 @@ class AutoApprover:
 
     async def _append(self, view: NodeView, events: list[NodeEvent]) -> None:
         try:
-            version = view.version
-            for event in events:
-                version = await self.store.append(event, expected_version=version)
+            await self.store.append_decided(list(events), view.version)
         except ConflictError:
             pass  # the next view change decides again
         except Exception:

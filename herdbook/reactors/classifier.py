@@ -100,11 +100,7 @@ class HealthClassifier:
             events, count = decide_health(view, verdict, count, self.threshold,
                                           report.report_id)
             try:
-                version = view.version
-                for event in events:
-                    version = await self.store.append(event, expected_version=version)
-                    log.info("%s %s: %s", report.node_id, event.event_name,
-                             getattr(event, "reason", ""))
+                version = await self.store.append_decided(list(events), view.version)
                 if events:
                     await self.projector.wait_applied(version)
             except ConflictError:

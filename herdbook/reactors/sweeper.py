@@ -280,13 +280,9 @@ class Sweeper:
         task.add_done_callback(self._tasks.discard)
 
     async def _append(self, node_id: str, view: NodeView, events: list[NodeEvent]) -> None:
-        version = view.version
         try:
-            for event in events:
-                version = await self.store.append(event, expected_version=version)
-                self.detections += 1
-                log.info("%s %s: %s", node_id, event.event_name,
-                         getattr(event, "reason", ""))
+            version = await self.store.append_decided(list(events), view.version)
+            self.detections += len(events)
             await self.projector.wait_applied(version, timeout=5.0)
         except ConflictError:
             log.debug("%s: another writer moved first; deciding again", node_id)

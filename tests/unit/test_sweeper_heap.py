@@ -21,7 +21,7 @@ from herdbook.events.node import (
     NodeRegistered,
 )
 from herdbook.events.states import Lifecycle, NodeClass
-from herdbook.events.store import ConflictError
+from herdbook.events.store import ConflictError, EventStore
 from herdbook.events.subjects import aggregate_filter
 from herdbook.projector.node_view import NodeView, apply
 from herdbook.reactors.sweeper import Sweeper
@@ -68,6 +68,9 @@ class FakeStore:
         else:
             self.projector.views[event.node_id] = new
         return self.seq
+
+    # the real sequencing of one decision's events, over this fake's append
+    append_decided = EventStore.append_decided
 
     async def append(self, event: NodeEvent, expected_version: int | None = None) -> int:
         current = self.last.get(event.node_id, 0)
