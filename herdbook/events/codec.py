@@ -9,6 +9,15 @@ import msgspec
 from herdbook.events.base import Event
 from herdbook.events.health import HealthReport, NodeHealthChanged
 from herdbook.events.heartbeat import Heartbeat, NodeResources
+from herdbook.events.instance import (
+    InstanceFailed,
+    InstanceProviderError,
+    InstanceProvisioned,
+    InstanceProvisioning,
+    InstanceRunning,
+    InstanceTerminated,
+    InstanceTerminating,
+)
 from herdbook.events.node import (
     NodeApproved,
     NodeBootChecked,
@@ -31,13 +40,18 @@ from herdbook.events.node import (
     NodeUndrained,
 )
 
-AnyEvent = (
+AnyNodeEvent = (
     NodeRegistered | NodeInfoUpdated | NodeApproved | NodeRejected | NodeDeleted
     | NodeDegraded | NodeRecovered | NodeDown
     | NodeDeclared | NodeBootStarted | NodeBootChecked | NodeFailed
     | NodeCordoned | NodeUncordoned | NodeDrainStarted | NodeDrained | NodeUndrained
     | NodeDisabled | NodeEnabled | NodeHealthChanged
 )
+AnyInstanceEvent = (
+    InstanceProvisioning | InstanceProvisioned | InstanceRunning | InstanceFailed
+    | InstanceTerminating | InstanceTerminated | InstanceProviderError
+)
+AnyEvent = AnyNodeEvent | AnyInstanceEvent
 
 EVENT_TYPES: tuple[type[Event], ...] = AnyEvent.__args__
 

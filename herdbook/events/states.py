@@ -94,3 +94,12 @@ def resolve_state_filter(words: list[str]) -> frozenset[str]:
             choices = ", ".join([s.lower() for s in STATE_ORDER] + [a.lower() for a in STATE_ALIASES])
             raise ValueError(f"unknown state {word!r}; choose from {choices}")
     return frozenset(wanted)
+
+
+class InstanceState(StrEnum):
+    PROVISIONING = "PROVISIONING"
+    PENDING_REGISTRATION = "PENDING_REGISTRATION"
+    RUNNING = "RUNNING"
+    TERMINATING = "TERMINATING"
+    TERMINATED = "TERMINATED"
+    FAILED = "FAILED"

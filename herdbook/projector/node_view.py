@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 import msgspec
 from msgspec.structs import replace
 
-from herdbook.events.codec import AnyEvent
+from herdbook.events.codec import AnyNodeEvent
 from herdbook.events.health import NodeHealthChanged
 from herdbook.events.machine import Trigger, next_lifecycle
 from herdbook.events.node import (
@@ -88,7 +88,7 @@ class NodeView(msgspec.Struct, frozen=True, kw_only=True):
 MAX_BOOT_FAILURES = 3
 
 
-def apply(view: NodeView | None, event: AnyEvent, seq: int) -> NodeView | None:
+def apply(view: NodeView | None, event: AnyNodeEvent, seq: int) -> NodeView | None:
     """Fold one node event. Unknown nodes ignore every event but registration and
     declaration. Events are facts: the fold records them; deciders consulted the
     state machine (``events.machine``) before appending."""
@@ -170,7 +170,7 @@ def apply(view: NodeView | None, event: AnyEvent, seq: int) -> NodeView | None:
     return view
 
 
-def _intent(view: NodeView, intent: Intent, event: AnyEvent, reason: str) -> NodeView:
+def _intent(view: NodeView, intent: Intent, event: AnyNodeEvent, reason: str) -> NodeView:
     return replace(view, intent=intent, intent_reason=reason, intent_actor=event.actor,
                    intent_at=event.at)
 
@@ -208,7 +208,7 @@ def _registered(view: NodeView | None, event: NodeRegistered, seq: int) -> NodeV
     return _lifecycle(view, target, "registered again", event.at, event.boot_id)
 
 
-def apply_all(views: dict[str, NodeView], events: list[tuple[int, AnyEvent]]) -> set[str]:
+def apply_all(views: dict[str, NodeView], events: list[tuple[int, AnyNodeEvent]]) -> set[str]:
     """Fold a batch into ``views`` in place; return the ids that changed."""
     changed: set[str] = set()
     for seq, event in events:

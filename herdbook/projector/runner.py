@@ -19,13 +19,16 @@ from nats.aio.msg import Msg
 
 from herdbook.events.codec import AnyEvent, DecodeError, decode_event
 from herdbook.events.feed import StreamFeed, stream_seq
+from herdbook.events.instance import InstanceEvent
 from herdbook.events.subjects import EVENTS_STREAM, deadletter_subject
 from herdbook.projector import schema
+from herdbook.projector.instance_view import InstanceView, apply_instance
 from herdbook.projector.node_view import NodeView, apply
 
 log = logging.getLogger(__name__)
 
 ChangeListener = Callable[[str, NodeView | None, AnyEvent], None]
+InstanceListener = Callable[[str, InstanceView | None, InstanceEvent], None]
 
 
 class ProjectorRunner:
@@ -38,12 +41,15 @@ class ProjectorRunner:
         self.batch_interval = batch_interval
         self.stream = stream
         self.views: dict[str, NodeView] = {}
+        self.instances: dict[str, InstanceView] = {}
+        self.instance_listeners: list[InstanceListener] = []
         self.folded_seq = 0          # last sequence folded into memory
         self.committed_seq = 0       # last sequence committed to SQLite
         self.deadletters = 0
         self.failed: str | None = None
         self.listeners: list[ChangeListener] = []
         self._dirty: set[str] = set()
+        self._dirty_instances: set[str] = set()
         self._pending = 0
         self._db: Any = None
         self._sub: Any = None
@@ -55,6 +61,7 @@ class ProjectorRunner:
     async def start(self) -> None:
         self._db = await schema.open_db(self.db_path)
         self.views, self.committed_seq = await schema.load(self._db, self.stream)
+        self.instances = await schema.load_instances(self._db)
         self.folded_seq = self.committed_seq
         self._flusher = asyncio.create_task(self._flush_loop(), name="projector-flush")
         self._sub = StreamFeed(self.nc, self.stream, "herd.>", self.committed_seq + 1,
@@ -101,6 +108,9 @@ class ProjectorRunner:
             await self.flush()
 
     def fold(self, seq: int, event: AnyEvent) -> None:
+        if isinstance(event, InstanceEvent):
+            self._fold_instance(seq, event)
+            return
         node_id = event.node_id
         new = apply(self.views.get(node_id), event, seq)
         if new is None:
@@ -110,6 +120,17 @@ class ProjectorRunner:
         self._dirty.add(node_id)
         for listener in self.listeners:
             listener(node_id, new, event)
+
+    def _fold_instance(self, seq: int, event: InstanceEvent) -> None:
+        instance_id = event.instance_id
+        new = apply_instance(self.instances.get(instance_id), event, seq)
+        if new is None:
+            self.instances.pop(instance_id, None)
+        else:
+            self.instances[instance_id] = new
+        self._dirty_instances.add(instance_id)
+        for listener in self.instance_listeners:
+            listener(instance_id, new, event)
 
     async def _deadletter(self, msg: Msg, seq: int, reason: str) -> None:
         self.deadletters += 1
@@ -125,8 +146,10 @@ class ProjectorRunner:
                 return
             seq = self.folded_seq
             dirty, self._dirty = self._dirty, set()
+            dirty_instances, self._dirty_instances = self._dirty_instances, set()
             self._pending = 0
-            await schema.write_batch(self._db, self.stream, self.views, dirty, seq)
+            await schema.write_batch(self._db, self.stream, self.views, dirty, seq,
+                                     self.instances, dirty_instances)
             self.committed_seq = seq
             self._release_waiters()
 

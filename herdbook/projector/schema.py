@@ -7,14 +7,20 @@ The stream sequence checkpoint is written in the same transaction as the view ro
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import aiosqlite
 import msgspec
 
+from herdbook.projector.instance_view import InstanceView
 from herdbook.projector.node_view import NodeView
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS nodes (
+    id   TEXT PRIMARY KEY,
+    data BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS instances (
     id   TEXT PRIMARY KEY,
     data BLOB NOT NULL
 );
@@ -26,6 +32,7 @@ CREATE TABLE IF NOT EXISTS checkpoints (
 
 _encoder = msgspec.json.Encoder()
 _view_decoder = msgspec.json.Decoder(NodeView)
+_instance_decoder = msgspec.json.Decoder(InstanceView)
 
 
 async def open_db(path: str) -> aiosqlite.Connection:
@@ -46,25 +53,38 @@ async def load(db: aiosqlite.Connection, stream: str) -> tuple[dict[str, NodeVie
     return views, int(row[0]) if row else 0
 
 
-async def write_batch(db: aiosqlite.Connection, stream: str, views: dict[str, NodeView],
-                      changed: Iterable[str], seq: int) -> None:
-    """Upsert the changed rows, delete the removed ones, and move the checkpoint: atomically."""
-    upserts = []
-    deletes = []
-    for node_id in changed:
-        view = views.get(node_id)
+async def load_instances(db: aiosqlite.Connection) -> dict[str, InstanceView]:
+    async with db.execute("SELECT id, data FROM instances") as cursor:
+        return {row[0]: _instance_decoder.decode(row[1]) async for row in cursor}
+
+
+def _rows(views: dict[str, Any], changed: Iterable[str]) -> tuple[list[Any], list[Any]]:
+    upserts, deletes = [], []
+    for key in changed:
+        view = views.get(key)
         if view is None:
-            deletes.append((node_id,))
+            deletes.append((key,))
         else:
-            upserts.append((node_id, _encoder.encode(view)))
+            upserts.append((key, _encoder.encode(view)))
+    return upserts, deletes
+
+
+async def write_batch(db: aiosqlite.Connection, stream: str, views: dict[str, NodeView],
+                      changed: Iterable[str], seq: int,
+                      instances: dict[str, InstanceView] | None = None,
+                      changed_instances: Iterable[str] = ()) -> None:
+    """Upsert the changed rows, delete the removed ones, and move the checkpoint: atomically."""
     await db.execute("BEGIN")
     try:
-        if upserts:
-            await db.executemany(
-                "INSERT INTO nodes (id, data) VALUES (?, ?) "
-                "ON CONFLICT(id) DO UPDATE SET data = excluded.data", upserts)
-        if deletes:
-            await db.executemany("DELETE FROM nodes WHERE id = ?", deletes)
+        for table, rows in (("nodes", _rows(views, changed)),
+                            ("instances", _rows(instances or {}, changed_instances))):
+            upserts, deletes = rows
+            if upserts:
+                await db.executemany(
+                    f"INSERT INTO {table} (id, data) VALUES (?, ?) "
+                    "ON CONFLICT(id) DO UPDATE SET data = excluded.data", upserts)
+            if deletes:
+                await db.executemany(f"DELETE FROM {table} WHERE id = ?", deletes)
         await db.execute(
             "INSERT INTO checkpoints (stream, seq) VALUES (?, ?) "
             "ON CONFLICT(stream) DO UPDATE SET seq = excluded.seq", (stream, seq))

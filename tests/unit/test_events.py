@@ -19,6 +19,16 @@ from herdbook.events.codec import (
     json_schema,
 )
 from herdbook.events.health import NodeHealthChanged
+from herdbook.events.instance import (
+    InstanceEvent,
+    InstanceFailed,
+    InstanceProviderError,
+    InstanceProvisioned,
+    InstanceProvisioning,
+    InstanceRunning,
+    InstanceTerminated,
+    InstanceTerminating,
+)
 from herdbook.events.node import (
     GpuInfo,
     NodeApproved,
@@ -53,6 +63,7 @@ from herdbook.events.subjects import (
     resources_subject,
     validate_id,
 )
+from herdbook.projector.instance_view import apply_instance
 from herdbook.projector.node_view import NodeView, apply
 
 AT = datetime(2025, 3, 1, 12, 30, 45, 123456, tzinfo=UTC)
@@ -96,6 +107,19 @@ SAMPLES: dict[type[Event], Event] = {
     NodeHealthChanged: NodeHealthChanged(node_id="gpu-017", health=Health.UNHEALTHY,
                                          reason="XID 79", report_id="r-1", fatal=True,
                                          **ENVELOPE),
+    InstanceProvisioning: InstanceProvisioning(
+        instance_id="i-1", pool="train", provider="local", node_id="train-1",
+        node_class=NodeClass.SENSITIVE, labels={"zone": "a"}, reason="below min_nodes",
+        replaces="train-0", **ENVELOPE),
+    InstanceProvisioned: InstanceProvisioned(instance_id="i-1", provider_ref="pid 42",
+                                             **ENVELOPE),
+    InstanceRunning: InstanceRunning(instance_id="i-1", node_id="train-1", **ENVELOPE),
+    InstanceFailed: InstanceFailed(instance_id="i-1", reason="no registration", **ENVELOPE),
+    InstanceTerminating: InstanceTerminating(instance_id="i-1", reason="unhealthy",
+                                             **ENVELOPE),
+    InstanceTerminated: InstanceTerminated(instance_id="i-1", reason="replaced", **ENVELOPE),
+    InstanceProviderError: InstanceProviderError(instance_id="i-1", operation="provision",
+                                                 reason="quota", **ENVELOPE),
 }
 
 EVENTS = [SAMPLES[t] for t in EVENT_TYPES]
@@ -147,9 +171,9 @@ def test_fresh_events_get_distinct_ids_and_aware_timestamps() -> None:
 
 
 @pytest.mark.parametrize("event", EVENTS, ids=EVENT_IDS)
-def test_subject_of_event_is_node_id_then_event_name(event: Event) -> None:
-    name = event_tag(type(event)).split(".", 1)[1]
-    assert subject_of(event) == f"herd.node.gpu-017.{name}"
+def test_subject_of_event_is_aggregate_id_then_event_name(event: Event) -> None:
+    aggregate, name = event_tag(type(event)).split(".", 1)
+    assert subject_of(event) == f"herd.{aggregate}.{event.aggregate_id}.{name}"
 
 
 def test_subject_of_spells_multiword_names_with_underscores() -> None:
@@ -223,7 +247,22 @@ def _registered_view(event: Event) -> NodeView | None:
     return view if given is None else msgspec.structs.replace(view, intent=given)
 
 
-@pytest.mark.parametrize("event", EVENTS, ids=EVENT_IDS)
+NODE_EVENTS = [e for e in EVENTS if not isinstance(e, InstanceEvent)]
+# (provisioning creates the view: it is the "given" of every instance test)
+INSTANCE_EVENTS = [e for e in EVENTS
+                   if isinstance(e, InstanceEvent) and not isinstance(e, InstanceProvisioning)]
+
+
+@pytest.mark.parametrize("event", INSTANCE_EVENTS, ids=lambda e: e.event_name)
+def test_instance_fold_handles_every_instance_event(event: InstanceEvent) -> None:
+    view = apply_instance(None, SAMPLES[InstanceProvisioning], 1)  # type: ignore[arg-type]
+    assert view is not None
+    after = apply_instance(view, event, 2)
+    assert after is not None and after.version == 2
+    assert after != msgspec.structs.replace(view, version=2, updated_at=after.updated_at)
+
+
+@pytest.mark.parametrize("event", NODE_EVENTS, ids=lambda e: e.event_name)
 def test_node_fold_handles_every_event_type(event: Event) -> None:
     # given a registered node at version 1 (none, for a declaration)
     view = _registered_view(event)
