@@ -12,6 +12,8 @@ from typing import Any
 import msgspec
 import msgspec.yaml
 
+from herdbook.events.subjects import ID_PATTERN
+
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 
@@ -93,6 +95,34 @@ class HealthStreamConfig(_Section, frozen=True):
     """Consecutive unhealthy reports before a node is UNHEALTHY (one fatal event is enough)."""
 
 
+class PoolHealthConfig(_Section, frozen=True):
+    auto_replace: bool = False
+    unhealthy_threshold: int = 2
+
+
+class PoolConfig(_Section, frozen=True):
+    provider: str = "local"
+    """local (real `herd agent` processes on this host) or fake (in-process agents)."""
+    min_nodes: int = 0
+    max_nodes: int = 10
+    labels: dict[str, str] = msgspec.field(default_factory=dict)
+    node_class: str = msgspec.field(default="standard", name="class")
+    cooldown: Duration = Duration(300.0)
+    """At most one auto-replacement per cooldown, so a flapping node is not replaced in a loop."""
+    health: PoolHealthConfig = PoolHealthConfig()
+    fake_gpus: int = 8
+    heartbeat_interval: Duration = Duration(10.0)
+    agent_command: list[str] | None = None
+    """local provider: run this instead of `herd agent` (e.g. to test an agent that
+    never starts); {node_id}, {instance_id}, {server}, {state_dir} are filled in."""
+
+
+class InstanceManagerConfig(_Section, frozen=True):
+    registration_timeout: Duration = Duration(600.0)
+    stale_check_interval: Duration = Duration(60.0)
+    reconcile_interval: Duration = Duration(2.0)
+
+
 class Config(_Section, frozen=True):
     nats: NatsConfig = NatsConfig()
     data_dir: str = "./.herd"
@@ -102,6 +132,8 @@ class Config(_Section, frozen=True):
     lifecycle: LifecycleConfig = LifecycleConfig()
     projector: ProjectorConfig = ProjectorConfig()
     health: HealthStreamConfig = HealthStreamConfig()
+    pools: dict[str, PoolConfig] = msgspec.field(default_factory=dict)
+    instance_manager: InstanceManagerConfig = InstanceManagerConfig()
 
 
 class ConfigError(ValueError):
@@ -130,6 +162,17 @@ def parse_config(raw: bytes | str, source: str = "config") -> Config:
         raise ConfigError(f"{source}: not valid YAML: {' '.join(str(err).split())}") from err
     if config.nats.replicas not in (1, 3, 5):
         raise ConfigError(f"{source}: nats.replicas: must be 1, 3 or 5")
+    for name, pool in config.pools.items():
+        if not ID_PATTERN.fullmatch(name):
+            raise ConfigError(f"{source}: pools.{name}: a pool name is 1-128 of A-Z a-z 0-9 _ -")
+        if pool.provider not in ("local", "fake"):
+            raise ConfigError(f"{source}: pools.{name}.provider: {pool.provider!r} is not one of "
+                              "local, fake")
+        if not 0 <= pool.min_nodes <= pool.max_nodes:
+            raise ConfigError(f"{source}: pools.{name}: need 0 <= min_nodes <= max_nodes")
+        if pool.node_class not in ("standard", "sensitive", "borrowed"):
+            raise ConfigError(f"{source}: pools.{name}.class: {pool.node_class!r} is not one of "
+                              "standard, sensitive, borrowed")
     if not 1 <= config.projector.batch_size <= 10_000:
         raise ConfigError(f"{source}: projector.batch_size: must be between 1 and 10000")
     return config

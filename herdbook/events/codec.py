@@ -36,22 +36,24 @@ from herdbook.events.node import (
     NodeRecovered,
     NodeRegistered,
     NodeRejected,
+    NodeTerminated,
     NodeUncordoned,
     NodeUndrained,
 )
+from herdbook.events.pool import PoolScaled
 
 AnyNodeEvent = (
     NodeRegistered | NodeInfoUpdated | NodeApproved | NodeRejected | NodeDeleted
     | NodeDegraded | NodeRecovered | NodeDown
     | NodeDeclared | NodeBootStarted | NodeBootChecked | NodeFailed
     | NodeCordoned | NodeUncordoned | NodeDrainStarted | NodeDrained | NodeUndrained
-    | NodeDisabled | NodeEnabled | NodeHealthChanged
+    | NodeDisabled | NodeEnabled | NodeHealthChanged | NodeTerminated
 )
 AnyInstanceEvent = (
     InstanceProvisioning | InstanceProvisioned | InstanceRunning | InstanceFailed
     | InstanceTerminating | InstanceTerminated | InstanceProviderError
 )
-AnyEvent = AnyNodeEvent | AnyInstanceEvent
+AnyEvent = AnyNodeEvent | AnyInstanceEvent | PoolScaled
 
 EVENT_TYPES: tuple[type[Event], ...] = AnyEvent.__args__
 

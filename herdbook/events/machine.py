@@ -30,6 +30,7 @@ class Trigger(StrEnum):
     DISABLE = "disable"
     ENABLE = "enable"
     PARTITION_HEALED = "partition_healed"  # same boot heartbeats again (recover_down_on_heartbeat)
+    TERMINATE = "terminate"                # its instance was terminated
 
 
 class Command(StrEnum):
@@ -65,6 +66,7 @@ LIFECYCLE: dict[tuple[Lifecycle, Trigger], Lifecycle] = {
     **{(state, Trigger.DISABLE): L.DOWN for state in (L.UNKNOWN, *_LIVE, L.DOWN, L.FAILED)},
     (L.DOWN, Trigger.ENABLE): L.READY,
     (L.DOWN, Trigger.PARTITION_HEALED): L.READY,
+    **{(state, Trigger.TERMINATE): L.TERMINATED for state in Lifecycle if state is not L.TERMINATED},
 }
 
 INTENT: dict[tuple[Intent, Command], Intent] = {

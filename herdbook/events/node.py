@@ -149,3 +149,10 @@ class NodeDisabled(NodeEvent, frozen=True, kw_only=True, tag="node.disabled"):
 class NodeEnabled(NodeEvent, frozen=True, kw_only=True, tag="node.enabled"):
     reason: str = ""
     forced: bool = False
+
+
+class NodeTerminated(NodeEvent, frozen=True, kw_only=True, tag="node.terminated"):
+    """Its instance was terminated: terminal, the record stays."""
+
+    instance_id: str = ""
+    reason: str = ""

@@ -12,7 +12,8 @@ DAY = 24 * 3600.0
 def events_stream(replicas: int = 1) -> StreamConfig:
     return StreamConfig(
         name=EVENTS_STREAM,
-        subjects=["herd.node.>", "herd.instance.>", "herd.job.>", "herd.eval.>", "herd.alloc.>"],
+        subjects=["herd.node.>", "herd.instance.>", "herd.job.>", "herd.eval.>", "herd.alloc.>",
+                  "herd.pool.>"],
         retention=RetentionPolicy.LIMITS,
         storage=StorageType.FILE,
         deny_delete=True,

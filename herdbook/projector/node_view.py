@@ -34,6 +34,7 @@ from herdbook.events.node import (
     NodeRecovered,
     NodeRegistered,
     NodeRejected,
+    NodeTerminated,
     NodeUncordoned,
     NodeUndrained,
 )
@@ -140,6 +141,9 @@ def apply(view: NodeView | None, event: AnyNodeEvent, seq: int) -> NodeView | No
                 reason = f"{failures} consecutive boot failures; last {reason}"
             return replace(_lifecycle(view, target, reason, event.at, boot_id),
                            boot_failures=failures, boot_checks=dict(checks))
+        case NodeTerminated(reason=reason):
+            return _lifecycle(view, Lifecycle.TERMINATED, reason or "instance terminated",
+                              event.at, "")
         case NodeFailed(reason=reason):
             return _lifecycle(view, Lifecycle.FAILED, reason, event.at, "")
         case NodeCordoned(reason=reason):

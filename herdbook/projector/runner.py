@@ -20,6 +20,7 @@ from nats.aio.msg import Msg
 from herdbook.events.codec import AnyEvent, DecodeError, decode_event
 from herdbook.events.feed import StreamFeed, stream_seq
 from herdbook.events.instance import InstanceEvent
+from herdbook.events.pool import PoolScaled
 from herdbook.events.subjects import EVENTS_STREAM, deadletter_subject
 from herdbook.projector import schema
 from herdbook.projector.instance_view import InstanceView, apply_instance
@@ -42,6 +43,8 @@ class ProjectorRunner:
         self.stream = stream
         self.views: dict[str, NodeView] = {}
         self.instances: dict[str, InstanceView] = {}
+        self.pool_sizes: dict[str, int] = {}
+        self._dirty_pools = False
         self.instance_listeners: list[InstanceListener] = []
         self.folded_seq = 0          # last sequence folded into memory
         self.committed_seq = 0       # last sequence committed to SQLite
@@ -62,6 +65,7 @@ class ProjectorRunner:
         self._db = await schema.open_db(self.db_path)
         self.views, self.committed_seq = await schema.load(self._db, self.stream)
         self.instances = await schema.load_instances(self._db)
+        self.pool_sizes = await schema.load_pool_sizes(self._db)
         self.folded_seq = self.committed_seq
         self._flusher = asyncio.create_task(self._flush_loop(), name="projector-flush")
         self._sub = StreamFeed(self.nc, self.stream, "herd.>", self.committed_seq + 1,
@@ -111,6 +115,10 @@ class ProjectorRunner:
         if isinstance(event, InstanceEvent):
             self._fold_instance(seq, event)
             return
+        if isinstance(event, PoolScaled):
+            self.pool_sizes[event.pool] = event.size
+            self._dirty_pools = True
+            return
         node_id = event.node_id
         new = apply(self.views.get(node_id), event, seq)
         if new is None:
@@ -148,8 +156,10 @@ class ProjectorRunner:
             dirty, self._dirty = self._dirty, set()
             dirty_instances, self._dirty_instances = self._dirty_instances, set()
             self._pending = 0
+            pools = self.pool_sizes if self._dirty_pools else None
+            self._dirty_pools = False
             await schema.write_batch(self._db, self.stream, self.views, dirty, seq,
-                                     self.instances, dirty_instances)
+                                     self.instances, dirty_instances, pools)
             self.committed_seq = seq
             self._release_waiters()
 

@@ -24,6 +24,10 @@ CREATE TABLE IF NOT EXISTS instances (
     id   TEXT PRIMARY KEY,
     data BLOB NOT NULL
 );
+CREATE TABLE IF NOT EXISTS pools (
+    id   TEXT PRIMARY KEY,
+    size INTEGER NOT NULL
+);
 CREATE TABLE IF NOT EXISTS checkpoints (
     stream TEXT PRIMARY KEY,
     seq    INTEGER NOT NULL
@@ -58,6 +62,11 @@ async def load_instances(db: aiosqlite.Connection) -> dict[str, InstanceView]:
         return {row[0]: _instance_decoder.decode(row[1]) async for row in cursor}
 
 
+async def load_pool_sizes(db: aiosqlite.Connection) -> dict[str, int]:
+    async with db.execute("SELECT id, size FROM pools") as cursor:
+        return {row[0]: int(row[1]) async for row in cursor}
+
+
 def _rows(views: dict[str, Any], changed: Iterable[str]) -> tuple[list[Any], list[Any]]:
     upserts, deletes = [], []
     for key in changed:
@@ -72,7 +81,8 @@ def _rows(views: dict[str, Any], changed: Iterable[str]) -> tuple[list[Any], lis
 async def write_batch(db: aiosqlite.Connection, stream: str, views: dict[str, NodeView],
                       changed: Iterable[str], seq: int,
                       instances: dict[str, InstanceView] | None = None,
-                      changed_instances: Iterable[str] = ()) -> None:
+                      changed_instances: Iterable[str] = (),
+                      pool_sizes: dict[str, int] | None = None) -> None:
     """Upsert the changed rows, delete the removed ones, and move the checkpoint: atomically."""
     await db.execute("BEGIN")
     try:
@@ -85,6 +95,10 @@ async def write_batch(db: aiosqlite.Connection, stream: str, views: dict[str, No
                     "ON CONFLICT(id) DO UPDATE SET data = excluded.data", upserts)
             if deletes:
                 await db.executemany(f"DELETE FROM {table} WHERE id = ?", deletes)
+        if pool_sizes is not None:
+            await db.executemany(
+                "INSERT INTO pools (id, size) VALUES (?, ?) "
+                "ON CONFLICT(id) DO UPDATE SET size = excluded.size", list(pool_sizes.items()))
         await db.execute(
             "INSERT INTO checkpoints (stream, seq) VALUES (?, ?) "
             "ON CONFLICT(stream) DO UPDATE SET seq = excluded.seq", (stream, seq))

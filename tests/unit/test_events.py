@@ -49,9 +49,11 @@ from herdbook.events.node import (
     NodeRecovered,
     NodeRegistered,
     NodeRejected,
+    NodeTerminated,
     NodeUncordoned,
     NodeUndrained,
 )
+from herdbook.events.pool import PoolScaled
 from herdbook.events.states import Health, Intent, NodeClass, NodeType
 from herdbook.events.store import subject_of
 from herdbook.events.subjects import (
@@ -107,6 +109,9 @@ SAMPLES: dict[type[Event], Event] = {
     NodeHealthChanged: NodeHealthChanged(node_id="gpu-017", health=Health.UNHEALTHY,
                                          reason="XID 79", report_id="r-1", fatal=True,
                                          **ENVELOPE),
+    NodeTerminated: NodeTerminated(node_id="gpu-017", instance_id="i-1", reason="replaced",
+                                   **ENVELOPE),
+    PoolScaled: PoolScaled(pool="train", size=5, reason="more", **ENVELOPE),
     InstanceProvisioning: InstanceProvisioning(
         instance_id="i-1", pool="train", provider="local", node_id="train-1",
         node_class=NodeClass.SENSITIVE, labels={"zone": "a"}, reason="below min_nodes",
@@ -247,7 +252,7 @@ def _registered_view(event: Event) -> NodeView | None:
     return view if given is None else msgspec.structs.replace(view, intent=given)
 
 
-NODE_EVENTS = [e for e in EVENTS if not isinstance(e, InstanceEvent)]
+NODE_EVENTS = [e for e in EVENTS if not isinstance(e, InstanceEvent | PoolScaled)]
 # (provisioning creates the view: it is the "given" of every instance test)
 INSTANCE_EVENTS = [e for e in EVENTS
                    if isinstance(e, InstanceEvent) and not isinstance(e, InstanceProvisioning)]

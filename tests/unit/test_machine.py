@@ -53,6 +53,8 @@ ALLOWED_LIFECYCLE = [
     (L.FAILED, Trigger.DISABLE, L.DOWN),
     (L.DOWN, Trigger.ENABLE, L.READY),
     (L.DOWN, Trigger.PARTITION_HEALED, L.READY),
+    *[(state, Trigger.TERMINATE, L.TERMINATED) for state in Lifecycle
+      if state is not L.TERMINATED],
 ]
 
 ALLOWED_INTENT = [
@@ -111,7 +113,9 @@ def test_the_tables_hold_exactly_the_listed_transitions() -> None:
 def test_terminal_states_have_no_way_out() -> None:
     for trigger in Trigger:
         assert next_lifecycle(L.TERMINATED, trigger) is None
-        assert next_lifecycle(L.QUARANTINED, trigger) in (None,)
+        # a quarantined node leaves only by termination (or an operator's wipe, issue 6)
+        expected = L.TERMINATED if trigger is Trigger.TERMINATE else None
+        assert next_lifecycle(L.QUARANTINED, trigger) is expected
 
 
 def test_the_readme_tables_are_the_code() -> None:
