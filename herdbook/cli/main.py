@@ -11,6 +11,7 @@ import typer
 
 from herdbook.cli import client
 from herdbook.cli.events import events_app
+from herdbook.cli.fleet import instance_app, pool_app
 from herdbook.cli.node import node_app, parse_labels
 from herdbook.cli.output import Format, console, render_object
 from herdbook.cli.view import view_app
@@ -23,6 +24,8 @@ app = typer.Typer(
 app.add_typer(node_app, name="node")
 app.add_typer(events_app, name="events")
 app.add_typer(view_app, name="view")
+app.add_typer(instance_app, name="instance")
+app.add_typer(pool_app, name="pool")
 
 
 @app.callback()

@@ -21,9 +21,12 @@ from nats.micro import add_service
 from nats.micro.request import Request
 
 import herdbook
+from herdbook.config import Config
+from herdbook.control.instances import LIVE_STATES, instance_json
 from herdbook.control.present import node_json
 from herdbook.events.codec import decode_resources
 from herdbook.events.node import NodeDeclared, NodeEvent
+from herdbook.events.pool import PoolScaled
 from herdbook.events.states import NodeClass, resolve_state_filter
 from herdbook.events.store import ConflictError, EventStore, stream_last_seq
 from herdbook.events.subjects import (
@@ -75,13 +78,28 @@ class NodeRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     labels: dict[str, str] = {}
 
 
+class PoolRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    pool: str = ""
+    size: int | None = None
+    reason: str = ""
+    actor: str = "operator"
+
+
+def _count(values: Any) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for value in values:
+        out[value] = out.get(value, 0) + 1
+    return out
+
+
 Decide = Callable[[NodeView, NodeRequest], NodeEvent]
 
 
 class Api:
     def __init__(self, nc: NATS, store: EventStore, projector: ProjectorRunner,
                  sweeper: Sweeper, rebuild: Callable[[], Awaitable[dict[str, Any]]],
-                 instance: str) -> None:
+                 instance: str, config: Config | None = None) -> None:
+        self.config = config or Config()
         self.nc = nc
         self.store = store
         self.projector = projector
@@ -115,6 +133,11 @@ class Api:
             "node.reboot": self._command(lambda v, r: intents.decide_reboot(v, r.actor, r.reason)),
             "node.add": self.node_add,
             "view.rebuild": self.view_rebuild,
+            "instance.list": self.instance_list,
+            "instance.describe": self.instance_describe,
+            "pool.list": self.pool_list,
+            "pool.status": self.pool_status,
+            "pool.scale": self.pool_scale,
             "status": self.status,
         }
         for route, handler in routes.items():
@@ -258,6 +281,65 @@ class Api:
         after = self.projector.views.get(req.id)
         return {"event": event.event_name, "event_id": event.event_id, "seq": seq,
                 "node": None if after is None else self._json(after)}
+
+    async def instance_list(self, data: bytes) -> dict[str, Any]:
+        req = msgspec.json.decode(data or b"{}", type=PoolRequest)
+        items = [instance_json(i) for _, i in sorted(self.projector.instances.items())
+                 if not req.pool or i.pool == req.pool]
+        return {"items": items, "next_token": None}
+
+    async def instance_describe(self, data: bytes) -> dict[str, Any]:
+        req = msgspec.json.decode(data, type=NodeRequest)
+        matches = [i for iid, i in self.projector.instances.items() if iid.startswith(req.id)]
+        exact = self.projector.instances.get(req.id)
+        if exact is not None:
+            matches = [exact]
+        if len(matches) != 1:
+            raise ApiError("not_found" if not matches else "refused",
+                           f"instance {req.id} not found" if not matches
+                           else f"prefix {req.id!r} matches {len(matches)} instances")
+        return instance_json(matches[0])
+
+    def _pool_json(self, name: str) -> dict[str, Any]:
+        pool = self.config.pools[name]
+        instances = [i for i in self.projector.instances.values() if i.pool == name]
+        by_state: dict[str, int] = {}
+        for inst in instances:
+            by_state[inst.state.value] = by_state.get(inst.state.value, 0) + 1
+        nodes = [self.projector.views[i.node_id] for i in instances
+                 if i.state in LIVE_STATES and i.node_id in self.projector.views]
+        desired = self.projector.pool_sizes.get(name)
+        return {"name": name, "provider": pool.provider, "min_nodes": pool.min_nodes,
+                "max_nodes": pool.max_nodes, "desired": desired,
+                "target": max(pool.min_nodes, min(pool.max_nodes,
+                                                  pool.min_nodes if desired is None else desired)),
+                "live": sum(by_state.get(s.value, 0) for s in LIVE_STATES),
+                "instances": by_state,
+                "nodes_by_state": _count(n.state for n in nodes),
+                "auto_replace": pool.health.auto_replace, "class": pool.node_class,
+                "labels": dict(pool.labels)}
+
+    async def pool_list(self, data: bytes) -> dict[str, Any]:
+        return {"items": [self._pool_json(name) for name in sorted(self.config.pools)],
+                "next_token": None}
+
+    async def pool_status(self, data: bytes) -> dict[str, Any]:
+        req = msgspec.json.decode(data, type=PoolRequest)
+        if req.pool not in self.config.pools:
+            raise ApiError("not_found", f"pool {req.pool} not found")
+        return self._pool_json(req.pool)
+
+    async def pool_scale(self, data: bytes) -> dict[str, Any]:
+        req = msgspec.json.decode(data, type=PoolRequest)
+        pool = self.config.pools.get(req.pool)
+        if pool is None:
+            raise ApiError("not_found", f"pool {req.pool} not found")
+        if req.size is None or not pool.min_nodes <= req.size <= pool.max_nodes:
+            raise Refused(f"pool {req.pool} takes {pool.min_nodes} to {pool.max_nodes} nodes")
+        seq = await self.store.append(PoolScaled(pool=req.pool, size=req.size, actor=req.actor,
+                                                 reason=req.reason))
+        await self.projector.wait_applied(seq)
+        return self._pool_json(req.pool)
 
     async def view_rebuild(self, data: bytes) -> dict[str, Any]:
         return await self.rebuild()

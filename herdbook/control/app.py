@@ -24,7 +24,9 @@ from herdbook.agent.connection import connection_callbacks, quiet_errors
 from herdbook.agent.state import SeqAllocator
 from herdbook.config import Config
 from herdbook.control.api import Api
+from herdbook.control.instances import InstanceManager
 from herdbook.control.nats_server import EmbeddedNats, NatsServerError, port_in_use
+from herdbook.control.providers import FakeProvider, LocalProvider
 from herdbook.events.codec import encode
 from herdbook.events.heartbeat import Heartbeat
 from herdbook.events.node import NodeBootChecked, NodeInfo, NodeRegistered
@@ -95,6 +97,8 @@ class ControlPlane:
         self.sweeper: Sweeper | None = None
         self.approver: AutoApprover | None = None
         self.classifier: HealthClassifier | None = None
+        self.instances: InstanceManager | None = None
+        self.fake_provider: FakeProvider | None = None
         self.api: Api | None = None
         self._lock_file: Any = None
         self._tasks: list[asyncio.Task[Any]] = []
@@ -161,8 +165,13 @@ class ControlPlane:
                                            cfg.health.unhealthy_threshold,
                                            self.data_dir / "health.position")
         await self.classifier.start()
+        self.fake_provider = FakeProvider(self.nc, self.data_dir)
+        self.instances = InstanceManager(
+            cfg, store, self.projector, self.sweeper,
+            {"local": LocalProvider(self.data_dir, self.url), "fake": self.fake_provider})
+        self.instances.start()
         self.api = Api(self.nc, store, self.projector, self.sweeper, self.rebuild_view,
-                       self.node_id)
+                       self.node_id, cfg)
         await self.api.start()
         if self.demo:
             await self._start_demo(self.demo)
@@ -262,7 +271,10 @@ class ControlPlane:
                 await task
             except (asyncio.CancelledError, Exception):  # noqa: BLE001
                 pass
-        for part in (self.api, self.classifier, self.approver, self.sweeper, self.projector):
+        if self.fake_provider is not None:
+            await self.fake_provider.stop_all()
+        for part in (self.api, self.instances, self.classifier, self.approver, self.sweeper,
+                     self.projector):
             if part is not None:
                 try:
                     await part.stop()
