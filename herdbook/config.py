@@ -123,6 +123,38 @@ class InstanceManagerConfig(_Section, frozen=True):
     reconcile_interval: Duration = Duration(2.0)
 
 
+class WebhookConfig(_Section, frozen=True):
+    cordon_url: str | None = None
+    uncordon_url: str | None = None
+    drain_url: str | None = None
+    drain_status_url: str | None = None
+    """GET ``?node_id=`` -> ``{"drained": bool, "message": str}``; DRAINED waits for it."""
+    headers: dict[str, str] = msgspec.field(default_factory=dict)
+    timeout: Duration = Duration(10.0)
+
+
+class ExecConfig(_Section, frozen=True):
+    """Command templates; {node_id} and {reason} are filled in (shell-quoted)."""
+
+    cordon: str | None = None
+    uncordon: str | None = None
+    drain: str | None = None
+    drain_status: str | None = None
+    """Exit code 0 means drained."""
+    timeout: Duration = Duration(30.0)
+
+
+class NotifierConfig(_Section, frozen=True):
+    type: str = "none"
+    """none, webhook or exec: tells the workload system (Kubernetes, Slurm) about cordon,
+    uncordon and drain."""
+    webhook: WebhookConfig = WebhookConfig()
+    exec: ExecConfig = ExecConfig()
+    retries: int = 3
+    backoff: Duration = Duration(1.0)
+    drain_status_interval: Duration = Duration(5.0)
+
+
 class Config(_Section, frozen=True):
     nats: NatsConfig = NatsConfig()
     data_dir: str = "./.herd"
@@ -134,6 +166,7 @@ class Config(_Section, frozen=True):
     health: HealthStreamConfig = HealthStreamConfig()
     pools: dict[str, PoolConfig] = msgspec.field(default_factory=dict)
     instance_manager: InstanceManagerConfig = InstanceManagerConfig()
+    notifier: NotifierConfig = NotifierConfig()
 
 
 class ConfigError(ValueError):
@@ -173,6 +206,9 @@ def parse_config(raw: bytes | str, source: str = "config") -> Config:
         if pool.node_class not in ("standard", "sensitive", "borrowed"):
             raise ConfigError(f"{source}: pools.{name}.class: {pool.node_class!r} is not one of "
                               "standard, sensitive, borrowed")
+    if config.notifier.type not in ("none", "webhook", "exec"):
+        raise ConfigError(f"{source}: notifier.type: {config.notifier.type!r} is not one of "
+                          "none, webhook, exec")
     if not 1 <= config.projector.batch_size <= 10_000:
         raise ConfigError(f"{source}: projector.batch_size: must be between 1 and 10000")
     return config

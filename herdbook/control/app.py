@@ -38,6 +38,7 @@ from herdbook.projector.runner import ProjectorRunner
 from herdbook.reactors.approver import AutoApprover
 from herdbook.reactors.classifier import HealthClassifier
 from herdbook.reactors.health_policy import Policy, PolicyError
+from herdbook.reactors.notifier import Notifier
 from herdbook.reactors.sweeper import Sweeper
 
 log = logging.getLogger(__name__)
@@ -99,6 +100,7 @@ class ControlPlane:
         self.classifier: HealthClassifier | None = None
         self.instances: InstanceManager | None = None
         self.fake_provider: FakeProvider | None = None
+        self.notifier: Notifier | None = None
         self.api: Api | None = None
         self._lock_file: Any = None
         self._tasks: list[asyncio.Task[Any]] = []
@@ -170,6 +172,8 @@ class ControlPlane:
             cfg, store, self.projector, self.sweeper,
             {"local": LocalProvider(self.data_dir, self.url), "fake": self.fake_provider})
         self.instances.start()
+        self.notifier = Notifier(cfg.notifier, store, self.projector)
+        await self.notifier.start()
         self.api = Api(self.nc, store, self.projector, self.sweeper, self.rebuild_view,
                        self.node_id, cfg)
         await self.api.start()
@@ -273,7 +277,7 @@ class ControlPlane:
                 pass
         if self.fake_provider is not None:
             await self.fake_provider.stop_all()
-        for part in (self.api, self.instances, self.classifier, self.approver, self.sweeper,
+        for part in (self.api, self.notifier, self.instances, self.classifier, self.approver, self.sweeper,
                      self.projector):
             if part is not None:
                 try:

@@ -64,6 +64,8 @@ def node_json(view: NodeView, heartbeat_age: float | None, heartbeat_timeout: fl
             "drain_urgent": view.drain_urgent,
             "drain_deadline": _iso(view.drain_deadline),
             "boot_failures": view.boot_failures,
+            "health_reason": view.health_reason,
+            "notification_error": view.notification_error,
             "boot_checks": dict(view.boot_checks),
             "last_event": view.last_event,
             "version": view.version,

@@ -33,6 +33,7 @@ from herdbook.events.node import (
     NodeEnabled,
     NodeFailed,
     NodeInfoUpdated,
+    NodeNotificationFailed,
     NodeRecovered,
     NodeRegistered,
     NodeRejected,
@@ -48,6 +49,7 @@ AnyNodeEvent = (
     | NodeDeclared | NodeBootStarted | NodeBootChecked | NodeFailed
     | NodeCordoned | NodeUncordoned | NodeDrainStarted | NodeDrained | NodeUndrained
     | NodeDisabled | NodeEnabled | NodeHealthChanged | NodeTerminated
+    | NodeNotificationFailed
 )
 AnyInstanceEvent = (
     InstanceProvisioning | InstanceProvisioned | InstanceRunning | InstanceFailed

@@ -156,3 +156,12 @@ class NodeTerminated(NodeEvent, frozen=True, kw_only=True, tag="node.terminated"
 
     instance_id: str = ""
     reason: str = ""
+
+
+class NodeNotificationFailed(NodeEvent, frozen=True, kw_only=True,
+                             tag="node.notification_failed"):
+    """Telling the workload system about ``action`` failed after every retry."""
+
+    action: str
+    reason: str
+    attempts: int = 1

@@ -31,6 +31,7 @@ from herdbook.events.node import (
     NodeFailed,
     NodeInfo,
     NodeInfoUpdated,
+    NodeNotificationFailed,
     NodeRecovered,
     NodeRegistered,
     NodeRejected,
@@ -71,6 +72,7 @@ class NodeView(msgspec.Struct, frozen=True, kw_only=True):
     intent_actor: str = ""
     intent_at: datetime | None = None
     health_reason: str = ""
+    notification_error: str = ""
     health_at: datetime | None = None
     drain_urgent: bool = False
     drain_deadline: datetime | None = None
@@ -144,6 +146,9 @@ def apply(view: NodeView | None, event: AnyNodeEvent, seq: int) -> NodeView | No
         case NodeTerminated(reason=reason):
             return _lifecycle(view, Lifecycle.TERMINATED, reason or "instance terminated",
                               event.at, "")
+        case NodeNotificationFailed(action=action, reason=reason, attempts=attempts):
+            return replace(view, notification_error=f"{action} failed after {attempts} "
+                                                    f"attempts: {reason}")
         case NodeFailed(reason=reason):
             return _lifecycle(view, Lifecycle.FAILED, reason, event.at, "")
         case NodeCordoned(reason=reason):

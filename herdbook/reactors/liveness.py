@@ -44,7 +44,8 @@ class Observation:
 
 
 def decide(view: NodeView, seen: Observation, timeouts: Timeouts,
-           recover_down_on_heartbeat: bool = False) -> list[NodeEvent]:
+           recover_down_on_heartbeat: bool = False,
+           drained_by_heartbeat: bool = True) -> list[NodeEvent]:
     """Every liveness event due for ``view`` now."""
     fresh = bool(seen.boot_id) and seen.heartbeat_age < timeouts.heartbeat_timeout
     events: list[NodeEvent] = []
@@ -57,7 +58,8 @@ def decide(view: NodeView, seen: Observation, timeouts: Timeouts,
         events.append(NodeFailed(node_id=view.id, actor=ACTOR,
                                  reason=f"boot timeout: BOOTING for {seen.booting_for:.0f}s "
                                         f"(limit {timeouts.boot_timeout:g}s)"))
-    if view.intent is Intent.DRAINING and fresh and seen.running_allocs == 0:
+    if (view.intent is Intent.DRAINING and fresh and seen.running_allocs == 0
+            and drained_by_heartbeat):
         events.append(NodeDrained(node_id=view.id, actor=ACTOR,
                                   reason="no allocation runs on the node"))
     return events

@@ -38,6 +38,7 @@ from herdbook.projector.node_view import NodeView
 from herdbook.projector.runner import ProjectorRunner
 from herdbook.reactors import liveness
 from herdbook.reactors.heartbeats import NodeBeat, is_newer
+from herdbook.reactors.notifier import has_drain_status
 
 log = logging.getLogger(__name__)
 
@@ -267,7 +268,8 @@ class Sweeper:
             running_allocs=beat.running_allocs,
             booting_for=None if booting_since is None else now - booting_since)
         events = liveness.decide(view, seen, self.timeouts(view),
-                                 self.config.lifecycle.recover_down_on_heartbeat)
+                                 self.config.lifecycle.recover_down_on_heartbeat,
+                                 drained_by_heartbeat=not has_drain_status(self.config.notifier))
         if events:
             self._inflight[node_id] = now
             self._spawn(self._append(node_id, view, events))

@@ -1,0 +1,172 @@
+"""Notifiers tell the workload system (Kubernetes, Slurm, ...) about cordon, uncordon and
+drain (Navarch): a webhook or a command, retried with backoff. A notification that fails
+every retry is an event (``node.notification_failed``), shown by ``describe``. When a
+drain-status source is configured, DRAINED waits for it to say drained.
+
+Every control-plane replica that runs a notifier sends its notifications: run one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shlex
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from herdbook.config import NotifierConfig
+from herdbook.events.codec import AnyEvent
+from herdbook.events.node import (
+    NodeCordoned,
+    NodeDrained,
+    NodeDrainStarted,
+    NodeNotificationFailed,
+    NodeUncordoned,
+)
+from herdbook.events.states import Intent
+from herdbook.events.store import ConflictError, EventStore
+from herdbook.projector.node_view import NodeView
+from herdbook.projector.runner import ProjectorRunner
+
+log = logging.getLogger(__name__)
+ACTOR = "notifier"
+
+ACTIONS: dict[type, str] = {NodeCordoned: "cordon", NodeUncordoned: "uncordon",
+                            NodeDrainStarted: "drain"}
+
+
+def action_for(event: AnyEvent) -> str | None:
+    """Which notification an event calls for, if any."""
+    return ACTIONS.get(type(event))
+
+
+def has_drain_status(config: NotifierConfig) -> bool:
+    return ((config.type == "webhook" and config.webhook.drain_status_url is not None)
+            or (config.type == "exec" and config.exec.drain_status is not None))
+
+
+class Notifier:
+    def __init__(self, config: NotifierConfig, store: EventStore,
+                 projector: ProjectorRunner) -> None:
+        self.config = config
+        self.store = store
+        self.projector = projector
+        self.sent = 0
+        self.failed = 0
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._poller: asyncio.Task[None] | None = None
+        self._client: Any = None
+
+    async def start(self) -> None:
+        if self.config.type == "none":
+            return
+        if self.config.type == "webhook":
+            import httpx
+            self._client = httpx.AsyncClient(timeout=float(self.config.webhook.timeout),
+                                             headers=dict(self.config.webhook.headers))
+        self.projector.listeners.append(self._on_change)
+        if has_drain_status(self.config):
+            self._poller = asyncio.create_task(self._poll_drain_status())
+
+    async def stop(self) -> None:
+        for task in [*self._tasks, *([self._poller] if self._poller else [])]:
+            task.cancel()
+        if self._client is not None:
+            await self._client.aclose()
+
+    def _on_change(self, node_id: str, view: NodeView | None, event: AnyEvent) -> None:
+        action = action_for(event)
+        if action is None or view is None:
+            return
+        task = asyncio.create_task(self.notify(action, node_id, getattr(event, "reason", "")))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def notify(self, action: str, node_id: str, reason: str) -> bool:
+        attempts = self.config.retries + 1
+        error = ""
+        for attempt in range(attempts):
+            try:
+                await self._send(action, node_id, reason)
+                self.sent += 1
+                log.info("notified %s of %s", action, node_id)
+                return True
+            except Exception as err:  # noqa: BLE001 - any failure is retried, then recorded
+                error = str(err) or type(err).__name__
+                log.warning("%s notification for %s failed (%d/%d): %s", action, node_id,
+                            attempt + 1, attempts, error)
+                if attempt + 1 < attempts:
+                    await asyncio.sleep(float(self.config.backoff) * 2 ** attempt)
+        self.failed += 1
+        await self.store.append(NodeNotificationFailed(
+            node_id=node_id, action=action, reason=error[:500], attempts=attempts, actor=ACTOR))
+        return False
+
+    async def _send(self, action: str, node_id: str, reason: str) -> None:
+        if self.config.type == "webhook":
+            url = getattr(self.config.webhook, f"{action}_url")
+            if url is None:
+                return
+            body = {"event": action, "node_id": node_id, "reason": reason,
+                    "timestamp": datetime.now(UTC).isoformat().replace("+00:00", "Z")}
+            response = await self._client.post(url, json=body)
+            if response.status_code >= 400:
+                raise RuntimeError(f"{url} answered {response.status_code}")
+        elif self.config.type == "exec":
+            template = getattr(self.config.exec, action)
+            if template is None:
+                return
+            await self._run(template, node_id, reason)
+
+    async def _run(self, template: str, node_id: str, reason: str) -> str:
+        command = template.format(node_id=shlex.quote(node_id), reason=shlex.quote(reason))
+        proc = await asyncio.create_subprocess_shell(
+            command, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+        try:
+            out, _ = await asyncio.wait_for(proc.communicate(),
+                                            float(self.config.exec.timeout))
+        except TimeoutError:
+            proc.kill()
+            raise RuntimeError(f"`{command}` timed out") from None
+        if proc.returncode != 0:
+            raise RuntimeError(f"`{command}` exited {proc.returncode}: "
+                               f"{out.decode(errors='replace').strip()[:200]}")
+        return out.decode(errors="replace")
+
+    async def drained(self, node_id: str) -> tuple[bool, str]:
+        """Ask the drain-status source whether the workload system drained the node."""
+        if self.config.type == "webhook":
+            response = await self._client.get(self.config.webhook.drain_status_url,
+                                               params={"node_id": node_id})
+            response.raise_for_status()
+            body = response.json()
+            return bool(body.get("drained")), str(body.get("message", ""))
+        template = self.config.exec.drain_status
+        assert template is not None
+        try:
+            out = await self._run(template, node_id, "")
+        except RuntimeError as err:
+            return False, str(err)
+        return True, out.strip()[:200]
+
+    async def _poll_drain_status(self) -> None:
+        while True:
+            await asyncio.sleep(float(self.config.drain_status_interval))
+            started = time.monotonic()
+            for view in [v for v in self.projector.views.values()
+                         if v.intent is Intent.DRAINING]:
+                try:
+                    done, message = await self.drained(view.id)
+                except Exception as err:  # noqa: BLE001 - ask again next round
+                    log.warning("drain status of %s unknown: %s", view.id, err)
+                    continue
+                if done:
+                    try:
+                        await self.store.append(NodeDrained(
+                            node_id=view.id, actor=ACTOR,
+                            reason=message or "the workload system reports it drained"),
+                            expected_version=view.version)
+                    except ConflictError:
+                        pass
+            log.debug("drain status round took %.2fs", time.monotonic() - started)
