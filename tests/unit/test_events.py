@@ -46,6 +46,7 @@ from herdbook.events.node import (
     NodeFailed,
     NodeInfo,
     NodeInfoUpdated,
+    NodeNotificationFailed,
     NodeRecovered,
     NodeRegistered,
     NodeRejected,
@@ -111,6 +112,8 @@ SAMPLES: dict[type[Event], Event] = {
                                          **ENVELOPE),
     NodeTerminated: NodeTerminated(node_id="gpu-017", instance_id="i-1", reason="replaced",
                                    **ENVELOPE),
+    NodeNotificationFailed: NodeNotificationFailed(node_id="gpu-017", action="cordon",
+                                                   reason="503", attempts=4, **ENVELOPE),
     PoolScaled: PoolScaled(pool="train", size=5, reason="more", **ENVELOPE),
     InstanceProvisioning: InstanceProvisioning(
         instance_id="i-1", pool="train", provider="local", node_id="train-1",
