@@ -165,7 +165,9 @@ class ControlPlane:
             raise StartupError(str(err)) from err
         self.classifier = HealthClassifier(self.nc, store, self.projector, policy,
                                            cfg.health.unhealthy_threshold,
-                                           self.data_dir / "health.position")
+                                           self.data_dir / "health.position",
+                                           {name: pool.health.unhealthy_threshold
+                                            for name, pool in cfg.pools.items()})
         await self.classifier.start()
         self.fake_provider = FakeProvider(self.nc, self.data_dir)
         self.instances = InstanceManager(

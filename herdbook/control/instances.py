@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from datetime import UTC, datetime
 from typing import Any
@@ -45,6 +46,11 @@ class InstanceManager:
         self.providers = providers
         self._task: asyncio.Task[None] | None = None
         self._busy: set[str] = set()      # instances with a provider call in flight
+        self._last_stale_check = 0.0
+        # After a provider error a pool waits before provisioning again (doubling, 5s..5m),
+        # so a broken provider is not called in a loop.
+        self._retry_at: dict[str, float] = {}
+        self._retry_delay: dict[str, float] = {}
 
     def start(self) -> None:
         if self.config.pools:
@@ -80,12 +86,18 @@ class InstanceManager:
     async def reconcile(self) -> None:
         now = datetime.now(UTC)
         busy = self._busy_nodes()
+        # Registration timeouts are checked every stale_check_interval (Navarch).
+        stale_check = (time.monotonic() - self._last_stale_check
+                       >= float(self.config.instance_manager.stale_check_interval))
+        if stale_check:
+            self._last_stale_check = time.monotonic()
+        timeout = (float(self.config.instance_manager.registration_timeout) if stale_check
+                   else float("inf"))
         for name, pool in self.config.pools.items():
             instances = [i for i in self.projector.instances.values()
                          if i.pool == name and i.id not in self._busy]
             plan = plan_pool(pool, self.projector.pool_sizes.get(name), instances,
-                             self.projector.views, busy, now,
-                             float(self.config.instance_manager.registration_timeout))
+                             self.projector.views, busy, now, timeout)
             for instance_id in plan.running:
                 inst = self.projector.instances[instance_id]
                 await self._append(InstanceRunning(instance_id=instance_id, actor=ACTOR,
@@ -103,6 +115,8 @@ class InstanceManager:
                         reason="drained before its instance is terminated"), view.version)
             for instance_id, reason in plan.terminate:
                 self._spawn(self._terminate(instance_id, reason))
+            if time.monotonic() < self._retry_at.get(name, 0.0):
+                continue
             for i in range(plan.provision):
                 replaces = plan.replace[i] if i < len(plan.replace) else None
                 self._spawn(self._provision(name, replaces))
@@ -135,6 +149,9 @@ class InstanceManager:
             try:
                 ref = await self.providers[pool.provider].provision(spec)
             except ProviderError as err:
+                delay = min(300.0, self._retry_delay.get(pool_name, 2.5) * 2)
+                self._retry_delay[pool_name] = delay
+                self._retry_at[pool_name] = time.monotonic() + delay
                 seq = await self.store.append(InstanceProviderError(
                     instance_id=instance_id, operation="provision", reason=str(err),
                     actor=ACTOR), expected_version=seq)
@@ -142,6 +159,7 @@ class InstanceManager:
                     instance_id=instance_id, reason=f"provisioning failed: {err}", actor=ACTOR),
                     expected_version=seq)
                 return
+            self._retry_delay.pop(pool_name, None)
             seq = await self.store.append(InstanceProvisioned(
                 instance_id=instance_id, provider_ref=ref, actor=ACTOR), expected_version=seq)
             await self.projector.wait_applied(seq)

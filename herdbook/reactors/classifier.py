@@ -32,12 +32,14 @@ log = logging.getLogger(__name__)
 
 class HealthClassifier:
     def __init__(self, nc: NATS, store: EventStore, projector: ProjectorRunner, policy: Policy,
-                 threshold: int, position_file: Path) -> None:
+                 threshold: int, position_file: Path,
+                 pool_thresholds: dict[str, int] | None = None) -> None:
         self.nc = nc
         self.store = store
         self.projector = projector
         self.policy = policy
         self.threshold = threshold
+        self.pool_thresholds = pool_thresholds or {}
         self.position_file = position_file
         self.unhealthy_in_a_row: dict[str, int] = {}
         self.reports = 0
@@ -97,8 +99,9 @@ class HealthClassifier:
             if view is None:
                 break
             count = self.unhealthy_in_a_row.get(report.node_id, 0)
-            events, count = decide_health(view, verdict, count, self.threshold,
-                                          report.report_id)
+            threshold = self.pool_thresholds.get(view.info.labels.get("pool", ""),
+                                                 self.threshold)
+            events, count = decide_health(view, verdict, count, threshold, report.report_id)
             try:
                 version = await self.store.append_decided(list(events), view.version)
                 if events:

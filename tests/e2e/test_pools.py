@@ -19,7 +19,8 @@ pytestmark = pytest.mark.e2e
 CONFIG = """
 lifecycle: {heartbeat_timeout: 2s, grace_period: {standard: 30s}}
 approval: {auto_approve: true}
-instance_manager: {registration_timeout: 3s, reconcile_interval: 300ms}
+instance_manager: {registration_timeout: 3s, reconcile_interval: 300ms,
+                   stale_check_interval: 500ms}
 pools:
   train:
     provider: local
@@ -35,6 +36,11 @@ pools:
     min_nodes: 1
     max_nodes: 1
     agent_command: ["sleep", "600"]
+  unstartable:
+    provider: local
+    min_nodes: 1
+    max_nodes: 1
+    agent_command: ["/nonexistent/herd-agent"]
 """
 
 
@@ -75,6 +81,14 @@ def test_a_pool_keeps_three_agents_and_replaces_an_unhealthy_one(pool_fleet: Fle
                                         and i["state"] == "FAILED"],
                               timeout=30, what="broken FAILED")
     assert "no registration within 3s" in str(failed["reason"])
+
+    # a provider error is an event with its reason, and the instance goes FAILED
+    [unstartable, *_] = wait_until(lambda: [i for i in instances(fleet)
+                                            if i["pool"] == "unstartable"
+                                            and i["state"] == "FAILED"], what="provider error")
+    assert "provisioning failed: cannot start /nonexistent/herd-agent" in str(
+        unstartable["reason"])
+    assert unstartable["errors"] and "provision:" in str(unstartable["errors"])
 
     # a fatal XID on one node: replaced, the old record stays TERMINATED
     victim = str(train[0])
