@@ -144,3 +144,14 @@ def test_a_file_of_only_comments_gives_the_defaults() -> None:
 def test_a_nan_duration_is_refused() -> None:
     with pytest.raises(ConfigError, match="lifecycle.heartbeat_timeout"):
         parse_config(b"lifecycle: {heartbeat_timeout: .nan}")
+
+
+def test_the_readme_config_reference_is_a_valid_config() -> None:
+    from pathlib import Path
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    section = readme[readme.index("## Configuration"):]
+    block = section[section.index("```yaml") + len("```yaml"):]
+    block = block[:block.index("```")]
+    config = parse_config(block, "README")
+    assert config.pools["training"].health.auto_replace
+    assert config.notifier.type == "webhook"
