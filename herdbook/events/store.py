@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import nats.errors
@@ -90,7 +90,7 @@ class EventStore:
                 await asyncio.sleep(0.2 * (attempt + 1))
         raise AssertionError("unreachable")
 
-    async def append_decided(self, events: list[Event], expected_version: int) -> int:
+    async def append_decided(self, events: Sequence[Event], expected_version: int) -> int:
         """Append what one decision produced, in order, each expecting the previous one:
         a ConflictError on the first means someone else moved the aggregate first (the
         decision is stale); later ones cannot conflict unless someone interleaves.

@@ -36,19 +36,30 @@ class AutoApprover:
         events = decide_auto_approve(view, self.enabled)
         if events:
             self._inflight.add(node_id)
-            task = asyncio.create_task(self._append(view, events))
+            task = asyncio.create_task(self._approve(node_id))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _append(self, view: NodeView, events: list[NodeEvent]) -> None:
+    async def _approve(self, node_id: str) -> None:
+        """Decide on the latest view; after a conflict (the agent appended its boot check
+        meanwhile, say) catch up and decide again."""
         try:
-            await self.store.append_decided(list(events), view.version)
-        except ConflictError:
-            pass  # the next view change decides again
+            for _ in range(10):
+                view = self.projector.views.get(node_id)
+                events: list[NodeEvent] = (decide_auto_approve(view, self.enabled)
+                                           if view is not None else [])
+                if not events or view is None:
+                    return
+                try:
+                    await self.store.append_decided(events, view.version)
+                    return
+                except ConflictError:
+                    latest = await self.store.last_sequence("node", node_id)
+                    await self.projector.wait_applied(latest)
         except Exception:
-            log.exception("auto-approve of %s failed", view.id)
+            log.exception("auto-approve of %s failed", node_id)
         finally:
-            self._inflight.discard(view.id)
+            self._inflight.discard(node_id)
 
     async def stop(self) -> None:
         for task in list(self._tasks):

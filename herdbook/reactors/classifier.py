@@ -103,7 +103,7 @@ class HealthClassifier:
                                                  self.threshold)
             events, count = decide_health(view, verdict, count, threshold, report.report_id)
             try:
-                version = await self.store.append_decided(list(events), view.version)
+                version = await self.store.append_decided(events, view.version)
                 if events:
                     await self.projector.wait_applied(version)
             except ConflictError:

@@ -283,7 +283,7 @@ class Sweeper:
 
     async def _append(self, node_id: str, view: NodeView, events: list[NodeEvent]) -> None:
         try:
-            version = await self.store.append_decided(list(events), view.version)
+            version = await self.store.append_decided(events, view.version)
             self.detections += len(events)
             await self.projector.wait_applied(version, timeout=5.0)
         except ConflictError:
