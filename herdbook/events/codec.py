@@ -7,6 +7,7 @@ from typing import Any
 import msgspec
 
 from herdbook.events.base import Event
+from herdbook.events.eval_events import EvalCreated, EvalLinked, EvalStatusChanged
 from herdbook.events.health import HealthReport, NodeHealthChanged
 from herdbook.events.heartbeat import Heartbeat, NodeResources
 from herdbook.events.instance import (
@@ -55,7 +56,8 @@ AnyInstanceEvent = (
     InstanceProvisioning | InstanceProvisioned | InstanceRunning | InstanceFailed
     | InstanceTerminating | InstanceTerminated | InstanceProviderError
 )
-AnyEvent = AnyNodeEvent | AnyInstanceEvent | PoolScaled
+AnyEvalEvent = EvalCreated | EvalStatusChanged | EvalLinked
+AnyEvent = AnyNodeEvent | AnyInstanceEvent | PoolScaled | AnyEvalEvent
 
 EVENT_TYPES: tuple[type[Event], ...] = AnyEvent.__args__
 

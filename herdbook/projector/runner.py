@@ -18,11 +18,13 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from herdbook.events.codec import AnyEvent, DecodeError, decode_event
+from herdbook.events.eval_events import EvalEvent
 from herdbook.events.feed import StreamFeed, stream_seq
 from herdbook.events.instance import InstanceEvent
 from herdbook.events.pool import PoolScaled
 from herdbook.events.subjects import EVENTS_STREAM, deadletter_subject
 from herdbook.projector import schema
+from herdbook.projector.eval_view import EvalView, apply_eval
 from herdbook.projector.instance_view import InstanceView, apply_instance
 from herdbook.projector.node_view import NodeView, apply
 
@@ -44,6 +46,8 @@ class ProjectorRunner:
         self.views: dict[str, NodeView] = {}
         self.instances: dict[str, InstanceView] = {}
         self.pool_sizes: dict[str, int] = {}
+        self.evals: dict[str, EvalView] = {}
+        self._dirty_evals: set[str] = set()
         self._dirty_pools = False
         self.instance_listeners: list[InstanceListener] = []
         self.folded_seq = 0          # last sequence folded into memory
@@ -66,6 +70,7 @@ class ProjectorRunner:
         self.views, self.committed_seq = await schema.load(self._db, self.stream)
         self.instances = await schema.load_instances(self._db)
         self.pool_sizes = await schema.load_pool_sizes(self._db)
+        self.evals = await schema.load_evals(self._db)
         self.folded_seq = self.committed_seq
         self._flusher = asyncio.create_task(self._flush_loop(), name="projector-flush")
         self._sub = StreamFeed(self.nc, self.stream, "herd.>", self.committed_seq + 1,
@@ -115,6 +120,12 @@ class ProjectorRunner:
         if isinstance(event, InstanceEvent):
             self._fold_instance(seq, event)
             return
+        if isinstance(event, EvalEvent):
+            new_eval = apply_eval(self.evals.get(event.eval_id), event, seq)
+            if new_eval is not None:
+                self.evals[event.eval_id] = new_eval
+            self._dirty_evals.add(event.eval_id)
+            return
         if isinstance(event, PoolScaled):
             self.pool_sizes[event.pool] = event.size
             self._dirty_pools = True
@@ -157,9 +168,11 @@ class ProjectorRunner:
             dirty_instances, self._dirty_instances = self._dirty_instances, set()
             self._pending = 0
             pools = self.pool_sizes if self._dirty_pools else None
+            dirty_evals, self._dirty_evals = self._dirty_evals, set()
             self._dirty_pools = False
             await schema.write_batch(self._db, self.stream, self.views, dirty, seq,
-                                     self.instances, dirty_instances, pools)
+                                     self.instances, dirty_instances, pools,
+                                     self.evals, dirty_evals)
             self.committed_seq = seq
             self._release_waiters()
 

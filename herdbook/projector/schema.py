@@ -12,6 +12,7 @@ from typing import Any
 import aiosqlite
 import msgspec
 
+from herdbook.projector.eval_view import EvalView
 from herdbook.projector.instance_view import InstanceView
 from herdbook.projector.node_view import NodeView
 
@@ -21,6 +22,10 @@ CREATE TABLE IF NOT EXISTS nodes (
     data BLOB NOT NULL
 );
 CREATE TABLE IF NOT EXISTS instances (
+    id   TEXT PRIMARY KEY,
+    data BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS evals (
     id   TEXT PRIMARY KEY,
     data BLOB NOT NULL
 );
@@ -37,6 +42,7 @@ CREATE TABLE IF NOT EXISTS checkpoints (
 _encoder = msgspec.json.Encoder()
 _view_decoder = msgspec.json.Decoder(NodeView)
 _instance_decoder = msgspec.json.Decoder(InstanceView)
+_eval_decoder = msgspec.json.Decoder(EvalView)
 
 
 async def open_db(path: str) -> aiosqlite.Connection:
@@ -62,6 +68,11 @@ async def load_instances(db: aiosqlite.Connection) -> dict[str, InstanceView]:
         return {row[0]: _instance_decoder.decode(row[1]) async for row in cursor}
 
 
+async def load_evals(db: aiosqlite.Connection) -> dict[str, EvalView]:
+    async with db.execute("SELECT id, data FROM evals") as cursor:
+        return {row[0]: _eval_decoder.decode(row[1]) async for row in cursor}
+
+
 async def load_pool_sizes(db: aiosqlite.Connection) -> dict[str, int]:
     async with db.execute("SELECT id, size FROM pools") as cursor:
         return {row[0]: int(row[1]) async for row in cursor}
@@ -82,12 +93,15 @@ async def write_batch(db: aiosqlite.Connection, stream: str, views: dict[str, No
                       changed: Iterable[str], seq: int,
                       instances: dict[str, InstanceView] | None = None,
                       changed_instances: Iterable[str] = (),
-                      pool_sizes: dict[str, int] | None = None) -> None:
+                      pool_sizes: dict[str, int] | None = None,
+                      evals: dict[str, EvalView] | None = None,
+                      changed_evals: Iterable[str] = ()) -> None:
     """Upsert the changed rows, delete the removed ones, and move the checkpoint: atomically."""
     await db.execute("BEGIN")
     try:
         for table, rows in (("nodes", _rows(views, changed)),
-                            ("instances", _rows(instances or {}, changed_instances))):
+                            ("instances", _rows(instances or {}, changed_instances)),
+                            ("evals", _rows(evals or {}, changed_evals))):
             upserts, deletes = rows
             if upserts:
                 await db.executemany(

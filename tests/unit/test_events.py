@@ -18,6 +18,8 @@ from herdbook.events.codec import (
     event_tag,
     json_schema,
 )
+from herdbook.events.eval_events import EvalCreated, EvalLinked, EvalStatusChanged
+from herdbook.events.evals import EvalStatus, Step, Trigger
 from herdbook.events.health import NodeHealthChanged
 from herdbook.events.instance import (
     InstanceEvent,
@@ -114,6 +116,13 @@ SAMPLES: dict[type[Event], Event] = {
                                    **ENVELOPE),
     NodeNotificationFailed: NodeNotificationFailed(node_id="gpu-017", action="cordon",
                                                    reason="503", attempts=4, **ENVELOPE),
+    EvalCreated: EvalCreated(eval_id="e-1", job_id="train", triggered_by=Trigger.NODE_UPDATE,
+                             status=EvalStatus.BLOCKED, priority=70, previous_eval="e-0",
+                             node_id="gpu-017", wait_until=AT, **ENVELOPE),
+    EvalStatusChanged: EvalStatusChanged(eval_id="e-1", step=Step.UNBLOCK,
+                                         status=EvalStatus.SCHEDULING, reason="capacity",
+                                         **ENVELOPE),
+    EvalLinked: EvalLinked(eval_id="e-1", next_eval="e-2", blocked_eval="e-3", **ENVELOPE),
     PoolScaled: PoolScaled(pool="train", size=5, reason="more", **ENVELOPE),
     InstanceProvisioning: InstanceProvisioning(
         instance_id="i-1", pool="train", provider="local", node_id="train-1",
@@ -255,7 +264,9 @@ def _registered_view(event: Event) -> NodeView | None:
     return view if given is None else msgspec.structs.replace(view, intent=given)
 
 
-NODE_EVENTS = [e for e in EVENTS if not isinstance(e, InstanceEvent | PoolScaled)]
+NODE_EVENTS = [e for e in EVENTS
+               if not isinstance(e, InstanceEvent | PoolScaled | EvalCreated
+                                 | EvalStatusChanged | EvalLinked)]
 # (provisioning creates the view: it is the "given" of every instance test)
 INSTANCE_EVENTS = [e for e in EVENTS
                    if isinstance(e, InstanceEvent) and not isinstance(e, InstanceProvisioning)]
