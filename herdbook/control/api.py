@@ -24,7 +24,10 @@ import herdbook
 from herdbook.config import Config
 from herdbook.control.instances import LIVE_STATES, instance_json
 from herdbook.control.present import node_json
+from herdbook.events.base import new_id
 from herdbook.events.codec import decode_resources
+from herdbook.events.evals import Trigger as EvalTrigger
+from herdbook.events.jobs import JobDeregistered, JobRegistered, JobSpecError, parse_job_spec
 from herdbook.events.node import NodeDeclared, NodeEvent
 from herdbook.events.pool import PoolScaled
 from herdbook.events.states import NodeClass, resolve_state_filter
@@ -37,6 +40,7 @@ from herdbook.events.subjects import (
     resources_subject,
     validate_id,
 )
+from herdbook.projector.eval_view import spawn
 from herdbook.projector.node_view import NodeView
 from herdbook.projector.runner import ProjectorRunner
 from herdbook.reactors import intents
@@ -83,6 +87,27 @@ class PoolRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     size: int | None = None
     reason: str = ""
     actor: str = "operator"
+
+
+class JobRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    spec: dict[str, Any]
+    actor: str = "operator"
+
+
+class EvalListRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    status: list[str] = []
+    job_id: str = ""
+
+
+def eval_json(view: Any) -> dict[str, Any]:
+    def iso(value: Any) -> str | None:
+        return value.isoformat().replace("+00:00", "Z") if value else None
+    return {"id": view.id, "job_id": view.job_id, "status": view.status.value,
+            "triggered_by": view.triggered_by.value, "previous_eval": view.previous_eval,
+            "next_eval": view.next_eval, "blocked_eval": view.blocked_eval,
+            "priority": view.priority, "node_id": view.node_id,
+            "wait_until": iso(view.wait_until), "status_reason": view.status_reason,
+            "created_at": iso(view.created_at), "modified_at": iso(view.modified_at)}
 
 
 def _count(values: Any) -> dict[str, int]:
@@ -138,6 +163,11 @@ class Api:
             "pool.list": self.pool_list,
             "pool.status": self.pool_status,
             "pool.scale": self.pool_scale,
+            "job.register": self.job_register,
+            "job.status": self.job_status,
+            "job.stop": self.job_stop,
+            "eval.list": self.eval_list,
+            "eval.status": self.eval_status,
             "status": self.status,
         }
         for route, handler in routes.items():
@@ -158,7 +188,8 @@ class Api:
                 body = {"ok": False, "code": err.code, "error": str(err)}
             except Refused as err:
                 body = {"ok": False, "code": "refused", "error": str(err)}
-            except (InvalidIdError, msgspec.ValidationError, msgspec.DecodeError, ValueError) as err:
+            except (InvalidIdError, msgspec.ValidationError, msgspec.DecodeError, ValueError,
+                    JobSpecError) as err:
                 body = {"ok": False, "code": "bad_request", "error": str(err)}
             except Exception as err:
                 log.exception("API request on %s failed", request.subject)
@@ -340,6 +371,97 @@ class Api:
                                                  reason=req.reason))
         await self.projector.wait_applied(seq)
         return self._pool_json(req.pool)
+
+    # jobs and evaluations ------------------------------------------------------
+    async def job_register(self, data: bytes) -> dict[str, Any]:
+        """Register (or update) a job and create its job-register evaluation."""
+        req = msgspec.json.decode(data, type=JobRequest)
+        spec = parse_job_spec(msgspec.json.encode(req.spec), "job")
+        eval_id = new_id()
+        version = await self.store.last_sequence("job", spec.id)
+        registered = JobRegistered(job_id=spec.id, spec=spec, actor=req.actor)
+        try:
+            await self.store.append(registered, expected_version=version)
+        except ConflictError as err:
+            raise Refused(f"job {spec.id} changed meanwhile; try again") from err
+        [created] = spawn(None, EvalTrigger.JOB_REGISTER, eval_id, spec.id,
+                          priority=spec.priority, actor=req.actor)
+        seq = await self.store.append(
+            msgspec.structs.replace(created, causation_id=registered.event_id),
+            expected_version=0)
+        await self.projector.wait_applied(seq)
+        return {"job": self._job_json(spec.id), "eval_id": eval_id}
+
+    def _job_json(self, job_id: str) -> dict[str, Any]:
+        job = self.projector.jobs.get(job_id)
+        if job is None:
+            raise ApiError("not_found", f"job {job_id} not found")
+        evals = sorted((e for e in self.projector.evals.values() if e.job_id == job_id),
+                       key=lambda e: e.version)
+        return {"id": job.id, "status": job.status, "version": job.job_version,
+                "count": job.spec.count, "priority": job.spec.priority,
+                "command": list(job.spec.command),
+                "resources": msgspec.to_builtins(job.spec.resources),
+                "constraints": msgspec.to_builtins(job.spec.constraints),
+                "requeue": msgspec.to_builtins(job.spec.requeue),
+                "evals": [eval_json(e) for e in evals], "stop_reason": job.stop_reason}
+
+    async def job_status(self, data: bytes) -> dict[str, Any]:
+        req = msgspec.json.decode(data, type=NodeRequest)
+        return self._job_json(req.id)
+
+    async def job_stop(self, data: bytes) -> dict[str, Any]:
+        req = msgspec.json.decode(data, type=NodeRequest)
+        job = self.projector.jobs.get(req.id)
+        if job is None:
+            raise ApiError("not_found", f"job {req.id} not found")
+        if job.status == "dead":
+            raise Refused(f"job {req.id} is already stopped")
+        try:
+            await self.store.append(JobDeregistered(job_id=req.id, reason=req.reason,
+                                                    actor=req.actor),
+                                    expected_version=job.version)
+        except ConflictError as err:
+            raise Refused(f"job {req.id} changed meanwhile; try again") from err
+        [created] = spawn(None, EvalTrigger.JOB_DEREGISTER, new_id(), req.id,
+                          priority=job.spec.priority, actor=req.actor)
+        seq = await self.store.append(created, expected_version=0)
+        await self.projector.wait_applied(seq)
+        return self._job_json(req.id)
+
+    async def eval_list(self, data: bytes) -> dict[str, Any]:
+        req = msgspec.json.decode(data or b"{}", type=EvalListRequest)
+        wanted = {s.lower() for s in req.status}
+        items = [eval_json(e) for e in sorted(self.projector.evals.values(),
+                                              key=lambda e: e.version)
+                 if (not wanted or e.status.value in wanted)
+                 and (not req.job_id or e.job_id == req.job_id)]
+        return {"items": items, "next_token": None}
+
+    async def eval_status(self, data: bytes) -> dict[str, Any]:
+        """One evaluation and its chain: PreviousEval back to the first, NextEval and
+        BlockedEval forward."""
+        req = msgspec.json.decode(data, type=NodeRequest)
+        evals = self.projector.evals
+        matches = [e for eid, e in evals.items() if eid.startswith(req.id)]
+        if req.id in evals:
+            matches = [evals[req.id]]
+        if len(matches) != 1:
+            raise ApiError("not_found" if not matches else "refused",
+                           f"eval {req.id} not found" if not matches
+                           else f"prefix {req.id!r} matches {len(matches)} evals")
+        chain: list[dict[str, Any]] = []
+        seen: set[str] = set()
+        first = matches[0]
+        while first.previous_eval in evals and first.previous_eval not in seen:
+            seen.add(first.id)
+            first = evals[first.previous_eval]
+        current: Any = first
+        while current is not None and current.id not in seen | {c["id"] for c in chain}:
+            chain.append(eval_json(current))
+            following = current.next_eval or current.blocked_eval
+            current = evals.get(following) if following else None
+        return {"eval": eval_json(matches[0]), "chain": chain}
 
     async def view_rebuild(self, data: bytes) -> dict[str, Any]:
         return await self.rebuild()

@@ -19,6 +19,7 @@ from herdbook.events.instance import (
     InstanceTerminated,
     InstanceTerminating,
 )
+from herdbook.events.jobs import JobDeregistered, JobRegistered
 from herdbook.events.node import (
     NodeApproved,
     NodeBootChecked,
@@ -57,7 +58,8 @@ AnyInstanceEvent = (
     | InstanceTerminating | InstanceTerminated | InstanceProviderError
 )
 AnyEvalEvent = EvalCreated | EvalStatusChanged | EvalLinked
-AnyEvent = AnyNodeEvent | AnyInstanceEvent | PoolScaled | AnyEvalEvent
+AnyEvent = (AnyNodeEvent | AnyInstanceEvent | PoolScaled | AnyEvalEvent | JobRegistered
+            | JobDeregistered)
 
 EVENT_TYPES: tuple[type[Event], ...] = AnyEvent.__args__
 

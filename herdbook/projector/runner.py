@@ -21,11 +21,13 @@ from herdbook.events.codec import AnyEvent, DecodeError, decode_event
 from herdbook.events.eval_events import EvalEvent
 from herdbook.events.feed import StreamFeed, stream_seq
 from herdbook.events.instance import InstanceEvent
+from herdbook.events.jobs import JobEvent
 from herdbook.events.pool import PoolScaled
 from herdbook.events.subjects import EVENTS_STREAM, deadletter_subject
 from herdbook.projector import schema
 from herdbook.projector.eval_view import EvalView, apply_eval
 from herdbook.projector.instance_view import InstanceView, apply_instance
+from herdbook.projector.job_view import JobView, apply_job
 from herdbook.projector.node_view import NodeView, apply
 
 log = logging.getLogger(__name__)
@@ -47,6 +49,8 @@ class ProjectorRunner:
         self.instances: dict[str, InstanceView] = {}
         self.pool_sizes: dict[str, int] = {}
         self.evals: dict[str, EvalView] = {}
+        self.jobs: dict[str, JobView] = {}
+        self._dirty_jobs: set[str] = set()
         self._dirty_evals: set[str] = set()
         self._dirty_pools = False
         self.instance_listeners: list[InstanceListener] = []
@@ -71,6 +75,7 @@ class ProjectorRunner:
         self.instances = await schema.load_instances(self._db)
         self.pool_sizes = await schema.load_pool_sizes(self._db)
         self.evals = await schema.load_evals(self._db)
+        self.jobs = await schema.load_jobs(self._db)
         self.folded_seq = self.committed_seq
         self._flusher = asyncio.create_task(self._flush_loop(), name="projector-flush")
         self._sub = StreamFeed(self.nc, self.stream, "herd.>", self.committed_seq + 1,
@@ -126,6 +131,12 @@ class ProjectorRunner:
                 self.evals[event.eval_id] = new_eval
             self._dirty_evals.add(event.eval_id)
             return
+        if isinstance(event, JobEvent):
+            new_job = apply_job(self.jobs.get(event.job_id), event, seq)
+            if new_job is not None:
+                self.jobs[event.job_id] = new_job
+            self._dirty_jobs.add(event.job_id)
+            return
         if isinstance(event, PoolScaled):
             self.pool_sizes[event.pool] = event.size
             self._dirty_pools = True
@@ -169,10 +180,11 @@ class ProjectorRunner:
             self._pending = 0
             pools = self.pool_sizes if self._dirty_pools else None
             dirty_evals, self._dirty_evals = self._dirty_evals, set()
+            dirty_jobs, self._dirty_jobs = self._dirty_jobs, set()
             self._dirty_pools = False
             await schema.write_batch(self._db, self.stream, self.views, dirty, seq,
                                      self.instances, dirty_instances, pools,
-                                     self.evals, dirty_evals)
+                                     self.evals, dirty_evals, self.jobs, dirty_jobs)
             self.committed_seq = seq
             self._release_waiters()
 

@@ -14,6 +14,7 @@ import msgspec
 
 from herdbook.projector.eval_view import EvalView
 from herdbook.projector.instance_view import InstanceView
+from herdbook.projector.job_view import JobView
 from herdbook.projector.node_view import NodeView
 
 SCHEMA = """
@@ -26,6 +27,10 @@ CREATE TABLE IF NOT EXISTS instances (
     data BLOB NOT NULL
 );
 CREATE TABLE IF NOT EXISTS evals (
+    id   TEXT PRIMARY KEY,
+    data BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS jobs (
     id   TEXT PRIMARY KEY,
     data BLOB NOT NULL
 );
@@ -43,6 +48,7 @@ _encoder = msgspec.json.Encoder()
 _view_decoder = msgspec.json.Decoder(NodeView)
 _instance_decoder = msgspec.json.Decoder(InstanceView)
 _eval_decoder = msgspec.json.Decoder(EvalView)
+_job_decoder = msgspec.json.Decoder(JobView)
 
 
 async def open_db(path: str) -> aiosqlite.Connection:
@@ -73,6 +79,11 @@ async def load_evals(db: aiosqlite.Connection) -> dict[str, EvalView]:
         return {row[0]: _eval_decoder.decode(row[1]) async for row in cursor}
 
 
+async def load_jobs(db: aiosqlite.Connection) -> dict[str, JobView]:
+    async with db.execute("SELECT id, data FROM jobs") as cursor:
+        return {row[0]: _job_decoder.decode(row[1]) async for row in cursor}
+
+
 async def load_pool_sizes(db: aiosqlite.Connection) -> dict[str, int]:
     async with db.execute("SELECT id, size FROM pools") as cursor:
         return {row[0]: int(row[1]) async for row in cursor}
@@ -95,13 +106,16 @@ async def write_batch(db: aiosqlite.Connection, stream: str, views: dict[str, No
                       changed_instances: Iterable[str] = (),
                       pool_sizes: dict[str, int] | None = None,
                       evals: dict[str, EvalView] | None = None,
-                      changed_evals: Iterable[str] = ()) -> None:
+                      changed_evals: Iterable[str] = (),
+                      jobs: dict[str, JobView] | None = None,
+                      changed_jobs: Iterable[str] = ()) -> None:
     """Upsert the changed rows, delete the removed ones, and move the checkpoint: atomically."""
     await db.execute("BEGIN")
     try:
         for table, rows in (("nodes", _rows(views, changed)),
                             ("instances", _rows(instances or {}, changed_instances)),
-                            ("evals", _rows(evals or {}, changed_evals))):
+                            ("evals", _rows(evals or {}, changed_evals)),
+                            ("jobs", _rows(jobs or {}, changed_jobs))):
             upserts, deletes = rows
             if upserts:
                 await db.executemany(

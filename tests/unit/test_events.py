@@ -31,6 +31,7 @@ from herdbook.events.instance import (
     InstanceTerminated,
     InstanceTerminating,
 )
+from herdbook.events.jobs import JobDeregistered, JobRegistered, JobSpec
 from herdbook.events.node import (
     GpuInfo,
     NodeApproved,
@@ -123,6 +124,9 @@ SAMPLES: dict[type[Event], Event] = {
                                          status=EvalStatus.SCHEDULING, reason="capacity",
                                          **ENVELOPE),
     EvalLinked: EvalLinked(eval_id="e-1", next_eval="e-2", blocked_eval="e-3", **ENVELOPE),
+    JobRegistered: JobRegistered(job_id="train", spec=JobSpec(id="train", command=["true"],
+                                                              count=3), version=2, **ENVELOPE),
+    JobDeregistered: JobDeregistered(job_id="train", reason="done", **ENVELOPE),
     PoolScaled: PoolScaled(pool="train", size=5, reason="more", **ENVELOPE),
     InstanceProvisioning: InstanceProvisioning(
         instance_id="i-1", pool="train", provider="local", node_id="train-1",
@@ -266,7 +270,8 @@ def _registered_view(event: Event) -> NodeView | None:
 
 NODE_EVENTS = [e for e in EVENTS
                if not isinstance(e, InstanceEvent | PoolScaled | EvalCreated
-                                 | EvalStatusChanged | EvalLinked)]
+                                 | EvalStatusChanged | EvalLinked | JobRegistered
+                                 | JobDeregistered)]
 # (provisioning creates the view: it is the "given" of every instance test)
 INSTANCE_EVENTS = [e for e in EVENTS
                    if isinstance(e, InstanceEvent) and not isinstance(e, InstanceProvisioning)]

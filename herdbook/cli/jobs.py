@@ -1,0 +1,93 @@
+"""`herd job ...` and `herd eval ...`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from herdbook.cli import client
+from herdbook.cli.output import Format, console, render_object, render_rows
+
+job_app = typer.Typer(help="Jobs: what to run, how many, where.", no_args_is_help=True)
+eval_app = typer.Typer(help="Evaluations (Nomad's model): why and when scheduling happens.",
+                       no_args_is_help=True)
+
+Output = Annotated[Format, typer.Option("--output", "-o", help="table, json, yaml or csv.")]
+EVAL_COLUMNS = [("ID", "id"), ("JOB", "job_id"), ("STATUS", "status"),
+                ("TRIGGERED BY", "triggered_by"), ("PREVIOUS", "previous_eval"),
+                ("NEXT", "next_eval"), ("BLOCKED", "blocked_eval")]
+EVAL_STATUSES = ("pending", "blocked", "complete", "failed", "canceled", "scheduling",
+                 "applying", "delayed", "deleted")
+
+
+@job_app.command("run")
+def run(ctx: typer.Context, file: Annotated[Path, typer.Argument(help="A YAML job spec.")],
+        output: Output = Format.table) -> None:
+    """Register a job (id, count, priority, resources, constraints, command, requeue) and
+    create its job-register evaluation."""
+    import msgspec
+
+    from herdbook.events.jobs import JobSpecError, parse_job_spec
+    try:
+        spec = parse_job_spec(file.read_bytes(), str(file))
+    except OSError as err:
+        raise client.fail(f"{file}: {err.strerror}", client.EXIT_USAGE) from None
+    except JobSpecError as err:
+        raise client.fail(str(err), client.EXIT_USAGE) from None
+    result = client.call(str(ctx.obj["server"]), "job.register",
+                         {"spec": msgspec.to_builtins(spec), "actor": client.actor()})
+    if output is Format.table:
+        console.print(f"Ok: job {spec.id} registered, evaluation {result['eval_id']}",
+                      markup=False)
+    else:
+        render_object(result, output)
+
+
+@job_app.command("status")
+def status(ctx: typer.Context, job_id: Annotated[str, typer.Argument(help="Job id.")],
+           output: Output = Format.table) -> None:
+    """A job, its spec and its evaluations."""
+    client.check_id(job_id, "job id")
+    render_object(client.call(str(ctx.obj["server"]), "job.status", {"id": job_id}), output)
+
+
+@job_app.command("stop")
+def stop(ctx: typer.Context, job_id: Annotated[str, typer.Argument(help="Job id.")],
+         message: Annotated[str, typer.Option("--message", "-m")] = "") -> None:
+    """Deregister a job (a job-deregister evaluation stops its allocations)."""
+    client.check_id(job_id, "job id")
+    client.call(str(ctx.obj["server"]), "job.stop",
+                {"id": job_id, "reason": message, "actor": client.actor()})
+    console.print("Ok")
+
+
+@eval_app.command("list")
+def eval_list(ctx: typer.Context, output: Output = Format.table,
+              status_: Annotated[list[str] | None, typer.Option(
+                  "--status", help="pending, blocked, complete, failed, canceled or a "
+                  "quasi-status: scheduling, applying, delayed.")] = None,
+              job: Annotated[str, typer.Option("--job", help="Only this job.")] = "") -> None:
+    """Evaluations, oldest first."""
+    wanted = [s.lower() for item in status_ or [] for s in item.split(",") if s]
+    bad = [s for s in wanted if s not in EVAL_STATUSES]
+    if bad:
+        raise client.fail(f"unknown eval status {bad[0]!r}; choose from "
+                          + ", ".join(EVAL_STATUSES), client.EXIT_USAGE)
+    result = client.call(str(ctx.obj["server"]), "eval.list", {"status": wanted, "job_id": job})
+    render_rows(result["items"], EVAL_COLUMNS, output)
+
+
+@eval_app.command("status")
+def eval_status(ctx: typer.Context, eval_id: Annotated[str, typer.Argument(
+        help="Eval id or a unique prefix.")], output: Output = Format.table) -> None:
+    """One evaluation and its chain (PreviousEval / NextEval / BlockedEval)."""
+    client.check_id(eval_id, "eval id")
+    result = client.call(str(ctx.obj["server"]), "eval.status", {"id": eval_id})
+    if output is not Format.table:
+        render_object(result, output)
+        return
+    render_object(result["eval"], output)
+    console.print("\nchain:", markup=False)
+    render_rows(result["chain"], EVAL_COLUMNS, output)

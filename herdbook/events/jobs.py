@@ -1,0 +1,97 @@
+"""Jobs (aggregate ``job``): the YAML job spec and the job events."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import msgspec
+
+from herdbook.events.base import Event
+
+
+class Resources(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    cpu: float = 1.0
+    memory_mb: int = 256
+    gpus: int = 0
+
+
+class Constraints(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    labels: dict[str, str] = msgspec.field(default_factory=dict)
+    node_class: str | None = msgspec.field(default=None, name="class")
+
+
+class Requeue(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    policy: str = "on_node_failure"
+    """never | on_node_failure | always"""
+    max_requeue: int = 3
+
+
+class JobSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    id: str
+    command: list[str]
+    """Run by the exec driver, e.g. ["python", "train.py"]."""
+    count: int = 1
+    priority: int = 50
+    resources: Resources = Resources()
+    constraints: Constraints = Constraints()
+    requeue: Requeue = Requeue()
+
+
+REQUEUE_POLICIES = ("never", "on_node_failure", "always")
+
+
+class JobSpecError(ValueError):
+    pass
+
+
+def parse_job_spec(text: bytes | str, source: str = "job") -> JobSpec:
+    """Decode and check a job spec; a bad one is refused with the key path and reason."""
+    import msgspec.yaml
+
+    from herdbook.events.subjects import ID_PATTERN
+    try:
+        spec = msgspec.yaml.decode(text, type=JobSpec)
+    except msgspec.ValidationError as err:
+        reason, _, where = str(err).rpartition(" - at `")
+        path = where.rstrip("`").removeprefix("$").lstrip(".")
+        raise JobSpecError(f"{source}: {path}: {reason}" if reason else f"{source}: {err}") from err
+    except msgspec.DecodeError as err:
+        raise JobSpecError(f"{source}: not valid YAML: {' '.join(str(err).split())}") from err
+    problems = []
+    if not ID_PATTERN.fullmatch(spec.id):
+        problems.append("id: use 1-128 characters from A-Z a-z 0-9 _ -")
+    if not spec.command:
+        problems.append("command: must not be empty")
+    if not 1 <= spec.count <= 100_000:
+        problems.append("count: must be between 1 and 100000")
+    if not 1 <= spec.priority <= 100:
+        problems.append("priority: must be between 1 and 100")
+    if spec.requeue.policy not in REQUEUE_POLICIES:
+        problems.append(f"requeue.policy: {spec.requeue.policy!r} is not one of "
+                        + ", ".join(REQUEUE_POLICIES))
+    if spec.resources.gpus < 0 or spec.resources.cpu <= 0 or spec.resources.memory_mb < 0:
+        problems.append("resources: cpu must be > 0, memory_mb and gpus >= 0")
+    if spec.constraints.node_class not in (None, "standard", "sensitive", "borrowed"):
+        problems.append("constraints.class: not one of standard, sensitive, borrowed")
+    if problems:
+        raise JobSpecError(f"{source}: {problems[0]}")
+    return spec
+
+
+class JobEvent(Event, frozen=True, kw_only=True):
+    aggregate: ClassVar[str] = "job"
+
+    job_id: str
+
+    @property
+    def aggregate_id(self) -> str:
+        return self.job_id
+
+
+class JobRegistered(JobEvent, frozen=True, kw_only=True, tag="job.registered"):
+    spec: JobSpec
+    version: int = 1
+
+
+class JobDeregistered(JobEvent, frozen=True, kw_only=True, tag="job.deregistered"):
+    reason: str = ""
