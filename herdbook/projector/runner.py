@@ -72,10 +72,11 @@ class ProjectorRunner:
     async def start(self) -> None:
         self._db = await schema.open_db(self.db_path)
         self.views, self.committed_seq = await schema.load(self._db, self.stream)
-        self.instances = await schema.load_instances(self._db)
+        self.instances = await schema.load_table(self._db, "instances",
+                                                 schema.DECODERS["instances"])
+        self.evals = await schema.load_table(self._db, "evals", schema.DECODERS["evals"])
+        self.jobs = await schema.load_table(self._db, "jobs", schema.DECODERS["jobs"])
         self.pool_sizes = await schema.load_pool_sizes(self._db)
-        self.evals = await schema.load_evals(self._db)
-        self.jobs = await schema.load_jobs(self._db)
         self.folded_seq = self.committed_seq
         self._flusher = asyncio.create_task(self._flush_loop(), name="projector-flush")
         self._sub = StreamFeed(self.nc, self.stream, "herd.>", self.committed_seq + 1,
@@ -126,16 +127,12 @@ class ProjectorRunner:
             self._fold_instance(seq, event)
             return
         if isinstance(event, EvalEvent):
-            new_eval = apply_eval(self.evals.get(event.eval_id), event, seq)
-            if new_eval is not None:
-                self.evals[event.eval_id] = new_eval
-            self._dirty_evals.add(event.eval_id)
+            self._fold_other(self.evals, self._dirty_evals, event.eval_id,
+                             apply_eval(self.evals.get(event.eval_id), event, seq))
             return
         if isinstance(event, JobEvent):
-            new_job = apply_job(self.jobs.get(event.job_id), event, seq)
-            if new_job is not None:
-                self.jobs[event.job_id] = new_job
-            self._dirty_jobs.add(event.job_id)
+            self._fold_other(self.jobs, self._dirty_jobs, event.job_id,
+                             apply_job(self.jobs.get(event.job_id), event, seq))
             return
         if isinstance(event, PoolScaled):
             self.pool_sizes[event.pool] = event.size
@@ -151,14 +148,18 @@ class ProjectorRunner:
         for listener in self.listeners:
             listener(node_id, new, event)
 
+    @staticmethod
+    def _fold_other(views: dict[str, Any], dirty: set[str], key: str, new: Any) -> None:
+        if new is None:
+            views.pop(key, None)
+        else:
+            views[key] = new
+        dirty.add(key)
+
     def _fold_instance(self, seq: int, event: InstanceEvent) -> None:
         instance_id = event.instance_id
         new = apply_instance(self.instances.get(instance_id), event, seq)
-        if new is None:
-            self.instances.pop(instance_id, None)
-        else:
-            self.instances[instance_id] = new
-        self._dirty_instances.add(instance_id)
+        self._fold_other(self.instances, self._dirty_instances, instance_id, new)
         for listener in self.instance_listeners:
             listener(instance_id, new, event)
 
@@ -182,9 +183,11 @@ class ProjectorRunner:
             dirty_evals, self._dirty_evals = self._dirty_evals, set()
             dirty_jobs, self._dirty_jobs = self._dirty_jobs, set()
             self._dirty_pools = False
-            await schema.write_batch(self._db, self.stream, self.views, dirty, seq,
-                                     self.instances, dirty_instances, pools,
-                                     self.evals, dirty_evals, self.jobs, dirty_jobs)
+            await schema.write_batch(
+                self._db, self.stream, self.views, dirty, seq,
+                [("instances", self.instances, dirty_instances),
+                 ("evals", self.evals, dirty_evals), ("jobs", self.jobs, dirty_jobs)],
+                pools)
             self.committed_seq = seq
             self._release_waiters()
 

@@ -6,7 +6,7 @@ The stream sequence checkpoint is written in the same transaction as the view ro
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import aiosqlite
@@ -46,9 +46,13 @@ CREATE TABLE IF NOT EXISTS checkpoints (
 
 _encoder = msgspec.json.Encoder()
 _view_decoder = msgspec.json.Decoder(NodeView)
-_instance_decoder = msgspec.json.Decoder(InstanceView)
-_eval_decoder = msgspec.json.Decoder(EvalView)
-_job_decoder = msgspec.json.Decoder(JobView)
+DECODERS: dict[str, msgspec.json.Decoder[Any]] = {
+    "instances": msgspec.json.Decoder(InstanceView),
+    "evals": msgspec.json.Decoder(EvalView),
+    "jobs": msgspec.json.Decoder(JobView),
+}
+TableRows = tuple[str, Mapping[str, Any], Iterable[str]]
+"""(table, its views by id, the ids that changed)"""
 
 
 async def open_db(path: str) -> aiosqlite.Connection:
@@ -69,19 +73,11 @@ async def load(db: aiosqlite.Connection, stream: str) -> tuple[dict[str, NodeVie
     return views, int(row[0]) if row else 0
 
 
-async def load_instances(db: aiosqlite.Connection) -> dict[str, InstanceView]:
-    async with db.execute("SELECT id, data FROM instances") as cursor:
-        return {row[0]: _instance_decoder.decode(row[1]) async for row in cursor}
-
-
-async def load_evals(db: aiosqlite.Connection) -> dict[str, EvalView]:
-    async with db.execute("SELECT id, data FROM evals") as cursor:
-        return {row[0]: _eval_decoder.decode(row[1]) async for row in cursor}
-
-
-async def load_jobs(db: aiosqlite.Connection) -> dict[str, JobView]:
-    async with db.execute("SELECT id, data FROM jobs") as cursor:
-        return {row[0]: _job_decoder.decode(row[1]) async for row in cursor}
+async def load_table(db: aiosqlite.Connection, table: str,
+                     decoder: msgspec.json.Decoder[Any]) -> dict[str, Any]:
+    """Every row of one of the view tables (instances, evals, jobs), decoded."""
+    async with db.execute(f"SELECT id, data FROM {table}") as cursor:
+        return {row[0]: decoder.decode(row[1]) async for row in cursor}
 
 
 async def load_pool_sizes(db: aiosqlite.Connection) -> dict[str, int]:
@@ -89,7 +85,7 @@ async def load_pool_sizes(db: aiosqlite.Connection) -> dict[str, int]:
         return {row[0]: int(row[1]) async for row in cursor}
 
 
-def _rows(views: dict[str, Any], changed: Iterable[str]) -> tuple[list[Any], list[Any]]:
+def _rows(views: Mapping[str, Any], changed: Iterable[str]) -> tuple[list[Any], list[Any]]:
     upserts, deletes = [], []
     for key in changed:
         view = views.get(key)
@@ -102,21 +98,13 @@ def _rows(views: dict[str, Any], changed: Iterable[str]) -> tuple[list[Any], lis
 
 async def write_batch(db: aiosqlite.Connection, stream: str, views: dict[str, NodeView],
                       changed: Iterable[str], seq: int,
-                      instances: dict[str, InstanceView] | None = None,
-                      changed_instances: Iterable[str] = (),
-                      pool_sizes: dict[str, int] | None = None,
-                      evals: dict[str, EvalView] | None = None,
-                      changed_evals: Iterable[str] = (),
-                      jobs: dict[str, JobView] | None = None,
-                      changed_jobs: Iterable[str] = ()) -> None:
+                      others: Sequence[TableRows] = (),
+                      pool_sizes: dict[str, int] | None = None) -> None:
     """Upsert the changed rows, delete the removed ones, and move the checkpoint: atomically."""
     await db.execute("BEGIN")
     try:
-        for table, rows in (("nodes", _rows(views, changed)),
-                            ("instances", _rows(instances or {}, changed_instances)),
-                            ("evals", _rows(evals or {}, changed_evals)),
-                            ("jobs", _rows(jobs or {}, changed_jobs))):
-            upserts, deletes = rows
+        for table, table_views, table_changed in (("nodes", views, changed), *others):
+            upserts, deletes = _rows(table_views, table_changed)
             if upserts:
                 await db.executemany(
                     f"INSERT INTO {table} (id, data) VALUES (?, ?) "
