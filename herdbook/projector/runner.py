@@ -70,6 +70,14 @@ class ProjectorRunner:
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
 
     async def start(self) -> None:
+        await self.load()
+        self._flusher = asyncio.create_task(self._flush_loop(), name="projector-flush")
+        self._sub = StreamFeed(self.nc, self.stream, "herd.>", self.committed_seq + 1,
+                               self._on_msg, batch=self.batch_size)
+        await self._sub.start()
+
+    async def load(self) -> None:
+        """Open the view database and load every table and the checkpoint."""
         self._db = await schema.open_db(self.db_path)
         self.views, self.committed_seq = await schema.load(self._db, self.stream)
         self.instances = await schema.load_table(self._db, "instances",
@@ -78,10 +86,6 @@ class ProjectorRunner:
         self.jobs = await schema.load_table(self._db, "jobs", schema.DECODERS["jobs"])
         self.pool_sizes = await schema.load_pool_sizes(self._db)
         self.folded_seq = self.committed_seq
-        self._flusher = asyncio.create_task(self._flush_loop(), name="projector-flush")
-        self._sub = StreamFeed(self.nc, self.stream, "herd.>", self.committed_seq + 1,
-                               self._on_msg, batch=self.batch_size)
-        await self._sub.start()
 
     async def stop(self) -> None:
         if self._sub is not None:
