@@ -7,14 +7,13 @@ from typing import Annotated
 import typer
 
 from herdbook.cli import client
-from herdbook.cli.output import Format, console, render_object, render_rows
+from herdbook.cli.output import Format, Output, console, render_object, render_rows
 
 instance_app = typer.Typer(help="Instances: what a provider created (and you pay for).",
                            no_args_is_help=True)
 pool_app = typer.Typer(help="Pools of instances kept within min_nodes..max_nodes.",
                        no_args_is_help=True)
 
-Output = Annotated[Format, typer.Option("--output", "-o", help="table, json, yaml or csv.")]
 
 INSTANCE_COLUMNS = [("ID", "id"), ("POOL", "pool"), ("PROVIDER", "provider"),
                     ("STATE", "state"), ("NODE", "node_id"), ("REASON", "reason")]

@@ -8,13 +8,12 @@ from typing import Annotated
 import typer
 
 from herdbook.cli import client
-from herdbook.cli.output import Format, console, render_object, render_rows
+from herdbook.cli.output import Format, Output, console, render_object, render_rows
 
 job_app = typer.Typer(help="Jobs: what to run, how many, where.", no_args_is_help=True)
 eval_app = typer.Typer(help="Evaluations (Nomad's model): why and when scheduling happens.",
                        no_args_is_help=True)
 
-Output = Annotated[Format, typer.Option("--output", "-o", help="table, json, yaml or csv.")]
 EVAL_COLUMNS = [("ID", "id"), ("JOB", "job_id"), ("STATUS", "status"),
                 ("TRIGGERED BY", "triggered_by"), ("PREVIOUS", "previous_eval"),
                 ("NEXT", "next_eval"), ("BLOCKED", "blocked_eval")]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 from typing import Annotated
 
@@ -249,5 +248,4 @@ def version() -> None:
 
 
 def main() -> None:
-    os.environ.setdefault("TERM", "dumb") if not os.isatty(1) else None
     app()

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 import typer
 
 from herdbook.cli import client
-from herdbook.cli.output import Format, console, render_object, render_rows
+from herdbook.cli.output import Format, Output, console, render_object, render_rows
 
 node_app = typer.Typer(help="See nodes and decide their membership (Bacalhau style).",
                        no_args_is_help=True)
@@ -17,7 +17,6 @@ WIDE_COLUMNS = [("HEALTH", "health"), ("CLASS", "class"), ("LABELS", "labels"),
                 ("LAST HEARTBEAT", "heartbeat_ago"), ("GPUS", "gpus")]
 ORDER_KEYS = ("id", "type", "approval", "state", "health", "class", "last_heartbeat", "gpus")
 
-Output = Annotated[Format, typer.Option("--output", "-o", help="table, json, yaml or csv.")]
 Reason = Annotated[str, typer.Option("--message", "-m", help="Why: stored on the event.")]
 NodeId = Annotated[str, typer.Argument(help="The node's id.")]
 

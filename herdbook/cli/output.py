@@ -6,9 +6,10 @@ import csv
 import json
 import sys
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
+import typer
 from rich.console import Console
 
 # Piped output is for scripts: never truncate a column to a terminal width.
@@ -21,6 +22,9 @@ class Format(StrEnum):
     json = "json"
     yaml = "yaml"
     csv = "csv"
+
+
+Output = Annotated[Format, typer.Option("--output", "-o", help="table, json, yaml or csv.")]
 
 
 def _cell(value: Any) -> str:

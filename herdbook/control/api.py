@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import msgspec
@@ -22,8 +23,7 @@ from nats.micro.request import Request
 
 import herdbook
 from herdbook.config import Config
-from herdbook.control.instances import LIVE_STATES, instance_json
-from herdbook.control.present import node_json
+from herdbook.control.present import eval_json, instance_json, node_json
 from herdbook.events.base import new_id
 from herdbook.events.codec import decode_resources
 from herdbook.events.evals import Trigger as EvalTrigger
@@ -45,6 +45,7 @@ from herdbook.projector.node_view import NodeView
 from herdbook.projector.runner import ProjectorRunner
 from herdbook.reactors import intents
 from herdbook.reactors.membership import Refused, decide_approve, decide_delete, decide_reject
+from herdbook.reactors.pools import LIVE
 from herdbook.reactors.sweeper import Sweeper
 
 log = logging.getLogger(__name__)
@@ -99,22 +100,20 @@ class EvalListRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     job_id: str = ""
 
 
-def eval_json(view: Any) -> dict[str, Any]:
-    def iso(value: Any) -> str | None:
-        return value.isoformat().replace("+00:00", "Z") if value else None
-    return {"id": view.id, "job_id": view.job_id, "status": view.status.value,
-            "triggered_by": view.triggered_by.value, "previous_eval": view.previous_eval,
-            "next_eval": view.next_eval, "blocked_eval": view.blocked_eval,
-            "priority": view.priority, "node_id": view.node_id,
-            "wait_until": iso(view.wait_until), "status_reason": view.status_reason,
-            "created_at": iso(view.created_at), "modified_at": iso(view.modified_at)}
+def resolve(views: Mapping[str, Any], ident: str, what: str) -> Any:
+    """A view by id or by a unique prefix of one; otherwise not_found or refused."""
+    if ident in views:
+        return views[ident]
+    validate_id(ident, f"{what} id")
+    matches = sorted(key for key in views if key.startswith(ident))
+    if len(matches) == 1:
+        return views[matches[0]]
+    if not matches:
+        raise ApiError("not_found", f"{what} {ident} not found")
+    shown = ", ".join(matches[:5]) + (", ..." if len(matches) > 5 else "")
+    raise ApiError("refused", f"prefix {ident!r} matches {len(matches)} {what}s: {shown}")
 
 
-def _count(values: Any) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for value in values:
-        out[value] = out.get(value, 0) + 1
-    return out
 
 
 Decide = Callable[[NodeView, NodeRequest], NodeEvent]
@@ -234,17 +233,8 @@ class Api:
         return {"items": items, "next_token": next_token}
 
     def _resolve(self, ident: str) -> NodeView:
-        views = self.projector.views
-        if ident in views:
-            return views[ident]
-        validate_id(ident)
-        matches = [node_id for node_id in views if node_id.startswith(ident)]
-        if len(matches) == 1:
-            return views[matches[0]]
-        if not matches:
-            raise ApiError("not_found", f"node {ident} not found")
-        shown = ", ".join(sorted(matches)[:5]) + (", ..." if len(matches) > 5 else "")
-        raise ApiError("refused", f"prefix {ident!r} matches {len(matches)} nodes: {shown}")
+        view: NodeView = resolve(self.projector.views, ident, "node")
+        return view
 
     async def node_describe(self, data: bytes) -> dict[str, Any]:
         req = msgspec.json.decode(data, type=NodeRequest)
@@ -321,32 +311,22 @@ class Api:
 
     async def instance_describe(self, data: bytes) -> dict[str, Any]:
         req = msgspec.json.decode(data, type=NodeRequest)
-        matches = [i for iid, i in self.projector.instances.items() if iid.startswith(req.id)]
-        exact = self.projector.instances.get(req.id)
-        if exact is not None:
-            matches = [exact]
-        if len(matches) != 1:
-            raise ApiError("not_found" if not matches else "refused",
-                           f"instance {req.id} not found" if not matches
-                           else f"prefix {req.id!r} matches {len(matches)} instances")
-        return instance_json(matches[0])
+        return instance_json(resolve(self.projector.instances, req.id, "instance"))
 
     def _pool_json(self, name: str) -> dict[str, Any]:
         pool = self.config.pools[name]
         instances = [i for i in self.projector.instances.values() if i.pool == name]
-        by_state: dict[str, int] = {}
-        for inst in instances:
-            by_state[inst.state.value] = by_state.get(inst.state.value, 0) + 1
+        by_state = Counter(inst.state.value for inst in instances)
         nodes = [self.projector.views[i.node_id] for i in instances
-                 if i.state in LIVE_STATES and i.node_id in self.projector.views]
+                 if i.state in LIVE and i.node_id in self.projector.views]
         desired = self.projector.pool_sizes.get(name)
         return {"name": name, "provider": pool.provider, "min_nodes": pool.min_nodes,
                 "max_nodes": pool.max_nodes, "desired": desired,
                 "target": max(pool.min_nodes, min(pool.max_nodes,
                                                   pool.min_nodes if desired is None else desired)),
-                "live": sum(by_state.get(s.value, 0) for s in LIVE_STATES),
-                "instances": by_state,
-                "nodes_by_state": _count(n.state for n in nodes),
+                "live": sum(by_state.get(s.value, 0) for s in LIVE),
+                "instances": dict(by_state),
+                "nodes_by_state": dict(Counter(n.state for n in nodes)),
                 "auto_replace": pool.health.auto_replace, "class": pool.node_class,
                 "labels": dict(pool.labels)}
 
@@ -443,16 +423,10 @@ class Api:
         BlockedEval forward."""
         req = msgspec.json.decode(data, type=NodeRequest)
         evals = self.projector.evals
-        matches = [e for eid, e in evals.items() if eid.startswith(req.id)]
-        if req.id in evals:
-            matches = [evals[req.id]]
-        if len(matches) != 1:
-            raise ApiError("not_found" if not matches else "refused",
-                           f"eval {req.id} not found" if not matches
-                           else f"prefix {req.id!r} matches {len(matches)} evals")
+        wanted = resolve(evals, req.id, "eval")
         chain: list[dict[str, Any]] = []
         seen: set[str] = set()
-        first = matches[0]
+        first = wanted
         while first.previous_eval in evals and first.previous_eval not in seen:
             seen.add(first.id)
             first = evals[first.previous_eval]
@@ -461,7 +435,7 @@ class Api:
             chain.append(eval_json(current))
             following = current.next_eval or current.blocked_eval
             current = evals.get(following) if following else None
-        return {"eval": eval_json(matches[0]), "chain": chain}
+        return {"eval": eval_json(wanted), "chain": chain}
 
     async def view_rebuild(self, data: bytes) -> dict[str, Any]:
         return await self.rebuild()

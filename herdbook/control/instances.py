@@ -26,7 +26,7 @@ from herdbook.events.instance import (
     InstanceTerminating,
 )
 from herdbook.events.node import NodeDrainStarted, NodeTerminated
-from herdbook.events.states import InstanceState, Lifecycle, NodeClass
+from herdbook.events.states import Lifecycle, NodeClass
 from herdbook.events.store import ConflictError, EventStore
 from herdbook.projector.runner import ProjectorRunner
 from herdbook.reactors.pools import plan_pool
@@ -47,6 +47,7 @@ class InstanceManager:
         self._task: asyncio.Task[None] | None = None
         self._busy: set[str] = set()      # instances with a provider call in flight
         self._last_stale_check = 0.0
+        self._tasks: set[asyncio.Task[None]] = set()
         # After a provider error a pool waits before provisioning again (doubling, 5s..5m),
         # so a broken provider is not called in a loop.
         self._retry_at: dict[str, float] = {}
@@ -57,11 +58,11 @@ class InstanceManager:
             self._task = asyncio.create_task(self._loop(), name="instance-manager")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+        for task in [*([self._task] if self._task else []), *self._tasks]:
+            task.cancel()
             try:
-                await self._task
-            except asyncio.CancelledError:
+                await task
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - shutting down
                 pass
 
     async def _loop(self) -> None:
@@ -79,8 +80,10 @@ class InstanceManager:
         """Nodes that run allocations and are reachable: they are drained first."""
         out = {}
         for node_id, beat in self.sweeper.beats.items():
+            view = self.projector.views.get(node_id)
             age = self.sweeper.heartbeat_age(node_id)
-            out[node_id] = bool(beat.running_allocs) and age is not None and age < 30
+            out[node_id] = (bool(beat.running_allocs) and view is not None and age is not None
+                            and age < self.sweeper.timeouts(view).heartbeat_timeout)
         return out
 
     async def reconcile(self) -> None:
@@ -122,7 +125,9 @@ class InstanceManager:
                 self._spawn(self._provision(name, replaces))
 
     def _spawn(self, coro: Any) -> None:
-        asyncio.create_task(coro)
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _append(self, event: Any, expected: int) -> int | None:
         try:
@@ -198,16 +203,3 @@ class InstanceManager:
         finally:
             self._busy.discard(instance_id)
 
-
-def instance_json(inst: Any) -> dict[str, Any]:
-    def iso(value: datetime | None) -> str | None:
-        return value.isoformat().replace("+00:00", "Z") if value else None
-    return {"id": inst.id, "pool": inst.pool, "provider": inst.provider,
-            "node_id": inst.node_id, "state": inst.state.value, "class": inst.node_class.value,
-            "provider_ref": inst.provider_ref, "replaces": inst.replaces,
-            "reason": inst.reason, "errors": list(inst.errors),
-            "created_at": iso(inst.created_at), "state_at": iso(inst.state_at)}
-
-
-LIVE_STATES = (InstanceState.PROVISIONING, InstanceState.PENDING_REGISTRATION,
-               InstanceState.RUNNING)

@@ -1,4 +1,4 @@
-"""Node views as the stable JSON objects of the API (DESIGN §7)."""
+"""Views as the stable JSON objects of the API (DESIGN §7)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,12 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+from herdbook.projector.eval_view import EvalView
+from herdbook.projector.instance_view import InstanceView
 from herdbook.projector.node_view import NodeView
 
 
-def _iso(value: datetime | None) -> str | None:
+def iso(value: datetime | None) -> str | None:
     return value.isoformat().replace("+00:00", "Z") if value else None
 
 
@@ -20,7 +22,7 @@ def node_json(view: NodeView, heartbeat_age: float | None, heartbeat_timeout: fl
     info = view.info
     last_hb = None
     if heartbeat_age is not None:
-        last_hb = _iso(datetime.fromtimestamp(time.time() - heartbeat_age, UTC))
+        last_hb = iso(datetime.fromtimestamp(time.time() - heartbeat_age, UTC))
     out: dict[str, Any] = {
         "id": view.id,
         "type": view.type.value,
@@ -51,18 +53,18 @@ def node_json(view: NodeView, heartbeat_age: float | None, heartbeat_timeout: fl
             "agent_version": info.agent_version,
             "instance_id": info.instance_id,
             "boot_id": view.boot_id,
-            "registered_at": _iso(view.registered_at),
-            "updated_at": _iso(view.updated_at),
+            "registered_at": iso(view.registered_at),
+            "updated_at": iso(view.updated_at),
             "approval_reason": view.approval_reason,
             "approval_actor": view.approval_actor,
-            "approval_at": _iso(view.approval_at),
+            "approval_at": iso(view.approval_at),
             "lifecycle_reason": view.lifecycle_reason,
-            "lifecycle_at": _iso(view.lifecycle_at),
+            "lifecycle_at": iso(view.lifecycle_at),
             "intent_reason": view.intent_reason,
             "intent_actor": view.intent_actor,
-            "intent_at": _iso(view.intent_at),
+            "intent_at": iso(view.intent_at),
             "drain_urgent": view.drain_urgent,
-            "drain_deadline": _iso(view.drain_deadline),
+            "drain_deadline": iso(view.drain_deadline),
             "boot_failures": view.boot_failures,
             "health_reason": view.health_reason,
             "notification_error": view.notification_error,
@@ -71,3 +73,20 @@ def node_json(view: NodeView, heartbeat_age: float | None, heartbeat_timeout: fl
             "version": view.version,
         })
     return out
+
+
+def instance_json(inst: InstanceView) -> dict[str, Any]:
+    return {"id": inst.id, "pool": inst.pool, "provider": inst.provider,
+            "node_id": inst.node_id, "state": inst.state.value, "class": inst.node_class.value,
+            "provider_ref": inst.provider_ref, "replaces": inst.replaces,
+            "reason": inst.reason, "errors": list(inst.errors),
+            "created_at": iso(inst.created_at), "state_at": iso(inst.state_at)}
+
+
+def eval_json(view: EvalView) -> dict[str, Any]:
+    return {"id": view.id, "job_id": view.job_id, "status": view.status.value,
+            "triggered_by": view.triggered_by.value, "previous_eval": view.previous_eval,
+            "next_eval": view.next_eval, "blocked_eval": view.blocked_eval,
+            "priority": view.priority, "node_id": view.node_id,
+            "wait_until": iso(view.wait_until), "status_reason": view.status_reason,
+            "created_at": iso(view.created_at), "modified_at": iso(view.modified_at)}

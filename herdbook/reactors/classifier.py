@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from pathlib import Path
-from typing import Any
 
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
@@ -113,7 +111,3 @@ class HealthClassifier:
             self.unhealthy_in_a_row[report.node_id] = count
             break
         self._position = seq
-
-    def status(self) -> dict[str, Any]:
-        return {"health_reports": self.reports, "health_position": self._position,
-                "at": time.time()}
