@@ -12,6 +12,7 @@ from typing import Any
 import msgspec
 import msgspec.yaml
 
+from herdbook.events.codec import error_path
 from herdbook.events.subjects import ID_PATTERN
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
@@ -190,7 +191,7 @@ def parse_config(raw: bytes | str, source: str = "config") -> Config:
         config = msgspec.convert({} if document is None else document, Config,
                                  dec_hook=_dec_hook)
     except msgspec.ValidationError as err:
-        raise ConfigError(f"{source}: {_pretty_path(str(err))}") from err
+        raise ConfigError(f"{source}: {error_path(str(err))}") from err
     except msgspec.DecodeError as err:
         raise ConfigError(f"{source}: not valid YAML: {' '.join(str(err).split())}") from err
     if config.nats.replicas not in (1, 3, 5):
@@ -212,15 +213,6 @@ def parse_config(raw: bytes | str, source: str = "config") -> Config:
     if not 1 <= config.projector.batch_size <= 10_000:
         raise ConfigError(f"{source}: projector.batch_size: must be between 1 and 10000")
     return config
-
-
-def _pretty_path(message: str) -> str:
-    """msgspec says ``reason - at `$.a.b```; operators read ``a.b: reason``."""
-    reason, sep, where = message.rpartition(" - at `")
-    if not sep:
-        return message
-    path = where.rstrip("`").removeprefix("$").lstrip(".") or "(top level)"
-    return f"{path}: {reason}"
 
 
 def to_builtins(config: Config) -> Any:

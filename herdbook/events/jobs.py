@@ -52,9 +52,8 @@ def parse_job_spec(text: bytes | str, source: str = "job") -> JobSpec:
     try:
         spec = msgspec.yaml.decode(text, type=JobSpec)
     except msgspec.ValidationError as err:
-        reason, _, where = str(err).rpartition(" - at `")
-        path = where.rstrip("`").removeprefix("$").lstrip(".")
-        raise JobSpecError(f"{source}: {path}: {reason}" if reason else f"{source}: {err}") from err
+        from herdbook.events.codec import error_path
+        raise JobSpecError(f"{source}: {error_path(str(err))}") from err
     except msgspec.DecodeError as err:
         raise JobSpecError(f"{source}: not valid YAML: {' '.join(str(err).split())}") from err
     problems = []
