@@ -6,6 +6,15 @@ from typing import Any
 
 import msgspec
 
+from herdbook.events.alloc import (
+    AllocCompleted,
+    AllocFailed,
+    AllocLost,
+    AllocPlaced,
+    AllocRunning,
+    AllocStopped,
+    AllocStopRequested,
+)
 from herdbook.events.base import Event
 from herdbook.events.eval_events import EvalCreated, EvalLinked, EvalStatusChanged
 from herdbook.events.health import HealthReport, NodeHealthChanged
@@ -58,8 +67,10 @@ AnyInstanceEvent = (
     | InstanceTerminating | InstanceTerminated | InstanceProviderError
 )
 AnyEvalEvent = EvalCreated | EvalStatusChanged | EvalLinked
+AnyAllocEvent = (AllocPlaced | AllocRunning | AllocCompleted | AllocFailed | AllocStopRequested
+                 | AllocStopped | AllocLost)
 AnyEvent = (AnyNodeEvent | AnyInstanceEvent | PoolScaled | AnyEvalEvent | JobRegistered
-            | JobDeregistered)
+            | JobDeregistered | AnyAllocEvent)
 
 EVENT_TYPES: tuple[type[Event], ...] = AnyEvent.__args__
 

@@ -17,6 +17,7 @@ from typing import Any
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
+from herdbook.events.alloc import AllocEvent
 from herdbook.events.codec import AnyEvent, DecodeError, decode_event
 from herdbook.events.eval_events import EvalEvent
 from herdbook.events.feed import StreamFeed, stream_seq
@@ -25,6 +26,7 @@ from herdbook.events.jobs import JobEvent
 from herdbook.events.pool import PoolScaled
 from herdbook.events.subjects import EVENTS_STREAM, deadletter_subject
 from herdbook.projector import schema
+from herdbook.projector.alloc_view import AllocView, apply_alloc
 from herdbook.projector.eval_view import EvalView, apply_eval
 from herdbook.projector.instance_view import InstanceView, apply_instance
 from herdbook.projector.job_view import JobView, apply_job
@@ -34,6 +36,8 @@ log = logging.getLogger(__name__)
 
 ChangeListener = Callable[[str, NodeView | None, AnyEvent], None]
 InstanceListener = Callable[[str, InstanceView | None, InstanceEvent], None]
+AllocListener = Callable[[AllocView | None, AllocEvent], None]
+EvalListener = Callable[[str, EvalView | None, AnyEvent], None]
 
 
 class ProjectorRunner:
@@ -50,6 +54,14 @@ class ProjectorRunner:
         self.pool_sizes: dict[str, int] = {}
         self.evals: dict[str, EvalView] = {}
         self.jobs: dict[str, JobView] = {}
+        self.allocs: dict[str, AllocView] = {}
+        self.alloc_versions: dict[str, int] = {}
+        """The last sequence of each node's allocation aggregate (``herd.alloc.<node>.>``)
+        folded here: the expected version of a plan decided from this view."""
+        self._dirty_allocs: set[str] = set()
+        self._dirty_alloc_nodes: set[str] = set()
+        self.alloc_listeners: list[AllocListener] = []
+        self.eval_listeners: list[EvalListener] = []
         self._dirty_jobs: set[str] = set()
         self._dirty_evals: set[str] = set()
         self._dirty_pools = False
@@ -84,6 +96,9 @@ class ProjectorRunner:
                                                  schema.DECODERS["instances"])
         self.evals = await schema.load_table(self._db, "evals", schema.DECODERS["evals"])
         self.jobs = await schema.load_table(self._db, "jobs", schema.DECODERS["jobs"])
+        self.allocs = await schema.load_table(self._db, "allocs", schema.DECODERS["allocs"])
+        self.alloc_versions = await schema.load_table(self._db, "alloc_versions",
+                                                      schema.DECODERS["alloc_versions"])
         self.pool_sizes = await schema.load_pool_sizes(self._db)
         self.folded_seq = self.committed_seq
 
@@ -130,13 +145,25 @@ class ProjectorRunner:
         if isinstance(event, InstanceEvent):
             self._fold_instance(seq, event)
             return
+        if isinstance(event, AllocEvent):
+            new_alloc = apply_alloc(self.allocs.get(event.alloc_id), event, seq)
+            self._fold_other(self.allocs, self._dirty_allocs, event.alloc_id, new_alloc)
+            self.alloc_versions[event.node_id] = seq
+            self._dirty_alloc_nodes.add(event.node_id)
+            for alloc_listener in self.alloc_listeners:
+                alloc_listener(new_alloc, event)
+            return
         if isinstance(event, EvalEvent):
-            self._fold_other(self.evals, self._dirty_evals, event.eval_id,
-                             apply_eval(self.evals.get(event.eval_id), event, seq))
+            new_eval = apply_eval(self.evals.get(event.eval_id), event, seq)
+            self._fold_other(self.evals, self._dirty_evals, event.eval_id, new_eval)
+            for eval_listener in self.eval_listeners:
+                eval_listener(event.eval_id, new_eval, event)
             return
         if isinstance(event, JobEvent):
-            self._fold_other(self.jobs, self._dirty_jobs, event.job_id,
-                             apply_job(self.jobs.get(event.job_id), event, seq))
+            new_job = apply_job(self.jobs.get(event.job_id), event, seq)
+            self._fold_other(self.jobs, self._dirty_jobs, event.job_id, new_job)
+            for eval_listener in self.eval_listeners:
+                eval_listener(event.job_id, None, event)
             return
         if isinstance(event, PoolScaled):
             self.pool_sizes[event.pool] = event.size
@@ -186,11 +213,15 @@ class ProjectorRunner:
             pools = self.pool_sizes if self._dirty_pools else None
             dirty_evals, self._dirty_evals = self._dirty_evals, set()
             dirty_jobs, self._dirty_jobs = self._dirty_jobs, set()
+            dirty_allocs, self._dirty_allocs = self._dirty_allocs, set()
+            dirty_alloc_nodes, self._dirty_alloc_nodes = self._dirty_alloc_nodes, set()
             self._dirty_pools = False
             await schema.write_batch(
                 self._db, self.stream, self.views, dirty, seq,
                 [("instances", self.instances, dirty_instances),
-                 ("evals", self.evals, dirty_evals), ("jobs", self.jobs, dirty_jobs)],
+                 ("evals", self.evals, dirty_evals), ("jobs", self.jobs, dirty_jobs),
+                 ("allocs", self.allocs, dirty_allocs),
+                 ("alloc_versions", self.alloc_versions, dirty_alloc_nodes)],
                 pools)
             self.committed_seq = seq
             self._release_waiters()

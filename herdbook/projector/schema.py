@@ -12,6 +12,7 @@ from typing import Any
 import aiosqlite
 import msgspec
 
+from herdbook.projector.alloc_view import AllocView
 from herdbook.projector.eval_view import EvalView
 from herdbook.projector.instance_view import InstanceView
 from herdbook.projector.job_view import JobView
@@ -34,6 +35,14 @@ CREATE TABLE IF NOT EXISTS jobs (
     id   TEXT PRIMARY KEY,
     data BLOB NOT NULL
 );
+CREATE TABLE IF NOT EXISTS allocs (
+    id   TEXT PRIMARY KEY,
+    data BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS alloc_versions (
+    id   TEXT PRIMARY KEY,
+    data BLOB NOT NULL
+);
 CREATE TABLE IF NOT EXISTS pools (
     id   TEXT PRIMARY KEY,
     size INTEGER NOT NULL
@@ -50,6 +59,8 @@ DECODERS: dict[str, msgspec.json.Decoder[Any]] = {
     "instances": msgspec.json.Decoder(InstanceView),
     "evals": msgspec.json.Decoder(EvalView),
     "jobs": msgspec.json.Decoder(JobView),
+    "allocs": msgspec.json.Decoder(AllocView),
+    "alloc_versions": msgspec.json.Decoder(int),
 }
 TableRows = tuple[str, Mapping[str, Any], Iterable[str]]
 """(table, its views by id, the ids that changed)"""

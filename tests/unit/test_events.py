@@ -9,6 +9,16 @@ from datetime import UTC, datetime
 import msgspec
 import pytest
 
+from herdbook.events.alloc import (
+    AllocCompleted,
+    AllocEvent,
+    AllocFailed,
+    AllocLost,
+    AllocPlaced,
+    AllocRunning,
+    AllocStopped,
+    AllocStopRequested,
+)
 from herdbook.events.base import Event
 from herdbook.events.codec import (
     EVENT_TYPES,
@@ -31,7 +41,7 @@ from herdbook.events.instance import (
     InstanceTerminated,
     InstanceTerminating,
 )
-from herdbook.events.jobs import JobDeregistered, JobRegistered, JobSpec
+from herdbook.events.jobs import JobDeregistered, JobRegistered, JobSpec, Resources
 from herdbook.events.node import (
     GpuInfo,
     NodeApproved,
@@ -141,6 +151,20 @@ SAMPLES: dict[type[Event], Event] = {
     InstanceTerminated: InstanceTerminated(instance_id="i-1", reason="replaced", **ENVELOPE),
     InstanceProviderError: InstanceProviderError(instance_id="i-1", operation="provision",
                                                  reason="quota", **ENVELOPE),
+    AllocPlaced: AllocPlaced(node_id="gpu-017", alloc_id="a-1", job_id="train", eval_id="e-1",
+                             index=2, command=["sleep", "9"], resources=Resources(gpus=2),
+                             job_version=3, requeue_count=1, previous_alloc="a-0", **ENVELOPE),
+    AllocRunning: AllocRunning(node_id="gpu-017", alloc_id="a-1", pid=4242, reattached=True,
+                               **ENVELOPE),
+    AllocCompleted: AllocCompleted(node_id="gpu-017", alloc_id="a-1", exit_code=0, **ENVELOPE),
+    AllocFailed: AllocFailed(node_id="gpu-017", alloc_id="a-1", exit_code=3, reason="exit 3",
+                             **ENVELOPE),
+    AllocStopRequested: AllocStopRequested(node_id="gpu-017", alloc_id="a-1", reason="drain",
+                                           migrate=True, signal="SIGUSR1", grace_s=60.0,
+                                           kill_timeout_s=5.0, force=True, **ENVELOPE),
+    AllocStopped: AllocStopped(node_id="gpu-017", alloc_id="a-1", exit_code=-15, **ENVELOPE),
+    AllocLost: AllocLost(node_id="gpu-017", alloc_id="a-1", reason="node down",
+                         requeue_allowed=False, **ENVELOPE),
 }
 
 EVENTS = [SAMPLES[t] for t in EVENT_TYPES]
@@ -194,6 +218,8 @@ def test_fresh_events_get_distinct_ids_and_aware_timestamps() -> None:
 @pytest.mark.parametrize("event", EVENTS, ids=EVENT_IDS)
 def test_subject_of_event_is_aggregate_id_then_event_name(event: Event) -> None:
     aggregate, name = event_tag(type(event)).split(".", 1)
+    if isinstance(event, AllocEvent):  # one node's allocations share a prefix (DESIGN §3)
+        name = f"{event.alloc_id}.{name}"
     assert subject_of(event) == f"herd.{aggregate}.{event.aggregate_id}.{name}"
 
 
@@ -271,7 +297,7 @@ def _registered_view(event: Event) -> NodeView | None:
 NODE_EVENTS = [e for e in EVENTS
                if not isinstance(e, InstanceEvent | PoolScaled | EvalCreated
                                  | EvalStatusChanged | EvalLinked | JobRegistered
-                                 | JobDeregistered)]
+                                 | JobDeregistered | AllocEvent)]
 # (provisioning creates the view: it is the "given" of every instance test)
 INSTANCE_EVENTS = [e for e in EVENTS
                    if isinstance(e, InstanceEvent) and not isinstance(e, InstanceProvisioning)]

@@ -1,4 +1,4 @@
-"""Property: for any history of node, instance, eval, job and pool events, folding it in
+"""Property: for any history of node, instance, eval, job, allocation and pool events, folding it in
 random batches with a restart (reload from SQLite) between batches gives the same SQLite
 view, in every table, as folding it all at once (DESIGN §9). The runner's own fold and
 flush are used; no NATS server is needed for them."""
@@ -13,6 +13,13 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from herdbook.events.alloc import (
+    AllocCompleted,
+    AllocLost,
+    AllocPlaced,
+    AllocRunning,
+    AllocStopRequested,
+)
 from herdbook.events.eval_events import EvalCreated, EvalLinked, EvalStatusChanged
 from herdbook.events.evals import EvalStatus, Step, Trigger
 from herdbook.events.instance import (
@@ -57,6 +64,12 @@ EVENTS = st.one_of(
     IDS.map(lambda i: JobRegistered(job_id=i, spec=SPEC)),
     IDS.map(lambda i: JobDeregistered(job_id=i)),
     st.integers(0, 9).map(lambda n: PoolScaled(pool="p", size=n)),
+    st.tuples(IDS, IDS).map(lambda t: AllocPlaced(node_id=t[0], alloc_id=t[1], job_id="j",
+                                                  eval_id="e", index=0, command=["true"])),
+    st.tuples(IDS, IDS).map(lambda t: AllocRunning(node_id=t[0], alloc_id=t[1], pid=7)),
+    st.tuples(IDS, IDS).map(lambda t: AllocStopRequested(node_id=t[0], alloc_id=t[1])),
+    st.tuples(IDS, IDS).map(lambda t: AllocCompleted(node_id=t[0], alloc_id=t[1])),
+    st.tuples(IDS, IDS).map(lambda t: AllocLost(node_id=t[0], alloc_id=t[1])),
 )
 
 
@@ -80,7 +93,8 @@ async def _fold(db_path: str, batches: list[list[tuple[int, object]]]) -> None:
 def _dump(db_path: str) -> dict[str, list[tuple[object, ...]]]:
     with sqlite3.connect(db_path) as conn:
         return {table: sorted(conn.execute(f"SELECT * FROM {table}").fetchall())
-                for table in ("nodes", "instances", "evals", "jobs", "pools", "checkpoints")}
+                for table in ("nodes", "instances", "evals", "jobs", "allocs", "alloc_versions",
+                              "pools", "checkpoints")}
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
