@@ -15,6 +15,8 @@ import msgspec.yaml
 from herdbook.events.codec import error_path
 from herdbook.events.subjects import ID_PATTERN
 
+SIGNALS = frozenset({"SIGUSR1", "SIGUSR2", "SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT",
+                     "SIGKILL"})
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 
@@ -156,6 +158,31 @@ class NotifierConfig(_Section, frozen=True):
     drain_status_interval: Duration = Duration(5.0)
 
 
+class SchedulerConfig(_Section, frozen=True):
+    """Nomad's evaluation broker and scheduler (DESIGN §6)."""
+
+    nack_timeout: Duration = Duration(60.0)
+    """The broker consumer's ack_wait: an eval not acked by then is delivered again."""
+    delivery_limit: int = 3
+    """The broker consumer's max_deliver: then the eval fails and a failed-follow-up
+    eval is created with ``failed_follow_up_delay``."""
+    failed_follow_up_delay: Duration = Duration(60.0)
+    max_plan_attempts: int = 5
+    eval_gc_threshold: Duration = Duration(3600.0)
+    gc_interval: Duration = Duration(300.0)
+    unblock_delay: Duration = Duration(0.5)
+    """Blocked evals are retried this long after capacity appears (debounce)."""
+
+
+class AllocationsConfig(_Section, frozen=True):
+    kill_timeout: Duration = Duration(30.0)
+    """A stopped workload gets SIGTERM, then SIGKILL after this."""
+    checkpoint_signal: str = "SIGUSR1"
+    """Sent first on ``drain --urgent`` so a workload can checkpoint."""
+    checkpoint_grace: Duration = Duration(60.0)
+    """How long an urgent drain waits after the checkpoint signal before stopping."""
+
+
 class Config(_Section, frozen=True):
     nats: NatsConfig = NatsConfig()
     data_dir: str = "./.herd"
@@ -168,6 +195,8 @@ class Config(_Section, frozen=True):
     pools: dict[str, PoolConfig] = msgspec.field(default_factory=dict)
     instance_manager: InstanceManagerConfig = InstanceManagerConfig()
     notifier: NotifierConfig = NotifierConfig()
+    scheduler: SchedulerConfig = SchedulerConfig()
+    allocations: AllocationsConfig = AllocationsConfig()
 
 
 class ConfigError(ValueError):
@@ -210,6 +239,14 @@ def parse_config(raw: bytes | str, source: str = "config") -> Config:
     if config.notifier.type not in ("none", "webhook", "exec"):
         raise ConfigError(f"{source}: notifier.type: {config.notifier.type!r} is not one of "
                           "none, webhook, exec")
+    if not 1 <= config.scheduler.delivery_limit <= 100:
+        raise ConfigError(f"{source}: scheduler.delivery_limit: must be between 1 and 100")
+    if not 1 <= config.scheduler.max_plan_attempts <= 100:
+        raise ConfigError(f"{source}: scheduler.max_plan_attempts: must be between 1 and 100")
+    if config.allocations.checkpoint_signal not in SIGNALS:
+        raise ConfigError(f"{source}: allocations.checkpoint_signal: "
+                          f"{config.allocations.checkpoint_signal!r} is not a signal name "
+                          "like SIGUSR1")
     if not 1 <= config.projector.batch_size <= 10_000:
         raise ConfigError(f"{source}: projector.batch_size: must be between 1 and 10000")
     return config

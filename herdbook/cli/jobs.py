@@ -90,3 +90,41 @@ def eval_status(ctx: typer.Context, eval_id: Annotated[str, typer.Argument(
     render_object(result["eval"], output)
     console.print("\nchain:", markup=False)
     render_rows(result["chain"], EVAL_COLUMNS, output)
+
+
+alloc_app = typer.Typer(help="Allocations: one running copy of a job on a node.",
+                        no_args_is_help=True)
+
+ALLOC_COLUMNS = [("ID", "id"), ("JOB", "job_id"), ("#", "index"), ("NODE", "node_id"),
+                 ("STATUS", "status"), ("DESIRED", "desired"), ("EXIT", "exit_code"),
+                 ("REQUEUES", "requeue_count"), ("REASON", "status_reason")]
+ALLOC_STATUSES = ("pending", "running", "stopping", "complete", "failed", "stopped", "lost")
+
+
+@alloc_app.command("list")
+def alloc_list(ctx: typer.Context, output: Output = Format.table,
+               node: Annotated[str, typer.Option("--node", help="Only on this node.")] = "",
+               job: Annotated[str, typer.Option("--job", help="Only of this job.")] = "",
+               status_: Annotated[list[str] | None, typer.Option(
+                   "--status", help=", ".join(ALLOC_STATUSES))] = None) -> None:
+    """Allocations, by job and slot."""
+    for value, what in ((node, "node id"), (job, "job id")):
+        if value:
+            client.check_id(value, what)
+    wanted = [s.lower() for item in status_ or [] for s in item.split(",") if s]
+    bad = [s for s in wanted if s not in ALLOC_STATUSES]
+    if bad:
+        raise client.fail(f"unknown allocation status {bad[0]!r}; choose from "
+                          + ", ".join(ALLOC_STATUSES), client.EXIT_USAGE)
+    result = client.call(str(ctx.obj["server"]), "alloc.list",
+                         {"node_id": node, "job_id": job, "status": wanted})
+    render_rows(result["items"], ALLOC_COLUMNS, output)
+
+
+@alloc_app.command("status")
+def alloc_status(ctx: typer.Context, alloc_id: Annotated[str, typer.Argument(
+        help="Allocation id or a unique prefix.")], output: Output = Format.table) -> None:
+    """One allocation: where, what, its exit code and why."""
+    client.check_id(alloc_id, "allocation id")
+    render_object(client.call(str(ctx.obj["server"]), "alloc.status", {"id": alloc_id}),
+                  output)

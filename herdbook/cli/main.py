@@ -11,7 +11,7 @@ import typer
 from herdbook.cli import client
 from herdbook.cli.events import events_app
 from herdbook.cli.fleet import instance_app, pool_app
-from herdbook.cli.jobs import eval_app, job_app
+from herdbook.cli.jobs import alloc_app, eval_app, job_app
 from herdbook.cli.node import node_app, parse_labels
 from herdbook.cli.output import Format, console, render_object
 from herdbook.cli.view import view_app
@@ -28,6 +28,7 @@ app.add_typer(instance_app, name="instance")
 app.add_typer(pool_app, name="pool")
 app.add_typer(job_app, name="job")
 app.add_typer(eval_app, name="eval")
+app.add_typer(alloc_app, name="alloc")
 
 
 @app.callback()

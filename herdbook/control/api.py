@@ -23,7 +23,8 @@ from nats.micro.request import Request
 
 import herdbook
 from herdbook.config import Config
-from herdbook.control.present import eval_json, instance_json, node_json
+from herdbook.control.present import alloc_json, eval_json, instance_json, node_json
+from herdbook.events.alloc import AllocStatus
 from herdbook.events.base import new_id
 from herdbook.events.codec import decode_resources
 from herdbook.events.evals import Trigger as EvalTrigger
@@ -95,6 +96,12 @@ class JobRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     actor: str = "operator"
 
 
+class AllocListRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    node_id: str = ""
+    job_id: str = ""
+    status: list[str] = []
+
+
 class EvalListRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     status: list[str] = []
     job_id: str = ""
@@ -132,6 +139,8 @@ class Api:
         self.instance = instance
         self.service: Any = None
         self.started = time.monotonic()
+        self._counts: Counter[str] = Counter()
+        self._counts_at = -1
 
     async def start(self) -> None:
         self.service = await add_service(
@@ -167,6 +176,8 @@ class Api:
             "job.stop": self.job_stop,
             "eval.list": self.eval_list,
             "eval.status": self.eval_status,
+            "alloc.list": self.alloc_list,
+            "alloc.status": self.alloc_status,
             "status": self.status,
         }
         for route, handler in routes.items():
@@ -199,7 +210,16 @@ class Api:
     # queries ----------------------------------------------------------------
     def _json(self, view: NodeView, wide: bool = True) -> dict[str, Any]:
         timeout = self.sweeper.timeouts(view).heartbeat_timeout
-        return node_json(view, self.sweeper.heartbeat_age(view.id), timeout, wide=wide)
+        return node_json(view, self.sweeper.heartbeat_age(view.id), timeout, wide=wide,
+                         allocations=self._alloc_counts().get(view.id, 0))
+
+    def _alloc_counts(self) -> Counter[str]:
+        """Live allocations per node, computed once per view position."""
+        if self._counts_at != self.projector.folded_seq:
+            self._counts = Counter(a.node_id for a in self.projector.allocs.values()
+                                   if not a.terminal)
+            self._counts_at = self.projector.folded_seq
+        return self._counts
 
     async def node_list(self, data: bytes) -> dict[str, Any]:
         req = msgspec.json.decode(data or b"{}", type=ListRequest)
@@ -384,7 +404,9 @@ class Api:
                 "resources": msgspec.to_builtins(job.spec.resources),
                 "constraints": msgspec.to_builtins(job.spec.constraints),
                 "requeue": msgspec.to_builtins(job.spec.requeue),
-                "evals": [eval_json(e) for e in evals], "stop_reason": job.stop_reason}
+                "evals": [eval_json(e) for e in evals], "stop_reason": job.stop_reason,
+                "allocations": dict(Counter(a.status.value for a in self.projector.allocs.values()
+                                            if a.job_id == job_id))}
 
     async def job_status(self, data: bytes) -> dict[str, Any]:
         req = msgspec.json.decode(data, type=NodeRequest)
@@ -436,6 +458,25 @@ class Api:
             following = current.next_eval or current.blocked_eval
             current = evals.get(following) if following else None
         return {"eval": eval_json(wanted), "chain": chain}
+
+    async def alloc_list(self, data: bytes) -> dict[str, Any]:
+        req = msgspec.json.decode(data or b"{}", type=AllocListRequest)
+        wanted = {s.lower() for s in req.status}
+        bad = wanted - {s.value for s in AllocStatus}
+        if bad:
+            raise ApiError("bad_request", f"unknown allocation status {sorted(bad)[0]!r}; "
+                           "choose from " + ", ".join(s.value for s in AllocStatus))
+        node_id = resolve(self.projector.views, req.node_id, "node").id if req.node_id else ""
+        job_id = resolve(self.projector.jobs, req.job_id, "job").id if req.job_id else ""
+        items = [alloc_json(a) for a in sorted(self.projector.allocs.values(),
+                                               key=lambda a: (a.job_id, a.index, a.version))
+                 if (not node_id or a.node_id == node_id) and (not job_id or a.job_id == job_id)
+                 and (not wanted or a.status.value in wanted)]
+        return {"items": items, "next_token": None}
+
+    async def alloc_status(self, data: bytes) -> dict[str, Any]:
+        req = msgspec.json.decode(data, type=NodeRequest)
+        return alloc_json(resolve(self.projector.allocs, req.id, "allocation"))
 
     async def view_rebuild(self, data: bytes) -> dict[str, Any]:
         return await self.rebuild()

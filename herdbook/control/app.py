@@ -35,10 +35,12 @@ from herdbook.events.store import ConflictError, EventStore, stream_last_seq
 from herdbook.events.streams import all_streams
 from herdbook.events.subjects import EVENTS_STREAM, heartbeat_subject, validate_id
 from herdbook.projector.runner import ProjectorRunner
+from herdbook.reactors.allocations import AllocationReactor
 from herdbook.reactors.approver import AutoApprover
 from herdbook.reactors.classifier import HealthClassifier
 from herdbook.reactors.health_policy import Policy, PolicyError
 from herdbook.reactors.notifier import Notifier
+from herdbook.reactors.scheduler import Scheduler
 from herdbook.reactors.sweeper import Sweeper
 
 log = logging.getLogger(__name__)
@@ -102,6 +104,8 @@ class ControlPlane:
         self.fake_provider: FakeProvider | None = None
         self.notifier: Notifier | None = None
         self.api: Api | None = None
+        self.scheduler: Scheduler | None = None
+        self.allocations: AllocationReactor | None = None
         self._lock_file: Any = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._demo_agents: list[Any] = []
@@ -176,6 +180,10 @@ class ControlPlane:
         self.instances.start()
         self.notifier = Notifier(cfg.notifier, store, self.projector)
         await self.notifier.start()
+        self.allocations = AllocationReactor(store, self.projector, cfg)
+        self.allocations.start()
+        self.scheduler = Scheduler(self.nc, store, self.projector, cfg)
+        await self.scheduler.start()
         self.api = Api(self.nc, store, self.projector, self.sweeper, self.rebuild_view,
                        self.node_id, cfg)
         await self.api.start()
@@ -279,8 +287,8 @@ class ControlPlane:
                 pass
         if self.fake_provider is not None:
             await self.fake_provider.stop_all()
-        for part in (self.api, self.notifier, self.instances, self.classifier, self.approver, self.sweeper,
-                     self.projector):
+        for part in (self.api, self.scheduler, self.allocations, self.notifier, self.instances,
+                     self.classifier, self.approver, self.sweeper, self.projector):
             if part is not None:
                 try:
                     await part.stop()

@@ -6,6 +6,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+from herdbook.projector.alloc_view import AllocView
 from herdbook.projector.eval_view import EvalView
 from herdbook.projector.instance_view import InstanceView
 from herdbook.projector.node_view import NodeView
@@ -16,7 +17,7 @@ def iso(value: datetime | None) -> str | None:
 
 
 def node_json(view: NodeView, heartbeat_age: float | None, heartbeat_timeout: float, *,
-              wide: bool = True) -> dict[str, Any]:
+              wide: bool = True, allocations: int = 0) -> dict[str, Any]:
     """``heartbeating``: a heartbeat arrived within the node's heartbeat_timeout (so a DOWN
     node whose partition healed shows as DOWN but heartbeating)."""
     info = view.info
@@ -38,7 +39,7 @@ def node_json(view: NodeView, heartbeat_age: float | None, heartbeat_timeout: fl
         "last_heartbeat": last_hb,
         "heartbeat_age": None if heartbeat_age is None else round(heartbeat_age, 3),
         "heartbeating": heartbeat_age is not None and heartbeat_age < heartbeat_timeout,
-        "allocations": 0,
+        "allocations": allocations,
         "gpus": len(info.gpus),
     }
     if wide:
@@ -90,3 +91,17 @@ def eval_json(view: EvalView) -> dict[str, Any]:
             "priority": view.priority, "node_id": view.node_id,
             "wait_until": iso(view.wait_until), "status_reason": view.status_reason,
             "created_at": iso(view.created_at), "modified_at": iso(view.modified_at)}
+
+
+def alloc_json(alloc: AllocView) -> dict[str, Any]:
+    return {"id": alloc.id, "job_id": alloc.job_id, "node_id": alloc.node_id,
+            "index": alloc.index, "status": alloc.status.value, "desired": alloc.desired,
+            "exit_code": alloc.exit_code, "requeue_count": alloc.requeue_count,
+            "requeue_allowed": alloc.requeue_allowed, "previous_alloc": alloc.previous_alloc,
+            "migrate": alloc.migrate, "eval_id": alloc.eval_id, "pid": alloc.pid,
+            "reattached": alloc.reattached, "status_reason": alloc.status_reason,
+            "resources": {"cpu": alloc.resources.cpu, "memory_mb": alloc.resources.memory_mb,
+                          "gpus": alloc.resources.gpus},
+            "command": list(alloc.command), "job_version": alloc.job_version,
+            "created_at": iso(alloc.created_at), "started_at": iso(alloc.started_at),
+            "finished_at": iso(alloc.finished_at), "modified_at": iso(alloc.modified_at)}

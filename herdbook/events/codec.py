@@ -16,7 +16,12 @@ from herdbook.events.alloc import (
     AllocStopRequested,
 )
 from herdbook.events.base import Event
-from herdbook.events.eval_events import EvalCreated, EvalLinked, EvalStatusChanged
+from herdbook.events.eval_events import (
+    EvalCreated,
+    EvalEnqueued,
+    EvalLinked,
+    EvalStatusChanged,
+)
 from herdbook.events.health import HealthReport, NodeHealthChanged
 from herdbook.events.heartbeat import Heartbeat, NodeResources
 from herdbook.events.instance import (
@@ -66,7 +71,7 @@ AnyInstanceEvent = (
     InstanceProvisioning | InstanceProvisioned | InstanceRunning | InstanceFailed
     | InstanceTerminating | InstanceTerminated | InstanceProviderError
 )
-AnyEvalEvent = EvalCreated | EvalStatusChanged | EvalLinked
+AnyEvalEvent = EvalCreated | EvalStatusChanged | EvalEnqueued | EvalLinked
 AnyAllocEvent = (AllocPlaced | AllocRunning | AllocCompleted | AllocFailed | AllocStopRequested
                  | AllocStopped | AllocLost)
 AnyEvent = (AnyNodeEvent | AnyInstanceEvent | PoolScaled | AnyEvalEvent | JobRegistered

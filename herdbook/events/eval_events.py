@@ -38,6 +38,11 @@ class EvalStatusChanged(EvalEvent, frozen=True, kw_only=True, tag="eval.status_c
     reason: str = ""
 
 
+class EvalEnqueued(EvalStatusChanged, frozen=True, kw_only=True, tag="eval.enqueued"):
+    """A step that hands the eval to the broker again (unblocked, retried): its own subject
+    ``herd.eval.<id>.enqueued``, which the broker's consumer reads beside ``created``."""
+
+
 class EvalLinked(EvalEvent, frozen=True, kw_only=True, tag="eval.linked"):
     """The old eval's NextEval or BlockedEval pointer, set when a new eval is spawned."""
 

@@ -7,7 +7,13 @@ from datetime import datetime
 import msgspec
 from msgspec.structs import replace
 
-from herdbook.events.eval_events import EvalCreated, EvalEvent, EvalLinked, EvalStatusChanged
+from herdbook.events.eval_events import (
+    EvalCreated,
+    EvalEnqueued,
+    EvalEvent,
+    EvalLinked,
+    EvalStatusChanged,
+)
 from herdbook.events.evals import SPAWNS, EvalStatus, Step, Trigger, next_status
 
 
@@ -41,6 +47,8 @@ def apply_eval(view: EvalView | None, event: EvalEvent, seq: int) -> EvalView | 
         return None
     view = replace(view, modified_at=event.at, version=seq)
     match event:
+        case EvalStatusChanged(status=EvalStatus.DELETED):
+            return None   # garbage-collected: gone from the view, kept in the log
         case EvalStatusChanged(status=status, reason=reason):
             return replace(view, status=status, status_reason=reason)
         case EvalLinked(next_eval=next_eval, blocked_eval=blocked_eval):
@@ -59,8 +67,12 @@ def step(view: EvalView, how: Step, reason: str = "", actor: str = "scheduler"
     target = next_status(view.status, how)
     if target is None:
         raise EvalRefused(f"eval {view.id} is {view.status.value}: cannot {how.value}")
-    return EvalStatusChanged(eval_id=view.id, step=how, status=target, reason=reason,
-                             actor=actor)
+    kind = EvalEnqueued if how in ENQUEUING else EvalStatusChanged
+    return kind(eval_id=view.id, step=how, status=target, reason=reason, actor=actor)
+
+
+ENQUEUING = frozenset({Step.UNBLOCK, Step.RETRY})
+"""Steps after which the broker delivers the eval again."""
 
 
 def spawn(old: EvalView | None, trigger: Trigger, new_id: str, job_id: str, *,

@@ -28,7 +28,12 @@ from herdbook.events.codec import (
     event_tag,
     json_schema,
 )
-from herdbook.events.eval_events import EvalCreated, EvalLinked, EvalStatusChanged
+from herdbook.events.eval_events import (
+    EvalCreated,
+    EvalEnqueued,
+    EvalLinked,
+    EvalStatusChanged,
+)
 from herdbook.events.evals import EvalStatus, Step, Trigger
 from herdbook.events.health import NodeHealthChanged
 from herdbook.events.instance import (
@@ -133,6 +138,8 @@ SAMPLES: dict[type[Event], Event] = {
     EvalStatusChanged: EvalStatusChanged(eval_id="e-1", step=Step.UNBLOCK,
                                          status=EvalStatus.SCHEDULING, reason="capacity",
                                          **ENVELOPE),
+    EvalEnqueued: EvalEnqueued(eval_id="e-1", step=Step.UNBLOCK, status=EvalStatus.SCHEDULING,
+                               reason="node gpu-9 ready", **ENVELOPE),
     EvalLinked: EvalLinked(eval_id="e-1", next_eval="e-2", blocked_eval="e-3", **ENVELOPE),
     JobRegistered: JobRegistered(job_id="train", spec=JobSpec(id="train", command=["true"],
                                                               count=3), version=2, **ENVELOPE),
@@ -296,7 +303,7 @@ def _registered_view(event: Event) -> NodeView | None:
 
 NODE_EVENTS = [e for e in EVENTS
                if not isinstance(e, InstanceEvent | PoolScaled | EvalCreated
-                                 | EvalStatusChanged | EvalLinked | JobRegistered
+                                 | EvalStatusChanged | EvalEnqueued | EvalLinked | JobRegistered
                                  | JobDeregistered | AllocEvent)]
 # (provisioning creates the view: it is the "given" of every instance test)
 INSTANCE_EVENTS = [e for e in EVENTS
