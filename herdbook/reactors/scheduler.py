@@ -164,7 +164,9 @@ class Scheduler:
             try:
                 async with lock:
                     keepalive.cancel()
-                    await self.process(event.eval_id)
+                    # a worker stuck longer than the nack timeout counts as a failed delivery
+                    await asyncio.wait_for(self.process(event.eval_id),
+                                           timeout=float(self.cfg.nack_timeout))
             finally:
                 keepalive.cancel()
             await msg.ack()
