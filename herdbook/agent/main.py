@@ -1,5 +1,7 @@
 """The compute-node agent: registers (once, kept in a sentinel file), heartbeats,
-sends node-info and resource updates, and resumes by itself after NATS restarts."""
+sends node-info and resource updates, runs this node's allocations (the executor), and
+resumes by itself after NATS restarts. Stopping the agent leaves workloads running; the
+next agent with the same state dir reattaches to them."""
 
 from __future__ import annotations
 
@@ -10,8 +12,9 @@ import signal
 import socket
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import nats
 from nats.aio.client import Client as NATS
@@ -19,11 +22,14 @@ from nats.js.errors import NotFoundError
 
 from herdbook.agent import boot, gpu
 from herdbook.agent.connection import connection_callbacks, quiet_errors
+from herdbook.agent.executor import STATE_FILE, Executor
 from herdbook.agent.health import HealthMonitor
 from herdbook.agent.info import info_hash, node_info, resources
 from herdbook.agent.state import AgentState
+from herdbook.events.alloc import AllocEvent, AllocStopRequested
 from herdbook.events.base import Event
 from herdbook.events.codec import decode_event, encode
+from herdbook.events.feed import stream_seq
 from herdbook.events.heartbeat import Heartbeat
 from herdbook.events.machine import Trigger
 from herdbook.events.node import (
@@ -34,7 +40,7 @@ from herdbook.events.node import (
     NodeRegistered,
 )
 from herdbook.events.states import NodeClass
-from herdbook.events.store import EventStore
+from herdbook.events.store import EventStore, subscribe_from
 from herdbook.events.subjects import (
     EVENTS_STREAM,
     aggregate_filter,
@@ -45,8 +51,11 @@ from herdbook.events.subjects import (
     resources_subject,
     validate_id,
 )
+from herdbook.projector.alloc_view import AllocView, apply_alloc
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 def default_node_id() -> str:
@@ -70,7 +79,9 @@ class AgentOptions:
     boot_attempts: int = 3
     health_interval: float = 60.0
     fake_allocs: int = 0
-    """Running allocations the heartbeat reports until the executor exists (tests, demo)."""
+    """Running allocations the heartbeat reports on top of the executor's (tests, demo)."""
+    state_file: str | None = None
+    """Where the executor keeps its workloads [default: <state_dir>/agent-state.json]."""
 
 
 class Agent:
@@ -93,6 +104,14 @@ class Agent:
         self._fingerprint_sent = False
         self.registered = asyncio.Event()
         self._stop = asyncio.Event()
+        self._store: EventStore | None = None
+        self.allocs: dict[str, AllocView] = {}
+        """This node's allocations, folded from the stream."""
+        self._alloc_seq = 0
+        self.executor = Executor(
+            self.node_id, self.state.dir, self._report,
+            state_file=options.state_file or self.state.dir / STATE_FILE, actor=self.actor,
+            requeue_allowed=options.node_class is not NodeClass.SENSITIVE)
 
     async def connect(self) -> NATS:
         delay = 0.5
@@ -119,7 +138,7 @@ class Agent:
     async def run(self) -> None:
         if self.nc is None:
             self.nc = await self.connect()
-        store = EventStore(self.nc.jetstream())
+        store = self._store = EventStore(self.nc.jetstream())
         self.info = self.collect_info()
         self.fingerprint = boot.fingerprint(self.nvml)
         if not await self._register(store):
@@ -141,6 +160,7 @@ class Agent:
                                             lambda: self._info_update(store), first=False)),
             asyncio.create_task(self._every(self.options.resource_interval,
                                             self.send_resources)),
+            asyncio.create_task(self._allocations(store)),
         ]
         try:
             await self._stop.wait()
@@ -150,6 +170,7 @@ class Agent:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            self.executor.shutdown()
             if self._own_nc and self.nc is not None:
                 try:
                     await self.nc.drain()
@@ -158,6 +179,80 @@ class Agent:
 
     async def stop(self) -> None:
         self._stop.set()
+
+    async def _allocations(self, store: EventStore) -> None:
+        """Reattach to the workloads a previous agent left, then follow this node's
+        allocations: the history folded once, then the stream live from the next sequence;
+        the executor sees every view (with the stop request just folded, if any)."""
+        assert self.nc is not None
+        js = self.nc.jetstream()
+        await self.executor.reattach()
+        watcher = asyncio.create_task(self.executor.run(), name="executor")
+        feed = None
+        try:
+            stops: dict[str, AllocStopRequested] = {}
+            history = await self._retrying("load the allocation history",
+                                           lambda: store.load("alloc", self.node_id))
+            for seq, event in history:
+                if isinstance(event, AllocEvent) and self._fold(seq, event) is not None:
+                    if isinstance(event, AllocStopRequested):
+                        stops[event.alloc_id] = event
+            for view in list(self.allocs.values()):
+                self._apply(view, stops.get(view.id))
+
+            async def on_msg(msg: Any) -> None:
+                seq = stream_seq(msg)
+                try:
+                    event = decode_event(msg.data)
+                except Exception as err:  # noqa: BLE001 - a newer event type: not ours
+                    log.warning("cannot decode %s (seq %d): %s", msg.subject, seq, err)
+                    return
+                if isinstance(event, AllocEvent):
+                    view = self._fold(seq, event)
+                    if view is not None:
+                        self._apply(view, event if isinstance(event, AllocStopRequested)
+                                    else None)
+
+            feed = await self._retrying("follow the allocations", lambda: subscribe_from(
+                js, EVENTS_STREAM, aggregate_filter("alloc", self.node_id),
+                self._alloc_seq + 1, on_msg))
+            await watcher
+        finally:
+            watcher.cancel()
+            if feed is not None:
+                await feed.stop()
+
+    def _fold(self, seq: int, event: AllocEvent) -> AllocView | None:
+        """Fold one event into ``self.allocs``; None if it was seen already or concerns an
+        allocation already settled and forgotten."""
+        if seq <= self._alloc_seq:
+            return None
+        self._alloc_seq = seq
+        view = apply_alloc(self.allocs.get(event.alloc_id), event, seq)
+        if view is not None:
+            self.allocs[event.alloc_id] = view
+        return view
+
+    def _apply(self, view: AllocView, stop: AllocStopRequested | None) -> None:
+        self.executor.apply(view, stop)
+        if view.terminal and self.executor.pid_of(view.id) is None:
+            # Settled here: nothing more to do for it (the executor remembers its id, so a
+            # late duplicate placement starts nothing). Keeps a long-lived agent small.
+            del self.allocs[view.id]
+
+    async def _retrying(self, what: str, fn: Callable[[], Awaitable[T]]) -> T:
+        delay = 0.5
+        while True:
+            try:
+                return await fn()
+            except Exception as err:  # noqa: BLE001 - NATS not ready: wait and retry
+                log.warning("cannot %s (%s); retrying in %.1fs", what, err, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 10.0)
+
+    async def _report(self, event: AllocEvent) -> None:
+        assert self._store is not None
+        await self._append(self._store, event)
 
     async def _boot_checks(self, store: EventStore) -> None:
         """Run the boot check; report each result; retry a failure up to boot_attempts
@@ -271,7 +366,8 @@ class Agent:
             node_id=self.node_id, boot_id=self.boot_id, seq=self.state.seq.next(),
             sent_at=time.time(), gpu_count=gpu_count, max_temp_c=max_temp,
             ecc_sbe=ecc_sbe, ecc_dbe=ecc_dbe,
-            running_allocs=self.options.fake_allocs,
+            running_allocs=self.executor.running_count + self.options.fake_allocs,
+            reattaching=self.executor.reattaching,
             fingerprint=self.fingerprint if send_fingerprint else None)
 
     async def heartbeat(self) -> None:

@@ -117,8 +117,11 @@ def agent(
                                                help="NATS URL [default: the global --server, "
                                                "nats://127.0.0.1:4222]")] = None,
     node_id: Annotated[str | None, typer.Option("--node-id", help="[default: hostname]")] = None,
-    state_dir: Annotated[str, typer.Option("--state-dir", help="Sentinel and heartbeat "
-                                           "sequence live here.")] = "./.herd-agent",
+    state_dir: Annotated[str, typer.Option("--state-dir", help="Sentinel, heartbeat "
+                                           "sequence and allocation logs live here.")] = "./.herd-agent",
+    state_file: Annotated[str | None, typer.Option(
+        "--state-file", help="The running allocations, kept so that a restarted agent "
+        "reattaches to them (default: <state-dir>/agent-state.json).")] = None,
     labels: Annotated[str | None, typer.Option("--labels", help="k=v[,k=v]")] = None,
     node_class: Annotated[str, typer.Option("--class", help="standard, sensitive or "
                                             "borrowed.")] = "standard",
@@ -141,7 +144,8 @@ def agent(
     log_level: Annotated[str, typer.Option("--log-level")] = "info",
 ) -> None:
     """Run the compute-node agent: register, boot check, heartbeat, health checks, info and
-    resource updates."""
+    resource updates, and run this node's allocations. Stopping the agent leaves them
+    running; the next agent with the same state dir reattaches to them."""
     if server:
         ctx.obj["server"] = server
     if ctx.invoked_subcommand is not None:
@@ -164,7 +168,7 @@ def agent(
         labels=parse_labels(labels), node_class=cls, heartbeat_interval=heartbeat_interval,
         info_interval=info_interval, resource_interval=resource_interval, fake_gpus=fake_gpus,
         instance_id=instance_id, boot_retry_interval=boot_retry_interval,
-        fake_allocs=fake_allocs, health_interval=health_interval)
+        fake_allocs=fake_allocs, health_interval=health_interval, state_file=state_file)
     _logging(log_level)
     try:
         asyncio.run(run_agent(options))
