@@ -92,6 +92,17 @@ def eval_status(ctx: typer.Context, eval_id: Annotated[str, typer.Argument(
     render_rows(result["chain"], EVAL_COLUMNS, output)
 
 
+@eval_app.command("retry")
+def eval_retry(ctx: typer.Context, eval_id: Annotated[str, typer.Argument(
+        help="A failed eval's id or a unique prefix.")],
+        message: Annotated[str, typer.Option("--message", "-m")] = "") -> None:
+    """Hand a failed evaluation to the broker again (failed -> scheduling)."""
+    client.check_id(eval_id, "eval id")
+    result = client.call(str(ctx.obj["server"]), "eval.retry",
+                         {"id": eval_id, "reason": message, "actor": client.actor()})
+    console.print(f"Ok: eval {result['id']} is {result['status']}", markup=False)
+
+
 alloc_app = typer.Typer(help="Allocations: one running copy of a job on a node.",
                         no_args_is_help=True)
 

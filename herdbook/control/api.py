@@ -27,6 +27,7 @@ from herdbook.control.present import alloc_json, eval_json, instance_json, node_
 from herdbook.events.alloc import AllocStatus
 from herdbook.events.base import new_id
 from herdbook.events.codec import decode_resources
+from herdbook.events.evals import Step
 from herdbook.events.evals import Trigger as EvalTrigger
 from herdbook.events.jobs import JobDeregistered, JobRegistered, JobSpecError, parse_job_spec
 from herdbook.events.node import NodeDeclared, NodeEvent
@@ -41,7 +42,7 @@ from herdbook.events.subjects import (
     resources_subject,
     validate_id,
 )
-from herdbook.projector.eval_view import spawn
+from herdbook.projector.eval_view import EvalRefused, spawn, step
 from herdbook.projector.node_view import NodeView
 from herdbook.projector.runner import ProjectorRunner
 from herdbook.reactors import intents
@@ -176,6 +177,7 @@ class Api:
             "job.stop": self.job_stop,
             "eval.list": self.eval_list,
             "eval.status": self.eval_status,
+            "eval.retry": self.eval_retry,
             "alloc.list": self.alloc_list,
             "alloc.status": self.alloc_status,
             "status": self.status,
@@ -458,6 +460,22 @@ class Api:
             following = current.next_eval or current.blocked_eval
             current = evals.get(following) if following else None
         return {"eval": eval_json(wanted), "chain": chain}
+
+    async def eval_retry(self, data: bytes) -> dict[str, Any]:
+        """failed -- retry --> scheduling: the broker delivers the eval again."""
+        req = msgspec.json.decode(data, type=NodeRequest)
+        view = resolve(self.projector.evals, req.id, "eval")
+        try:
+            event = step(view, Step.RETRY, req.reason or "retried by an operator",
+                         actor=req.actor)
+        except EvalRefused as err:
+            raise Refused(f"{err} (only a failed eval can be retried)") from err
+        try:
+            seq = await self.store.append(event, expected_version=view.version)
+        except ConflictError as err:
+            raise Refused(f"eval {view.id} changed meanwhile; try again") from err
+        await self.projector.wait_applied(seq)
+        return eval_json(self.projector.evals[view.id])
 
     async def alloc_list(self, data: bytes) -> dict[str, Any]:
         req = msgspec.json.decode(data or b"{}", type=AllocListRequest)

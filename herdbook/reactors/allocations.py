@@ -31,8 +31,8 @@ from herdbook.events.alloc import (
     AllocEvent,
     AllocFailed,
     AllocLost,
-    AllocStopRequested,
     AllocStatus,
+    AllocStopRequested,
 )
 from herdbook.events.codec import AnyEvent
 from herdbook.events.evals import EvalStatus, Step, Trigger

@@ -245,6 +245,8 @@ class Scheduler:
             await self._append_eval(view, step(view, Step.FAIL, f"job {view.job_id} not found",
                                                ACTOR))
             return
+        if job.status == "dead":
+            await self._cancel_blocked(view.job_id, f"job {view.job_id} stopped")
         blocked_spawned = False
         placed_total = stopped_total = 0
         for attempt in range(1, self.cfg.max_plan_attempts + 1):
@@ -329,6 +331,15 @@ class Scheduler:
                     and other.created_at > view.created_at and self._delay(other) == 0):
                 return other.id
         return None
+
+    async def _cancel_blocked(self, job_id: str, reason: str) -> None:
+        """blocked -- if no-op --> canceled: a stopped job waits for no capacity."""
+        for other in list(self.projector.evals.values()):
+            if other.job_id == job_id and other.status is EvalStatus.BLOCKED:
+                try:
+                    await self._append_eval(other, step(other, Step.NO_OP, reason, ACTOR))
+                except ConflictError:
+                    pass   # unblocked meanwhile: it will find the job stopped
 
     async def _cancel(self, view: EvalView, reason: str) -> None:
         if view.status is EvalStatus.PENDING:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -67,6 +68,21 @@ class Fleet:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        self.kill_workloads()
+
+    def kill_workloads(self) -> None:
+        """Agents leave their workloads running by design (they survive an agent
+        restart): kill every process group an agent recorded."""
+        for state in self.tmp.glob("*/agent-state.json"):
+            try:
+                entries = json.loads(state.read_text()).get("allocs", [])
+            except (OSError, ValueError):
+                continue
+            for entry in entries:
+                try:
+                    os.killpg(int(entry["pgid"]), signal.SIGKILL)
+                except (OSError, KeyError, ValueError):
+                    pass
 
 
 @pytest.fixture
