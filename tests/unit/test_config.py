@@ -153,5 +153,11 @@ def test_the_readme_config_reference_is_a_valid_config() -> None:
     block = section[section.index("```yaml") + len("```yaml"):]
     block = block[:block.index("```")]
     config = parse_config(block, "README")
+    import msgspec.yaml
+
+    from herdbook.config import Config
+    documented = set(msgspec.yaml.decode(block))
+    assert set(Config.__struct_fields__) - {"data_dir", "node_id"} <= documented
+    assert config.scheduler.delivery_limit == 3 and config.allocations.checkpoint_signal == "SIGUSR1"
     assert config.pools["training"].health.auto_replace
     assert config.notifier.type == "webhook"
