@@ -47,9 +47,18 @@ def run(ctx: typer.Context, file: Annotated[Path, typer.Argument(help="A YAML jo
 @job_app.command("status")
 def status(ctx: typer.Context, job_id: Annotated[str, typer.Argument(help="Job id.")],
            output: Output = Format.table) -> None:
-    """A job, its spec and its evaluations."""
+    """A job, its spec, its allocations by status and its evaluations."""
     client.check_id(job_id, "job id")
-    render_object(client.call(str(ctx.obj["server"]), "job.status", {"id": job_id}), output)
+    result = client.call(str(ctx.obj["server"]), "job.status", {"id": job_id})
+    if output is not Format.table:
+        render_object(result, output)
+        return
+    evals = result.pop("evals")
+    result["allocations"] = ", ".join(f"{k}={v}" for k, v in sorted(
+        result["allocations"].items())) or "none"
+    render_object(result, output)
+    console.print("\nevaluations:", markup=False)
+    render_rows(evals, EVAL_COLUMNS, output)
 
 
 @job_app.command("stop")

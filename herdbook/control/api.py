@@ -266,7 +266,7 @@ class Api:
         out["heartbeat"] = None if beat is None or not beat.boot_id else {
             "boot_id": beat.boot_id, "seq": beat.seq, "agent_sent_at": beat.sent_at,
             "gpu_count": beat.gpu_count, "running_allocs": beat.running_allocs,
-            "fingerprint": beat.fingerprint}
+            "reattaching": beat.reattaching, "fingerprint": beat.fingerprint}
         try:
             msg = await self.nc.jetstream().get_last_msg(
                 HEARTBEATS_STREAM, resources_subject(view.id), direct=True)

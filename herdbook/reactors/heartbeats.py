@@ -15,6 +15,7 @@ class NodeBeat:
     running_allocs: int | None = None
     gpu_count: int | None = None
     fingerprint: str | None = None
+    reattaching: bool = False
 
 
 def is_newer(beat: NodeBeat | None, boot_id: str, seq: int) -> bool:

@@ -148,7 +148,10 @@ class Sweeper:
             return
         if self.observe(node_id, hb.boot_id, hb.seq, observed, hb.sent_at):
             beat = self.beats[node_id]
-            beat.running_allocs = hb.running_allocs
+            # While the agent reattaches its workloads its count is not yet known: a
+            # draining node must not look empty (DRAINED) because of it.
+            beat.running_allocs = None if hb.reattaching else hb.running_allocs
+            beat.reattaching = hb.reattaching
             beat.gpu_count = hb.gpu_count
             if hb.fingerprint:
                 beat.fingerprint = hb.fingerprint

@@ -317,3 +317,24 @@ async def test_silent_nodes_are_all_detected_once(world: World) -> None:
         assert [name for name, _ in world.store.of(node_id)] == ["degraded", "down"]
     assert world.sweeper.detections == 2 * len(NODES)
     assert len(world.sweeper._heap) <= len(NODES) + 2
+
+
+async def test_a_reattaching_agent_does_not_count_as_running_nothing(world: World) -> None:
+    from types import SimpleNamespace
+
+    from herdbook.events.codec import encode
+    from herdbook.events.heartbeat import Heartbeat
+
+    world.register("n1")
+
+    async def beat(seq: int, reattaching: bool) -> None:
+        hb = Heartbeat(node_id="n1", boot_id="boot-b", seq=seq, running_allocs=0,
+                       reattaching=reattaching)
+        msg = SimpleNamespace(data=encode(hb), subject="herd.hb.n1")
+        await world.sweeper._on_heartbeat(msg, world.clock.now)  # type: ignore[arg-type]
+
+    await beat(1, reattaching=True)
+    assert world.sweeper.beats["n1"].running_allocs is None   # unknown, not zero
+    assert world.sweeper.beats["n1"].reattaching
+    await beat(2, reattaching=False)
+    assert world.sweeper.beats["n1"].running_allocs == 0
