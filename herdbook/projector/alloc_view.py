@@ -59,8 +59,8 @@ class AllocView(msgspec.Struct, frozen=True, kw_only=True):
 
 def apply_alloc(view: AllocView | None, event: AllocEvent, seq: int) -> AllocView | None:
     if isinstance(event, AllocPlaced):
-        if view is not None:
-            return view
+        if view is not None:   # placed twice: the first placement stands
+            return replace(view, version=seq)
         return AllocView(
             id=event.alloc_id, job_id=event.job_id, node_id=event.node_id,
             eval_id=event.eval_id, index=event.index, command=list(event.command),
