@@ -54,6 +54,7 @@ log = logging.getLogger(__name__)
 CONSUMER = "herd-scheduler"
 BROKER_SUBJECTS = ["herd.eval.*.created", "herd.eval.*.enqueued"]
 ACTOR = "scheduler"
+APPLY_CONCURRENCY = 64
 DONE = frozenset({EvalStatus.COMPLETE, EvalStatus.FAILED, EvalStatus.CANCELED,
                   EvalStatus.DELETED, EvalStatus.BLOCKED})
 """An eval in one of these is not the broker's business (blocked ones wait to be
@@ -312,10 +313,21 @@ class Scheduler:
                 node_id=s.alloc.node_id, alloc_id=s.alloc.id, reason=s.reason,
                 kill_timeout_s=float(self.allocations.kill_timeout), actor=ACTOR,
                 causation_id=view.id))
-        last = 0
-        for node_id in sorted(by_node):
-            last = await self.store.append_decided(by_node[node_id],
-                                                   self.expected_alloc_version(node_id))
+        # Nodes are independent aggregates: their appends run side by side (pipelined),
+        # each node's in order with its own expected version.
+        gate = asyncio.Semaphore(APPLY_CONCURRENCY)
+
+        async def on_node(node_id: str) -> int:
+            async with gate:
+                return await self.store.append_decided(by_node[node_id],
+                                                       self.expected_alloc_version(node_id))
+
+        results = await asyncio.gather(*(on_node(n) for n in sorted(by_node)),
+                                       return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        last = max((r for r in results if isinstance(r, int)), default=0)
         if last:
             await self.projector.wait_applied(last)
 
