@@ -38,6 +38,8 @@ from herdbook.events.node import (
     NodeApproved,
     NodeBootChecked,
     NodeBootStarted,
+    NodeClaimed,
+    NodeConformanceChanged,
     NodeCordoned,
     NodeDeclared,
     NodeDegraded,
@@ -53,9 +55,14 @@ from herdbook.events.node import (
     NodeRecovered,
     NodeRegistered,
     NodeRejected,
+    NodeReleased,
     NodeTerminated,
     NodeUncordoned,
     NodeUndrained,
+    NodeWiped,
+    NodeWipeFailed,
+    NodeWipeStarted,
+    NodeWipeStepReported,
 )
 from herdbook.events.pool import PoolScaled
 
@@ -65,7 +72,8 @@ AnyNodeEvent = (
     | NodeDeclared | NodeBootStarted | NodeBootChecked | NodeFailed
     | NodeCordoned | NodeUncordoned | NodeDrainStarted | NodeDrained | NodeUndrained
     | NodeDisabled | NodeEnabled | NodeHealthChanged | NodeTerminated
-    | NodeNotificationFailed
+    | NodeNotificationFailed | NodeClaimed | NodeReleased | NodeWipeStarted
+    | NodeWipeStepReported | NodeWiped | NodeWipeFailed | NodeConformanceChanged
 )
 AnyInstanceEvent = (
     InstanceProvisioning | InstanceProvisioned | InstanceRunning | InstanceFailed

@@ -31,6 +31,9 @@ class Trigger(StrEnum):
     ENABLE = "enable"
     PARTITION_HEALED = "partition_healed"  # same boot heartbeats again (recover_down_on_heartbeat)
     TERMINATE = "terminate"                # its instance was terminated
+    WIPE = "wipe"                          # a sensitive node's wipe started (release, --force)
+    WIPE_PASSED = "wipe_passed"            # every wipe step confirmed: back in the pool
+    WIPE_FAILED = "wipe_failed"            # a step failed or sensitive.wipe_timeout passed
 
 
 class Command(StrEnum):
@@ -63,10 +66,15 @@ LIFECYCLE: dict[tuple[Lifecycle, Trigger], Lifecycle] = {
     (L.DEGRADED, Trigger.HEARTBEAT_RESUMED): L.READY,
     (L.DEGRADED, Trigger.GRACE_EXPIRED): L.DOWN,
     **{(state, Trigger.FATAL): L.DOWN for state in (L.UNKNOWN, *_LIVE)},
-    **{(state, Trigger.DISABLE): L.DOWN for state in (L.UNKNOWN, *_LIVE, L.DOWN, L.FAILED)},
+    **{(state, Trigger.DISABLE): L.DOWN
+       for state in (L.UNKNOWN, *_LIVE, L.DOWN, L.FAILED, L.QUARANTINED)},
     (L.DOWN, Trigger.ENABLE): L.READY,
     (L.DOWN, Trigger.PARTITION_HEALED): L.READY,
     **{(state, Trigger.TERMINATE): L.TERMINATED for state in Lifecycle if state is not L.TERMINATED},
+    **{(state, Trigger.WIPE): L.BOOTING
+       for state in (L.READY, L.DEGRADED, L.DOWN, L.FAILED, L.QUARANTINED, L.BOOTING)},
+    (L.BOOTING, Trigger.WIPE_PASSED): L.READY,
+    **{(state, Trigger.WIPE_FAILED): L.QUARANTINED for state in (*_LIVE, L.DOWN)},
 }
 
 INTENT: dict[tuple[Intent, Command], Intent] = {

@@ -37,6 +37,10 @@ class NodeEvent(Event, frozen=True, kw_only=True):
     aggregate: ClassVar[str] = "node"
 
     node_id: str
+    prev_hash: str | None = None
+    """SHA-256 of the node's previous event as stored (its JSON bytes): the audit
+    chain, set by ``EventStore.append`` on every node event; ``herd audit verify``
+    checks it."""
 
     @property
     def aggregate_id(self) -> str:
@@ -165,3 +169,58 @@ class NodeNotificationFailed(NodeEvent, frozen=True, kw_only=True,
     action: str
     reason: str
     attempts: int = 1
+
+
+# sensitive nodes (Lattice): claim, release, wipe, conformance
+class NodeClaimed(NodeEvent, frozen=True, kw_only=True, tag="node.claimed"):
+    """A user claims a sensitive node explicitly; the first append wins."""
+
+    user: str
+    tenant: str = ""
+    reason: str = ""
+
+
+class NodeReleased(NodeEvent, frozen=True, kw_only=True, tag="node.released"):
+    """The claim ends: the node drains (other sensitive allocations run) or is wiped."""
+
+    user: str = ""
+    reason: str = ""
+
+
+class NodeWipeStarted(NodeEvent, frozen=True, kw_only=True, tag="node.wipe_started"):
+    """The agent runs its wipe steps; the node is BOOTING (not schedulable) meanwhile."""
+
+    attempt: int = 1
+    forced: bool = False
+    timeout_s: float = 1800.0
+    reason: str = ""
+
+
+class NodeWipeStepReported(NodeEvent, frozen=True, kw_only=True, tag="node.wipe_step"):
+    step: str
+    ok: bool
+    detail: str = ""
+
+
+class NodeWiped(NodeEvent, frozen=True, kw_only=True, tag="node.wiped"):
+    """Every wipe step confirmed: READY and back in the pool, unclaimed."""
+
+    steps: list[str] = msgspec.field(default_factory=list)
+
+
+class NodeWipeFailed(NodeEvent, frozen=True, kw_only=True, tag="node.wipe_failed"):
+    """A step failed or ``sensitive.wipe_timeout`` passed: QUARANTINED."""
+
+    reason: str
+    step: str = ""
+
+
+class NodeConformanceChanged(NodeEvent, frozen=True, kw_only=True,
+                             tag="node.conformance_changed"):
+    """The node's conformance fingerprint, its group's expected one, and whether it
+    drifted (differs from the pool's configured fingerprint, or else its majority)."""
+
+    fingerprint: str
+    expected: str = ""
+    drift: bool = False
+    reason: str = ""

@@ -11,11 +11,13 @@ Guarantees:
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import nats.errors
+from msgspec.structs import replace
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy, Header
@@ -24,12 +26,14 @@ from nats.js.errors import BadRequestError, NotFoundError
 from herdbook.events.base import Event
 from herdbook.events.codec import AnyEvent, decode_event, encode
 from herdbook.events.feed import StreamFeed
+from herdbook.events.node import NodeEvent
 from herdbook.events.subjects import EVENTS_STREAM, aggregate_filter, event_subject
 
 log = logging.getLogger(__name__)
 
 EXPECTED_LAST_SUBJECT_SEQ_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
 CONFLICT_CODES = frozenset({10071, 10164})
+CHAIN_ATTEMPTS = 20
 RETRYABLE_CODES = frozenset({10163})
 
 
@@ -56,7 +60,39 @@ class EventStore:
         self.attempts = attempts
 
     async def append(self, event: Event, expected_version: int | None = None) -> int:
-        """Append one event; return its stream sequence."""
+        """Append one event; return its stream sequence. A node event is chained: it
+        carries the SHA-256 of the node's previous event (``prev_hash``)."""
+        if isinstance(event, NodeEvent) and event.prev_hash is None:
+            return await self._append_chained(event, expected_version)
+        return await self._append(event, expected_version)
+
+    async def _append_chained(self, event: NodeEvent, expected_version: int | None) -> int:
+        """Read the node's last event, hash it into ``prev_hash``, and append expecting
+        exactly that event: a writer that got in between breaks no link, it makes us
+        chain again (or, if the caller decided from a version, raises the conflict)."""
+        filt = aggregate_filter("node", event.node_id)
+        for _ in range(CHAIN_ATTEMPTS):
+            last_seq, last_data, last_id = await self._last(filt)
+            if last_id == event.event_id:
+                return last_seq    # a resend of ours that already landed
+            if expected_version is not None and last_seq != expected_version:
+                raise ConflictError(filt, expected_version, f"last is {last_seq}")
+            prev = hashlib.sha256(last_data).hexdigest() if last_data is not None else None
+            try:
+                return await self._append(replace(event, prev_hash=prev), last_seq)
+            except ConflictError:
+                if expected_version is not None:
+                    raise
+        raise ConflictError(filt, expected_version or 0, "the node kept changing")
+
+    async def _last(self, filt: str) -> tuple[int, bytes | None, str | None]:
+        try:
+            msg = await self.js.get_last_msg(self.stream, filt)
+        except NotFoundError:
+            return 0, None, None
+        return int(msg.seq or 0), msg.data or b"", (msg.headers or {}).get(Header.MSG_ID)
+
+    async def _append(self, event: Event, expected_version: int | None = None) -> int:
         subject = subject_of(event)
         filt = aggregate_filter(type(event).aggregate, event.aggregate_id)
         headers: dict[str, Any] = {Header.MSG_ID.value: event.event_id}

@@ -19,6 +19,8 @@ from herdbook.events.node import (
     NodeApproved,
     NodeBootChecked,
     NodeBootStarted,
+    NodeClaimed,
+    NodeConformanceChanged,
     NodeCordoned,
     NodeDeclared,
     NodeDegraded,
@@ -35,9 +37,14 @@ from herdbook.events.node import (
     NodeRecovered,
     NodeRegistered,
     NodeRejected,
+    NodeReleased,
     NodeTerminated,
     NodeUncordoned,
     NodeUndrained,
+    NodeWiped,
+    NodeWipeFailed,
+    NodeWipeStarted,
+    NodeWipeStepReported,
 )
 from herdbook.events.states import (
     Approval,
@@ -77,6 +84,19 @@ class NodeView(msgspec.Struct, frozen=True, kw_only=True):
     drain_urgent: bool = False
     drain_deadline: datetime | None = None
     last_event: str = ""
+    claimed_by: str | None = None
+    tenant: str = ""
+    claimed_at: datetime | None = None
+    release_pending: bool = False
+    """Released while other sensitive allocations ran: wiped once DRAINED."""
+    wipe_status: str = ""                 # "" | wiping | wiped | failed
+    wipe_attempt: int = 0
+    wipe_steps: dict[str, str] = msgspec.field(default_factory=dict)
+    wipe_started_at: datetime | None = None
+    wipe_timeout_s: float = 0.0
+    fingerprint: str = ""
+    fingerprint_expected: str = ""
+    drift: bool = False
     version: int = 0
 
     @property
@@ -176,6 +196,33 @@ def apply(view: NodeView | None, event: AnyNodeEvent, seq: int) -> NodeView | No
             view = _lifecycle(_clear_unhealthy(view), Lifecycle.READY, reason or "enabled",
                               event.at, "")
             return _intent(view, Intent.ELIGIBLE, event, reason)
+        case NodeClaimed(user=user, tenant=tenant):
+            return replace(view, claimed_by=user, tenant=tenant, claimed_at=event.at)
+        case NodeReleased():
+            return replace(view, claimed_by=None, tenant="", claimed_at=None,
+                           release_pending=True)
+        case NodeWipeStarted(attempt=attempt, timeout_s=timeout_s, reason=reason):
+            target = next_lifecycle(view.lifecycle, Trigger.WIPE) or view.lifecycle
+            return replace(_lifecycle(view, target, reason or "wiping", event.at, ""),
+                           wipe_status="wiping", wipe_attempt=attempt, wipe_steps={},
+                           wipe_started_at=event.at, wipe_timeout_s=timeout_s,
+                           release_pending=False)
+        case NodeWipeStepReported(step=name, ok=ok, detail=detail):
+            return replace(view, wipe_steps={**view.wipe_steps,
+                                             name: "ok" if ok else (detail or "failed")})
+        case NodeWiped():
+            target = next_lifecycle(view.lifecycle, Trigger.WIPE_PASSED) or view.lifecycle
+            view = _lifecycle(view, target, "wiped: back in the pool", event.at, "")
+            if view.intent in (Intent.DRAINING, Intent.DRAINED, Intent.CORDONED):
+                view = _intent(view, Intent.ELIGIBLE, event, "wiped")
+            return replace(view, wipe_status="wiped", claimed_by=None, tenant="",
+                           release_pending=False, drain_urgent=False, drain_deadline=None)
+        case NodeWipeFailed(reason=reason, step=failed_step):
+            target = next_lifecycle(view.lifecycle, Trigger.WIPE_FAILED) or view.lifecycle
+            why = f"wipe failed at {failed_step}: {reason}" if failed_step else f"wipe failed: {reason}"
+            return replace(_lifecycle(view, target, why, event.at, ""), wipe_status="failed")
+        case NodeConformanceChanged(fingerprint=fp, expected=expected, drift=drift):
+            return replace(view, fingerprint=fp, fingerprint_expected=expected, drift=drift)
     return view
 
 

@@ -25,6 +25,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from msgspec.structs import replace
+
 from herdbook.config import Config
 from herdbook.events.alloc import (
     LIVE,
@@ -83,7 +85,7 @@ class AllocationReactor:
         # blocked evals that capacity may fit now.
         for node in self.projector.views.values():
             if node.lifecycle.value == "down" or node.intent is Intent.DISABLED:
-                self._queue.put_nowait(("lost", (node.id, "node is down")))
+                self._queue.put_nowait(("lost", (node.id, "node is down", None)))
         self.request_unblock()
 
     async def stop(self) -> None:
@@ -101,9 +103,11 @@ class AllocationReactor:
     def _on_node(self, node_id: str, view: NodeView | None, event: AnyEvent) -> None:
         if isinstance(event, LOSING):
             self._queue.put_nowait(("lost", (node_id, f"node {event.event_name}: "
-                                              f"{getattr(event, 'reason', '')}".rstrip(": "))))
+                                              f"{getattr(event, 'reason', '')}".rstrip(": "),
+                                             event.event_id)))
         elif isinstance(event, NodeDrainStarted):
-            self._queue.put_nowait(("drain", (node_id, event.urgent, event.deadline_s)))
+            self._queue.put_nowait(("drain", (node_id, event.urgent, event.deadline_s,
+                                              event.event_id)))
         now = view is not None and view.schedulable
         before = self._schedulable.get(node_id, False)
         self._schedulable[node_id] = now
@@ -173,13 +177,14 @@ class AllocationReactor:
                 await self._catch_up()
         raise RuntimeError(f"allocations of {node_id} kept changing")
 
-    async def lose_allocations(self, node_id: str, reason: str) -> None:
+    async def lose_allocations(self, node_id: str, reason: str,
+                               cause: str | None = None) -> None:
         node = self.projector.views.get(node_id)
         sensitive = node is not None and node.info.node_class is NodeClass.SENSITIVE
 
         def decide() -> list[AllocEvent]:
             return [AllocLost(node_id=node_id, alloc_id=a.id, reason=reason,
-                              requeue_allowed=not sensitive, actor=ACTOR)
+                              requeue_allowed=not sensitive, actor=ACTOR, causation_id=cause)
                     for a in self._live_on(node_id)]
 
         lost = await self._append_node_allocs(node_id, decide)
@@ -190,9 +195,10 @@ class AllocationReactor:
             return
         await self._catch_up()
         for job_id in sorted({self.projector.allocs[e.alloc_id].job_id for e in lost}):
-            await self._eval_for(job_id, Trigger.NODE_UPDATE, node_id=node_id)
+            await self._eval_for(job_id, Trigger.NODE_UPDATE, node_id=node_id, cause=cause)
 
-    async def drain(self, node_id: str, urgent: bool, deadline_s: float | None) -> None:
+    async def drain(self, node_id: str, urgent: bool, deadline_s: float | None,
+                    cause: str | None = None) -> None:
         cfg = self.config.allocations
 
         def decide() -> list[AllocEvent]:
@@ -201,13 +207,13 @@ class AllocationReactor:
                 reason="urgent drain" if urgent else "drain",
                 signal=cfg.checkpoint_signal if urgent else "SIGTERM",
                 grace_s=float(cfg.checkpoint_grace) if urgent else 0.0,
-                kill_timeout_s=float(cfg.kill_timeout), actor=ACTOR)
+                kill_timeout_s=float(cfg.kill_timeout), actor=ACTOR, causation_id=cause)
                 for a in self._live_on(node_id) if a.desired == "run"]
 
         stopping = await self._append_node_allocs(node_id, decide)
         await self._catch_up()
         for job_id in sorted({self.projector.allocs[e.alloc_id].job_id for e in stopping}):
-            await self._eval_for(job_id, Trigger.NODE_DRAIN, node_id=node_id)
+            await self._eval_for(job_id, Trigger.NODE_DRAIN, node_id=node_id, cause=cause)
         if deadline_s:
             loop = asyncio.get_running_loop()
             old = self._deadlines.pop(node_id, None)
@@ -234,7 +240,7 @@ class AllocationReactor:
                         len(forced))
 
     async def _eval_for(self, job_id: str, trigger: Trigger, *, node_id: str | None = None,
-                        causation: AnyEvent | None = None) -> None:
+                        causation: AnyEvent | None = None, cause: str | None = None) -> None:
         job = self.projector.jobs.get(job_id)
         if job is None:
             return
@@ -242,8 +248,10 @@ class AllocationReactor:
                 e.job_id == job_id and e.status is EvalStatus.PENDING and e.wait_until is None
                 for e in self.projector.evals.values()):
             return   # a pending eval of the job will reconcile this failure too
-        await self.store.append(new_eval(trigger, job, node_id=node_id, actor=ACTOR,
-                                         causation=causation), expected_version=0)
+        created = new_eval(trigger, job, node_id=node_id, actor=ACTOR, causation=causation)
+        if cause is not None and causation is None:
+            created = replace(created, causation_id=cause)
+        await self.store.append(created, expected_version=0)
 
     async def unblock(self) -> None:
         blocked = sorted((e for e in self.projector.evals.values()

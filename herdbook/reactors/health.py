@@ -24,12 +24,16 @@ def decide_health(view: NodeView, verdict: Verdict, unhealthy_in_a_row: int, thr
     reason = "; ".join(verdict.reasons)
     events: list[NodeEvent] = []
     if verdict.fatal:
+        # the cause chain: health report -> classified fatal -> DOWN
+        cause = report_id or None
         if view.health is not Health.UNHEALTHY:
-            events.append(NodeHealthChanged(node_id=view.id, actor=ACTOR, health=Health.UNHEALTHY,
-                                            reason=f"fatal: {reason}", report_id=report_id,
-                                            fatal=True, causation_id=report_id or None))
+            classified = NodeHealthChanged(node_id=view.id, actor=ACTOR, health=Health.UNHEALTHY,
+                                           reason=f"fatal: {reason}", report_id=report_id,
+                                           fatal=True, causation_id=cause)
+            events.append(classified)
+            cause = classified.event_id
         if next_lifecycle(view.lifecycle, Trigger.FATAL) is not None:
-            events.append(NodeDown(node_id=view.id, actor=ACTOR, causation_id=report_id or None,
+            events.append(NodeDown(node_id=view.id, actor=ACTOR, causation_id=cause,
                                    reason=f"fatal hardware event: {reason}"))
         return events, unhealthy_in_a_row + 1
     if verdict.result == "unhealthy":

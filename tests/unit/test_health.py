@@ -79,7 +79,10 @@ def node(health: Health = Health.HEALTHY, lifecycle: Lifecycle = Lifecycle.READY
 def test_a_fatal_event_is_unhealthy_and_down_at_once() -> None:
     events, _ = decide_health(node(), Verdict("fatal", ("fatal-xid: XID 79",)), 0, 2, "r-9")
     assert [type(e) for e in events] == [NodeHealthChanged, NodeDown]
-    assert all(e.causation_id == "r-9" for e in events)
+    # the cause chain: report r-9 -> classified fatal -> DOWN
+    classified, down_event = events
+    assert classified.causation_id == "r-9"
+    assert down_event.causation_id == classified.event_id
     down, _ = decide_health(node(Health.UNHEALTHY, Lifecycle.DOWN), Verdict("fatal", ()), 0, 2)
     assert down == []
 

@@ -51,10 +51,17 @@ ALLOWED_LIFECYCLE = [
     (L.DEGRADED, Trigger.DISABLE, L.DOWN),
     (L.DOWN, Trigger.DISABLE, L.DOWN),
     (L.FAILED, Trigger.DISABLE, L.DOWN),
+    (L.QUARANTINED, Trigger.DISABLE, L.DOWN),       # `herd node disable` retires it
     (L.DOWN, Trigger.ENABLE, L.READY),
     (L.DOWN, Trigger.PARTITION_HEALED, L.READY),
     *[(state, Trigger.TERMINATE, L.TERMINATED) for state in Lifecycle
       if state is not L.TERMINATED],
+    # sensitive wipe (Lattice): BOOTING while the agent wipes, READY or QUARANTINED after
+    *[(state, Trigger.WIPE, L.BOOTING)
+      for state in (L.READY, L.DEGRADED, L.DOWN, L.FAILED, L.QUARANTINED, L.BOOTING)],
+    (L.BOOTING, Trigger.WIPE_PASSED, L.READY),
+    *[(state, Trigger.WIPE_FAILED, L.QUARANTINED)
+      for state in (L.BOOTING, L.READY, L.DEGRADED, L.DOWN)],
 ]
 
 ALLOWED_INTENT = [
@@ -113,8 +120,10 @@ def test_the_tables_hold_exactly_the_listed_transitions() -> None:
 def test_terminal_states_have_no_way_out() -> None:
     for trigger in Trigger:
         assert next_lifecycle(L.TERMINATED, trigger) is None
-        # a quarantined node leaves only by termination (or an operator's wipe, issue 6)
-        expected = L.TERMINATED if trigger is Trigger.TERMINATE else None
+        # a quarantined node never leaves by itself: only an operator's forced wipe,
+        # disable (retire) or termination
+        expected = {Trigger.TERMINATE: L.TERMINATED, Trigger.WIPE: L.BOOTING,
+                    Trigger.DISABLE: L.DOWN}.get(trigger)
         assert next_lifecycle(L.QUARANTINED, trigger) is expected
 
 
