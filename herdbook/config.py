@@ -115,6 +115,8 @@ class PoolConfig(_Section, frozen=True):
     health: PoolHealthConfig = PoolHealthConfig()
     fake_gpus: int = 8
     heartbeat_interval: Duration = Duration(10.0)
+    expected_fingerprint: str | None = None
+    """The conformance fingerprint this pool's nodes must have; unset: the majority."""
     agent_command: list[str] | None = None
     """local provider: run this instead of `herd agent` (e.g. to test an agent that
     never starts); {node_id}, {instance_id}, {server}, {state_dir} are filled in."""
@@ -183,6 +185,21 @@ class AllocationsConfig(_Section, frozen=True):
     """How long an urgent drain waits after the checkpoint signal before stopping."""
 
 
+class SensitiveConfig(_Section, frozen=True):
+    """Lattice's sensitive-node rules."""
+
+    wipe_timeout: Duration = Duration(1800.0)
+    """A wipe not confirmed by then: QUARANTINED."""
+    conformance_interval: Duration = Duration(30.0)
+    """How often the control plane compares the fleet's conformance fingerprints."""
+
+
+class MetricsConfig(_Section, frozen=True):
+    port: int = 0
+    """Serve Prometheus ``GET /metrics`` on this port; 0: off (also ``--metrics-port``)."""
+    host: str = "127.0.0.1"
+
+
 class Config(_Section, frozen=True):
     nats: NatsConfig = NatsConfig()
     data_dir: str = "./.herd"
@@ -197,6 +214,8 @@ class Config(_Section, frozen=True):
     notifier: NotifierConfig = NotifierConfig()
     scheduler: SchedulerConfig = SchedulerConfig()
     allocations: AllocationsConfig = AllocationsConfig()
+    metrics: MetricsConfig = MetricsConfig()
+    sensitive: SensitiveConfig = SensitiveConfig()
 
 
 class ConfigError(ValueError):
@@ -249,6 +268,8 @@ def parse_config(raw: bytes | str, source: str = "config") -> Config:
                           "like SIGUSR1")
     if not 1 <= config.projector.batch_size <= 10_000:
         raise ConfigError(f"{source}: projector.batch_size: must be between 1 and 10000")
+    if not 0 <= config.metrics.port <= 65535:
+        raise ConfigError(f"{source}: metrics.port: must be between 0 and 65535")
     return config
 
 

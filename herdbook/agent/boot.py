@@ -37,8 +37,8 @@ def boot_check(nvml: gpu.NvmlLike | None, expected_gpus: int | None,
 
 
 def fingerprint(nvml: gpu.NvmlLike | None) -> str:
-    """SHA-256 over GPU driver version, kernel version and command line (issue 6 adds
-    BIOS/firmware versions where readable)."""
+    """The conformance fingerprint: SHA-256 over the kernel version, the GPU driver
+    version, the kernel command line, and BIOS/firmware versions where readable."""
     parts = [platform.release()]
     try:
         parts.append(gpu._text(nvml.nvmlSystemGetDriverVersion()) if nvml else "no-gpu")
@@ -48,4 +48,12 @@ def fingerprint(nvml: gpu.NvmlLike | None) -> str:
         parts.append(Path("/proc/cmdline").read_text().strip())
     except OSError:
         parts.append(os.uname().version)
+    for name in ("bios_vendor", "bios_version", "bios_date", "board_version"):
+        try:
+            parts.append(f"{name}={(DMI / name).read_text().strip()}")
+        except OSError:
+            pass
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+DMI = Path("/sys/class/dmi/id")

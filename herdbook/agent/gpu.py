@@ -72,7 +72,7 @@ class FakeNvmlError(Exception):
     """A failed NVML call, e.g. on a GPU that fell off the bus."""
 
 
-FAULTS = ("xid", "thermal", "ecc-dbe", "ecc-sbe", "nvlink", "pcie", "clear")
+FAULTS = ("xid", "thermal", "ecc-dbe", "ecc-sbe", "nvlink", "pcie", "driver", "clear")
 
 
 @dataclass
@@ -102,6 +102,9 @@ class FakeNvml:
                 device.temperature_c, device.fallen_off = 45, False
             self.xid_queue.clear()
             return "cleared every fault"
+        if fault == "driver":   # a driver upgrade: the conformance fingerprint changes
+            self.driver_version = f"{value if value is not None else 999}-fake"
+            return f"driver version {self.driver_version}"
         if not 0 <= gpu < len(self.gpus):
             raise ValueError(f"no GPU {gpu}: this node has {len(self.gpus)}")
         device = self.gpus[gpu]

@@ -20,7 +20,7 @@ import nats
 from nats.aio.client import Client as NATS
 from nats.js.errors import NotFoundError
 
-from herdbook.agent import boot, gpu
+from herdbook.agent import boot, gpu, wipe
 from herdbook.agent.connection import connection_callbacks, quiet_errors
 from herdbook.agent.executor import STATE_FILE, Executor
 from herdbook.agent.health import HealthMonitor
@@ -38,6 +38,10 @@ from herdbook.events.node import (
     NodeInfo,
     NodeInfoUpdated,
     NodeRegistered,
+    NodeWiped,
+    NodeWipeFailed,
+    NodeWipeStarted,
+    NodeWipeStepReported,
 )
 from herdbook.events.states import NodeClass
 from herdbook.events.store import EventStore, subscribe_from
@@ -82,6 +86,11 @@ class AgentOptions:
     """Running allocations the heartbeat reports on top of the executor's (tests, demo)."""
     state_file: str | None = None
     """Where the executor keeps its workloads [default: <state_dir>/agent-state.json]."""
+    fingerprint_interval: float = 6 * 3600.0
+    """The conformance fingerprint is recomputed this often (and on request)."""
+    wipe_config: str | None = None
+    """YAML with the wipe steps of a sensitive node (default: the real ones, or fakes
+    with --fake-gpus)."""
 
 
 class Agent:
@@ -101,7 +110,9 @@ class Agent:
         self.info: NodeInfo | None = None
         self.health = HealthMonitor(nvml)
         self.fingerprint = ""
-        self._fingerprint_sent = False
+        self._fingerprint_sent: str | None = None
+        self.wipe_steps = wipe.load_steps(options.wipe_config, options.fake_gpus is not None)
+        self._wiping: asyncio.Task[None] | None = None
         self.registered = asyncio.Event()
         self._stop = asyncio.Event()
         self._store: EventStore | None = None
@@ -152,6 +163,14 @@ class Agent:
         reboots = await self.nc.subscribe(event_subject("node", self.node_id, "boot_started"),
                                           cb=on_boot_started)
         injections = await self.nc.subscribe(inject_subject(self.node_id), cb=self._on_inject)
+
+        async def on_wipe(msg: Any) -> None:
+            await self._on_wipe_started(msg, store)
+
+        wipes = await self.nc.subscribe(event_subject("node", self.node_id, "wipe_started"),
+                                        cb=on_wipe)
+        requests = await self.nc.subscribe(f"herd.agent.{self.node_id}.fingerprint",
+                                           cb=self._on_fingerprint_request)
         tasks = [
             asyncio.create_task(self._boot_checks(store)),
             asyncio.create_task(self._every(self.options.health_interval, self.send_health)),
@@ -161,12 +180,16 @@ class Agent:
             asyncio.create_task(self._every(self.options.resource_interval,
                                             self.send_resources)),
             asyncio.create_task(self._allocations(store)),
+            asyncio.create_task(self._every(self.options.fingerprint_interval,
+                                            self.refresh_fingerprint, first=False)),
         ]
         try:
             await self._stop.wait()
         finally:
-            await reboots.unsubscribe()
-            await injections.unsubscribe()
+            for sub in (reboots, injections, wipes, requests):
+                await sub.unsubscribe()
+            if self._wiping is not None:
+                self._wiping.cancel()
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -272,6 +295,52 @@ class Agent:
             if attempt < self.options.boot_attempts:
                 await asyncio.sleep(self.options.boot_retry_interval)
 
+    async def refresh_fingerprint(self) -> str:
+        """Recompute the conformance fingerprint; the next heartbeat carries it if it
+        changed."""
+        fingerprint = await asyncio.to_thread(boot.fingerprint, self.nvml)
+        if fingerprint != self.fingerprint:
+            log.warning("%s: conformance fingerprint changed to %s", self.node_id,
+                        fingerprint[:12])
+            self.fingerprint = fingerprint
+        return fingerprint
+
+    async def _on_fingerprint_request(self, msg: Any) -> None:
+        """`herd node fingerprint <id>`: recompute now and heartbeat at once."""
+        fingerprint = await self.refresh_fingerprint()
+        await self.heartbeat()
+        await msg.respond(json.dumps({"ok": True, "fingerprint": fingerprint}).encode())
+
+    async def _on_wipe_started(self, msg: Any, store: EventStore) -> None:
+        try:
+            event = decode_event(msg.data)
+        except Exception:  # noqa: BLE001
+            return
+        if not isinstance(event, NodeWipeStarted):
+            return
+        if self._wiping is not None and not self._wiping.done():
+            self._wiping.cancel()
+        self._wiping = asyncio.create_task(self.wipe(store, event))
+
+    async def wipe(self, store: EventStore, started: NodeWipeStarted) -> None:
+        """Run the wipe steps in order, report each; confirm, or report the failure."""
+        log.warning("%s: wipe attempt %d started by %s", self.node_id, started.attempt,
+                    started.actor)
+        done: list[str] = []
+        for step in self.wipe_steps:
+            ok, detail = await wipe.run_step(step)
+            await self._append(store, NodeWipeStepReported(
+                node_id=self.node_id, step=step.name, ok=ok, detail=detail, actor=self.actor,
+                causation_id=started.event_id))
+            if not ok:
+                await self._append(store, NodeWipeFailed(
+                    node_id=self.node_id, step=step.name, reason=detail, actor=self.actor,
+                    causation_id=started.event_id))
+                return
+            done.append(step.name)
+        await self._append(store, NodeWiped(node_id=self.node_id, steps=done, actor=self.actor,
+                                            causation_id=started.event_id))
+
     async def _on_boot_started(self, msg: Any, store: EventStore) -> None:
         """A reboot was requested (`herd node reboot`): boot again, i.e. check again."""
         try:
@@ -282,7 +351,7 @@ class Agent:
             log.info("%s: reboot requested by %s; running the boot check", self.node_id,
                      event.actor)
             self.boot_id = uuid.uuid4().hex
-            self._fingerprint_sent = False
+            self._fingerprint_sent = None
             asyncio.create_task(self._boot_checks(store))
 
     async def _register(self, store: EventStore) -> bool:
@@ -353,9 +422,9 @@ class Agent:
             await asyncio.sleep(max(0.0, interval - (time.monotonic() - started)))
 
     def make_heartbeat(self) -> Heartbeat:
-        # The fingerprint rides along only until it has been sent once this boot.
-        send_fingerprint = not self._fingerprint_sent
-        self._fingerprint_sent = True
+        # The fingerprint rides along when it changed (and once per boot).
+        send_fingerprint = self._fingerprint_sent != self.fingerprint
+        self._fingerprint_sent = self.fingerprint
         try:
             max_temp = gpu.max_temperature(self.nvml)
             gpu_count = self.nvml.nvmlDeviceGetCount() if self.nvml else 0
@@ -402,6 +471,8 @@ class Agent:
                                  "an agent started with --fake-gpus")
             done = self.nvml.inject(str(request.get("fault", "")), int(request.get("gpu", 0)),
                                     request.get("value"))
+            if request.get("fault") == "driver":
+                await self.refresh_fingerprint()
         except (ValueError, TypeError) as err:
             await msg.respond(json.dumps({"ok": False, "error": str(err)}).encode())
             return

@@ -14,6 +14,7 @@ from herdbook.cli.fleet import instance_app, pool_app
 from herdbook.cli.jobs import alloc_app, eval_app, job_app
 from herdbook.cli.node import node_app, parse_labels
 from herdbook.cli.output import Format, console, render_object
+from herdbook.cli.sensitive import admin_app
 from herdbook.cli.view import view_app
 
 app = typer.Typer(
@@ -29,6 +30,7 @@ app.add_typer(pool_app, name="pool")
 app.add_typer(job_app, name="job")
 app.add_typer(eval_app, name="eval")
 app.add_typer(alloc_app, name="alloc")
+app.add_typer(admin_app, name="admin")
 
 
 @app.callback()
@@ -60,6 +62,11 @@ def up(
                                       "with fake GPUs.")] = 0,
     node_id: Annotated[str | None, typer.Option("--node-id", help="ID of this control plane's "
                                                 "requester node.")] = None,
+    metrics_port: Annotated[int | None, typer.Option(
+        "--metrics-port", min=0, max=65535, help="Serve Prometheus GET /metrics on this port "
+        "(0: off) [default: 0].")] = None,
+    metrics_host: Annotated[str | None, typer.Option(
+        "--metrics-host", help="Address /metrics binds to [default: 127.0.0.1].")] = None,
     log_level: Annotated[str, typer.Option("--log-level", help="debug, info, warning.")] = "info",
 ) -> None:
     """Run the control plane: NATS (embedded unless --nats-url), streams, projector,
@@ -83,7 +90,10 @@ def up(
     cfg = msgspec.structs.replace(
         cfg, nats=nats_cfg, data_dir=data_dir or cfg.data_dir, node_id=node_id or cfg.node_id,
         approval=msgspec.structs.replace(cfg.approval,
-                                         auto_approve=auto_approve or cfg.approval.auto_approve))
+                                         auto_approve=auto_approve or cfg.approval.auto_approve),
+        metrics=msgspec.structs.replace(
+            cfg.metrics, port=cfg.metrics.port if metrics_port is None else metrics_port,
+            host=metrics_host or cfg.metrics.host))
     _logging(log_level)
 
     def ready(info: dict[str, object]) -> None:
@@ -94,6 +104,8 @@ def up(
         console.print(f"  connect an agent:  herd agent --server {info['nats_url']} "
                       "--node-id node-1 --fake-gpus 8")
         console.print(f"  list the nodes:    herd --server {info['nats_url']} node list")
+        if info.get("metrics_url"):
+            console.print(f"  Prometheus:        {info['metrics_url']}")
         console.print("  stop:              Ctrl-C")
 
     try:
@@ -141,6 +153,13 @@ def agent(
                                              help="Running allocations to report.")] = 0,
     health_interval: Annotated[float, typer.Option("--health-interval", min=0.05,
                                                    help="Seconds between health checks.")] = 60.0,
+    fingerprint_interval: Annotated[str, typer.Option(
+        "--fingerprint-interval", help="Recompute the conformance fingerprint this often "
+        "(e.g. 6h, 30m); also on request.")] = "6h",
+    wipe_config: Annotated[str | None, typer.Option(
+        "--wipe-config", help="YAML with the wipe steps of a sensitive node: steps: "
+        "[{name, command, timeout}] (default: GPU memory clear, NVMe secure erase, RAM scrub, "
+        "reboot into a clean image; fakes with --fake-gpus).")] = None,
     log_level: Annotated[str, typer.Option("--log-level")] = "info",
 ) -> None:
     """Run the compute-node agent: register, boot check, heartbeat, health checks, info and
@@ -163,12 +182,22 @@ def agent(
     nid = client.check_id(node_id or default_node_id())
     if instance_id is not None:
         client.check_id(instance_id, "instance id")
+    from herdbook.agent.wipe import WipeConfigError, load_steps
+    from herdbook.config import parse_duration
+    try:
+        every = float(parse_duration(fingerprint_interval))
+        load_steps(wipe_config, fake_gpus is not None)
+    except (ValueError, WipeConfigError) as err:
+        raise client.fail(str(err), client.EXIT_USAGE) from None
+    if every <= 0:
+        raise client.fail("--fingerprint-interval must be positive", client.EXIT_USAGE)
     options = AgentOptions(
         server=server or str(ctx.obj["server"]), node_id=nid, state_dir=state_dir,
         labels=parse_labels(labels), node_class=cls, heartbeat_interval=heartbeat_interval,
         info_interval=info_interval, resource_interval=resource_interval, fake_gpus=fake_gpus,
         instance_id=instance_id, boot_retry_interval=boot_retry_interval,
-        fake_allocs=fake_allocs, health_interval=health_interval, state_file=state_file)
+        fake_allocs=fake_allocs, health_interval=health_interval, state_file=state_file,
+        fingerprint_interval=every, wipe_config=wipe_config)
     _logging(log_level)
     try:
         asyncio.run(run_agent(options))

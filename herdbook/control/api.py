@@ -23,8 +23,9 @@ from nats.micro.request import Request
 
 import herdbook
 from herdbook.config import Config
+from herdbook.control.metrics import Metrics
 from herdbook.control.present import alloc_json, eval_json, instance_json, node_json
-from herdbook.events.alloc import AllocStatus
+from herdbook.events.alloc import AllocRequeueApproved, AllocStatus
 from herdbook.events.base import new_id
 from herdbook.events.codec import decode_resources
 from herdbook.events.evals import Step
@@ -83,6 +84,8 @@ class NodeRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     force: bool = False
     node_class: NodeClass = NodeClass.STANDARD
     labels: dict[str, str] = {}
+    user: str = ""
+    tenant: str = ""
 
 
 class PoolRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -130,7 +133,8 @@ Decide = Callable[[NodeView, NodeRequest], NodeEvent]
 class Api:
     def __init__(self, nc: NATS, store: EventStore, projector: ProjectorRunner,
                  sweeper: Sweeper, rebuild: Callable[[], Awaitable[dict[str, Any]]],
-                 instance: str, config: Config | None = None) -> None:
+                 instance: str, config: Config | None = None,
+                 metrics: Metrics | None = None) -> None:
         self.config = config or Config()
         self.nc = nc
         self.store = store
@@ -138,6 +142,7 @@ class Api:
         self.sweeper = sweeper
         self.rebuild = rebuild
         self.instance = instance
+        self.metrics = metrics
         self.service: Any = None
         self.started = time.monotonic()
         self._counts: Counter[str] = Counter()
@@ -166,6 +171,13 @@ class Api:
                 v, r.actor, r.reason, self._liveness(v), r.force)),
             "node.reboot": self._command(lambda v, r: intents.decide_reboot(v, r.actor, r.reason)),
             "node.add": self.node_add,
+            "node.claim": self._command(lambda v, r: intents.decide_claim(
+                v, r.actor, r.user, r.tenant, r.reason)),
+            "node.release": self._command(lambda v, r: intents.decide_release(
+                v, r.actor, r.user, r.reason)),
+            "node.wipe": self._command(lambda v, r: intents.decide_wipe(
+                v, r.actor, r.reason, r.force, float(self.config.sensitive.wipe_timeout))),
+            "alloc.requeue": self.alloc_requeue,
             "view.rebuild": self.view_rebuild,
             "instance.list": self.instance_list,
             "instance.describe": self.instance_describe,
@@ -185,14 +197,16 @@ class Api:
         for route, handler in routes.items():
             await self.service.add_endpoint(
                 name=route.replace(".", "-"), subject=f"{API_PREFIX}.{route}",
-                handler=self._wrap(handler))
+                handler=self._wrap(handler, route))
 
     async def stop(self) -> None:
         if self.service is not None:
             await self.service.stop()
 
-    def _wrap(self, handler: Callable[[bytes], Awaitable[Any]]) -> Callable[[Request], Awaitable[None]]:
+    def _wrap(self, handler: Callable[[bytes], Awaitable[Any]],
+              route: str = "") -> Callable[[Request], Awaitable[None]]:
         async def endpoint(request: Request) -> None:
+            started = time.monotonic()
             try:
                 result = await handler(request.data)
                 body = {"ok": True, "result": result}
@@ -207,6 +221,8 @@ class Api:
                 log.exception("API request on %s failed", request.subject)
                 body = {"ok": False, "code": "internal", "error": f"internal error: {err!r}"}
             await request.respond(_encoder.encode(body))
+            if self.metrics is not None:
+                self.metrics.observe_request(route, time.monotonic() - started)
         return endpoint
 
     # queries ----------------------------------------------------------------
@@ -491,6 +507,31 @@ class Api:
                  if (not node_id or a.node_id == node_id) and (not job_id or a.job_id == job_id)
                  and (not wanted or a.status.value in wanted)]
         return {"items": items, "next_token": None}
+
+    async def alloc_requeue(self, data: bytes) -> dict[str, Any]:
+        """An operator requeues an allocation lost on a sensitive node (never automatic)."""
+        req = msgspec.json.decode(data, type=NodeRequest)
+        alloc = resolve(self.projector.allocs, req.id, "allocation")
+        if alloc.status is not AllocStatus.LOST:
+            raise Refused(f"allocation {alloc.id} is {alloc.status.value}: only a lost one is "
+                          "requeued")
+        job = self.projector.jobs.get(alloc.job_id)
+        if job is None or job.status == "dead":
+            raise Refused(f"job {alloc.job_id} is stopped: nothing to requeue")
+        if alloc.requeue_allowed:
+            raise Refused(f"allocation {alloc.id} is requeued automatically by its job's policy")
+        event = AllocRequeueApproved(node_id=alloc.node_id, alloc_id=alloc.id,
+                                     reason=req.reason, actor=req.actor)
+        try:
+            await self.store.append(event, expected_version=self.projector.alloc_versions.get(
+                alloc.node_id, 0))
+        except ConflictError as err:
+            raise Refused(f"allocation {alloc.id} changed meanwhile; try again") from err
+        [created] = spawn(None, EvalTrigger.NODE_UPDATE, new_id(), job.id,
+                          priority=job.spec.priority, node_id=alloc.node_id, actor=req.actor)
+        seq = await self.store.append(created, expected_version=0)
+        await self.projector.wait_applied(seq)
+        return {"alloc": alloc_json(self.projector.allocs[alloc.id]), "eval_id": created.eval_id}
 
     async def alloc_status(self, data: bytes) -> dict[str, Any]:
         req = msgspec.json.decode(data, type=NodeRequest)

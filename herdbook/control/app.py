@@ -25,6 +25,7 @@ from herdbook.agent.state import SeqAllocator
 from herdbook.config import Config
 from herdbook.control.api import Api
 from herdbook.control.instances import InstanceManager
+from herdbook.control.metrics import Metrics, MetricsServer, scrape
 from herdbook.control.nats_server import EmbeddedNats, NatsServerError, port_in_use
 from herdbook.control.providers import FakeProvider, LocalProvider
 from herdbook.events.codec import encode
@@ -41,6 +42,7 @@ from herdbook.reactors.classifier import HealthClassifier
 from herdbook.reactors.health_policy import Policy, PolicyError
 from herdbook.reactors.notifier import Notifier
 from herdbook.reactors.scheduler import Scheduler
+from herdbook.reactors.sensitive import SensitiveReactor
 from herdbook.reactors.sweeper import Sweeper
 
 log = logging.getLogger(__name__)
@@ -106,6 +108,9 @@ class ControlPlane:
         self.api: Api | None = None
         self.scheduler: Scheduler | None = None
         self.allocations: AllocationReactor | None = None
+        self.metrics: Metrics | None = None
+        self.metrics_server: MetricsServer | None = None
+        self.sensitive: SensitiveReactor | None = None
         self._lock_file: Any = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._demo_agents: list[Any] = []
@@ -154,6 +159,10 @@ class ControlPlane:
             batch_interval=float(cfg.projector.batch_interval))
         await self.projector.start()
         await self._catch_up()
+        if cfg.metrics.port:
+            # Counted from here on: what the catch-up folded happened before this start.
+            self.metrics = Metrics()
+            self.projector.listeners.append(self.metrics.on_node_event)
         # This control plane's own node first: registered and heartbeating before the
         # sweeper reads the stored heartbeats, so a restart does not find itself silent.
         await self._register_requester(store)
@@ -184,14 +193,35 @@ class ControlPlane:
         self.allocations.start()
         self.scheduler = Scheduler(self.nc, store, self.projector, cfg)
         await self.scheduler.start()
+        sweeper = self.sweeper
+        self.sensitive = SensitiveReactor(
+            store, self.projector, cfg,
+            lambda: {n: b.fingerprint for n, b in sweeper.beats.items() if b.fingerprint})
+        self.sensitive.start()
         self.api = Api(self.nc, store, self.projector, self.sweeper, self.rebuild_view,
-                       self.node_id, cfg)
+                       self.node_id, cfg, metrics=self.metrics)
         await self.api.start()
+        if self.metrics is not None:
+            await self._start_metrics(self.metrics)
         if self.demo:
             await self._start_demo(self.demo)
         return {"nats_url": self.url, "embedded": self.embedded is not None,
                 "node_id": self.node_id, "data_dir": str(self.data_dir),
-                "nodes": len(self.projector.views)}
+                "nodes": len(self.projector.views),
+                "metrics_url": self.metrics_server.url if self.metrics_server else None}
+
+    async def _start_metrics(self, metrics: Metrics) -> None:
+        assert self.nc is not None and self.projector is not None and self.sweeper is not None
+        projector, sweeper, js = self.projector, self.sweeper, self.nc.jetstream()
+        host, port = self.config.metrics.host, self.config.metrics.port
+        self.metrics_server = MetricsServer(host, port,
+                                            lambda: scrape(metrics, projector, sweeper, js))
+        try:
+            await self.metrics_server.start()
+        except OSError as err:
+            self.metrics_server = None
+            raise StartupError(f"cannot serve metrics on {host}:{port}: {err.strerror} "
+                               "(pass another --metrics-port)") from err
 
     async def _catch_up(self, timeout: float = 60.0) -> None:
         """Before reactors decide, let the view reach the stream's end as of now."""
@@ -276,6 +306,8 @@ class ControlPlane:
                 "events_per_second": round(last / seconds) if seconds else None}
 
     async def stop(self) -> None:
+        if self.metrics_server is not None:
+            await self.metrics_server.stop()
         for agent in self._demo_agents:
             await agent.stop()
         for task in self._tasks:
@@ -287,8 +319,8 @@ class ControlPlane:
                 pass
         if self.fake_provider is not None:
             await self.fake_provider.stop_all()
-        for part in (self.api, self.scheduler, self.allocations, self.notifier, self.instances,
-                     self.classifier, self.approver, self.sweeper, self.projector):
+        for part in (self.api, self.sensitive, self.scheduler, self.allocations, self.notifier,
+                     self.instances, self.classifier, self.approver, self.sweeper, self.projector):
             if part is not None:
                 try:
                     await part.stop()

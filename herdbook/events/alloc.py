@@ -100,3 +100,10 @@ class AllocLost(AllocEvent, frozen=True, kw_only=True, tag="alloc.lost"):
     reason: str = ""
     requeue_allowed: bool = True
     """False on sensitive nodes: an operator requeues (``herd alloc requeue``)."""
+
+
+class AllocRequeueApproved(AllocEvent, frozen=True, kw_only=True, tag="alloc.requeue_approved"):
+    """An operator allows requeueing an allocation lost on a sensitive node
+    (``herd alloc requeue``): Lattice's "Down → requeue: operator intervention"."""
+
+    reason: str = ""

@@ -11,6 +11,7 @@ from herdbook.events.alloc import (
     AllocFailed,
     AllocLost,
     AllocPlaced,
+    AllocRequeueApproved,
     AllocRunning,
     AllocStopped,
     AllocStopRequested,
@@ -81,7 +82,7 @@ AnyInstanceEvent = (
 )
 AnyEvalEvent = EvalCreated | EvalStatusChanged | EvalEnqueued | EvalLinked
 AnyAllocEvent = (AllocPlaced | AllocRunning | AllocCompleted | AllocFailed | AllocStopRequested
-                 | AllocStopped | AllocLost)
+                 | AllocStopped | AllocLost | AllocRequeueApproved)
 AnyEvent = (AnyNodeEvent | AnyInstanceEvent | PoolScaled | AnyEvalEvent | JobRegistered
             | JobDeregistered | AnyAllocEvent)
 

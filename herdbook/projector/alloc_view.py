@@ -19,6 +19,7 @@ from herdbook.events.alloc import (
     AllocFailed,
     AllocLost,
     AllocPlaced,
+    AllocRequeueApproved,
     AllocRunning,
     AllocStatus,
     AllocStopped,
@@ -70,6 +71,9 @@ def apply_alloc(view: AllocView | None, event: AllocEvent, seq: int) -> AllocVie
     if view is None:
         return None
     view = replace(view, modified_at=event.at, version=seq)
+    if isinstance(event, AllocRequeueApproved):
+        return replace(view, requeue_allowed=True, status_reason=f"{view.status_reason}; "
+                       f"requeue approved by {event.actor}")
     if view.status is AllocStatus.LOST and not isinstance(event, AllocStopRequested):
         return view
     match event:

@@ -9,15 +9,18 @@ from dataclasses import dataclass
 from herdbook.events.machine import Command, Trigger, next_intent, next_lifecycle
 from herdbook.events.node import (
     NodeBootStarted,
+    NodeClaimed,
     NodeCordoned,
     NodeDisabled,
     NodeDrainStarted,
     NodeEnabled,
     NodeEvent,
+    NodeReleased,
     NodeUncordoned,
     NodeUndrained,
+    NodeWipeStarted,
 )
-from herdbook.events.states import Health, Intent
+from herdbook.events.states import Health, Intent, NodeClass
 from herdbook.projector.node_view import NodeView
 from herdbook.reactors.membership import Refused
 
@@ -99,3 +102,43 @@ def decide_reboot(view: NodeView, actor: str, reason: str) -> NodeEvent:
                       "takes a DOWN or FAILED node")
     return NodeBootStarted(node_id=view.id, actor=actor, reason=reason or "reboot requested",
                            trigger=Trigger.REBOOT.value)
+
+
+# sensitive nodes (Lattice) -------------------------------------------------------------
+
+def decide_claim(view: NodeView, actor: str, user: str, tenant: str,
+                 reason: str = "") -> NodeEvent:
+    """A user claims a sensitive node explicitly. Appended with the node's version: of two
+    concurrent claims the first wins and the other, deciding again, is refused here."""
+    if view.claimed_by:
+        raise Refused(f"node {view.id} is already claimed by {view.claimed_by}"
+                      + (f" (tenant {view.tenant})" if view.tenant else ""))
+    if view.info.node_class is not NodeClass.SENSITIVE:
+        raise Refused(f"node {view.id} is {view.info.node_class.value}: only sensitive nodes "
+                      "are claimed (the scheduler assigns the others)")
+    if not user:
+        raise Refused("a claim needs --user")
+    if not view.schedulable:
+        raise Refused(f"cannot claim node {view.id}: it is {view.state}, not READY in the pool")
+    return NodeClaimed(node_id=view.id, actor=actor, user=user, tenant=tenant, reason=reason)
+
+
+def decide_release(view: NodeView, actor: str, user: str = "", reason: str = "") -> NodeEvent:
+    if not view.claimed_by:
+        raise Refused(f"node {view.id} is not claimed")
+    return NodeReleased(node_id=view.id, actor=actor, user=user or view.claimed_by,
+                        reason=reason)
+
+
+def decide_wipe(view: NodeView, actor: str, reason: str, force: bool,
+                timeout_s: float) -> NodeEvent:
+    """`herd admin node wipe --force`: run the wipe again (a QUARANTINED node's way back)."""
+    if view.info.node_class is not NodeClass.SENSITIVE:
+        raise Refused(f"node {view.id} is {view.info.node_class.value}: only sensitive nodes "
+                      "are wiped")
+    if not force:
+        raise Refused(f"wiping node {view.id} erases its disks: use --force")
+    if next_lifecycle(view.lifecycle, Trigger.WIPE) is None:
+        raise Refused(f"cannot wipe node {view.id}: it is {view.lifecycle.value}")
+    return NodeWipeStarted(node_id=view.id, actor=actor, attempt=view.wipe_attempt + 1,
+                           forced=True, timeout_s=timeout_s, reason=reason or "forced wipe")

@@ -53,8 +53,8 @@ def decide(view: NodeView, seen: Observation, timeouts: Timeouts,
         events += decide_on_heartbeat(view, seen.boot_id, recover_down_on_heartbeat)
     if not events:
         events += decide_on_age(view, seen.heartbeat_age, timeouts, seen.boot_id)
-    if (view.lifecycle is Lifecycle.BOOTING and seen.booting_for is not None
-            and seen.booting_for >= timeouts.boot_timeout):
+    if (view.lifecycle is Lifecycle.BOOTING and view.wipe_status != "wiping"
+            and seen.booting_for is not None and seen.booting_for >= timeouts.boot_timeout):
         events.append(NodeFailed(node_id=view.id, actor=ACTOR,
                                  reason=f"boot timeout: BOOTING for {seen.booting_for:.0f}s "
                                         f"(limit {timeouts.boot_timeout:g}s)"))
@@ -100,6 +100,7 @@ def next_deadline(view: NodeView, last_seen: float, timeouts: Timeouts,
         return last_seen + timeouts.heartbeat_timeout
     if view.lifecycle is Lifecycle.DEGRADED:
         return last_seen + timeouts.heartbeat_timeout + timeouts.grace_period
-    if view.lifecycle is Lifecycle.BOOTING and booting_since is not None:
+    if (view.lifecycle is Lifecycle.BOOTING and booting_since is not None
+            and view.wipe_status != "wiping"):   # a wipe has its own sensitive.wipe_timeout
         return booting_since + timeouts.boot_timeout
     return None

@@ -15,6 +15,7 @@ from herdbook.events.alloc import (
     AllocFailed,
     AllocLost,
     AllocPlaced,
+    AllocRequeueApproved,
     AllocRunning,
     AllocStopped,
     AllocStopRequested,
@@ -192,6 +193,8 @@ SAMPLES: dict[type[Event], Event] = {
     AllocStopped: AllocStopped(node_id="gpu-017", alloc_id="a-1", exit_code=-15, **ENVELOPE),
     AllocLost: AllocLost(node_id="gpu-017", alloc_id="a-1", reason="node down",
                          requeue_allowed=False, **ENVELOPE),
+    AllocRequeueApproved: AllocRequeueApproved(node_id="gpu-017", alloc_id="a-1",
+                                               reason="checked", **ENVELOPE),
 }
 
 EVENTS = [SAMPLES[t] for t in EVENT_TYPES]

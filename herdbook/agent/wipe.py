@@ -1,0 +1,73 @@
+"""The sensitive-node wipe (Lattice's release sequence): configured steps, run in order.
+
+Real steps come from ``--wipe-config FILE`` (YAML: ``steps: [{name, command, timeout}]``);
+an agent with ``--fake-gpus`` and no file runs fake steps that only succeed. A step
+passes when its command exits 0 within its timeout. Each result is reported; the first
+failure stops the wipe (the control plane then QUARANTINES the node)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import msgspec
+import msgspec.yaml
+
+
+class WipeStep(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    name: str
+    command: list[str]
+    timeout: float = 600.0
+
+
+class WipeConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    steps: list[WipeStep]
+
+
+# What a GPU node runs by default: clear GPU memory, NVMe secure erase, RAM scrub,
+# reboot into a clean image (the last one schedules the reboot and returns).
+DEFAULT_STEPS = [
+    WipeStep("gpu_memory_clear", ["nvidia-smi", "--gpu-reset"], 300.0),
+    WipeStep("nvme_secure_erase", ["nvme", "format", "--ses=1", "/dev/nvme0n1"], 1200.0),
+    WipeStep("ram_scrub", ["sh", "-c", "sync && echo 3 > /proc/sys/vm/drop_caches"], 300.0),
+    WipeStep("reboot_clean_image", ["shutdown", "-r", "+1", "herd: wiped, clean image"], 60.0),
+]
+FAKE_STEPS = [WipeStep(step.name, ["true"], 10.0) for step in DEFAULT_STEPS]
+
+
+class WipeConfigError(ValueError):
+    pass
+
+
+def load_steps(path: str | None, fake: bool) -> list[WipeStep]:
+    if path is None:
+        return FAKE_STEPS if fake else DEFAULT_STEPS
+    try:
+        config = msgspec.yaml.decode(Path(path).read_bytes(), type=WipeConfig)
+    except OSError as err:
+        raise WipeConfigError(f"{path}: {err.strerror}") from err
+    except msgspec.DecodeError as err:
+        raise WipeConfigError(f"{path}: {err}") from err
+    if not config.steps or any(not step.command for step in config.steps):
+        raise WipeConfigError(f"{path}: steps: each step needs a name and a command")
+    return config.steps
+
+
+async def run_step(step: WipeStep) -> tuple[bool, str]:
+    """Run one step; return (passed, what happened)."""
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *step.command, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+            start_new_session=True)
+    except OSError as err:
+        return False, f"cannot run {step.command[0]!r}: {err.strerror}"
+    try:
+        _, err_out = await asyncio.wait_for(proc.communicate(), step.timeout)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        return False, f"timed out after {step.timeout:g}s"
+    if proc.returncode == 0:
+        return True, "ok"
+    tail = err_out.decode(errors="replace").strip().splitlines()[-1:] if err_out else []
+    return False, f"exit {proc.returncode}" + (f": {tail[0][:200]}" if tail else "")

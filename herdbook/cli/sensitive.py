@@ -1,0 +1,88 @@
+"""Sensitive nodes: `herd node claim|release|fingerprint`, `herd admin node wipe`,
+`herd alloc requeue`."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from herdbook.cli import client
+from herdbook.cli.jobs import alloc_app
+from herdbook.cli.node import NodeId, Reason, Yes, _command, _confirm, _server, node_app
+from herdbook.cli.output import console
+
+admin_app = typer.Typer(help="Operator actions that bypass the usual safety checks.",
+                        no_args_is_help=True)
+admin_node_app = typer.Typer(help="Nodes.", no_args_is_help=True)
+admin_app.add_typer(admin_node_app, name="node")
+
+
+@node_app.command("claim")
+def claim(ctx: typer.Context, node_id: NodeId,
+          user: Annotated[str, typer.Option("--user", help="Who claims it.")],
+          tenant: Annotated[str, typer.Option("--tenant", help="For which tenant.")] = "",
+          message: Reason = "") -> None:
+    """Claim a sensitive node for a user (the first claim wins; the other is refused)."""
+    if not user.strip():
+        raise client.fail("--user must not be empty", client.EXIT_USAGE)
+    _command(ctx, "node.claim", node_id, message, user=user, tenant=tenant)
+
+
+@node_app.command("release")
+def release(ctx: typer.Context, node_id: NodeId, message: Reason = "") -> None:
+    """End a claim: the node drains if other sensitive allocations run, then it is wiped
+    and returns to the pool (or is QUARANTINED if the wipe fails or times out)."""
+    _command(ctx, "node.release", node_id, message)
+
+
+@node_app.command("fingerprint")
+def fingerprint(ctx: typer.Context, node_id: NodeId) -> None:
+    """Ask the node's agent to recompute its conformance fingerprint now."""
+    import asyncio
+    import json
+
+    client.check_id(node_id)
+
+    async def ask() -> dict[str, object]:
+        import nats
+        try:
+            nc = await nats.connect(_server(ctx), connect_timeout=3, max_reconnect_attempts=0,
+                                    allow_reconnect=False)
+        except Exception as err:  # noqa: BLE001 - one line, exit 3
+            raise client.fail(f"control plane unreachable at {_server(ctx)}: {err}",
+                              client.EXIT_UNREACHABLE) from None
+        try:
+            msg = await nc.request(f"herd.agent.{node_id}.fingerprint", b"{}", timeout=10)
+        except Exception:  # noqa: BLE001
+            raise client.fail(f"the agent of {node_id} does not answer",
+                              client.EXIT_REFUSED) from None
+        finally:
+            await nc.close()
+        reply: dict[str, object] = json.loads(msg.data)
+        return reply
+
+    reply = asyncio.run(ask())
+    console.print(f"Ok: {node_id} fingerprint {reply.get('fingerprint')}", markup=False)
+
+
+@admin_node_app.command("wipe")
+def wipe(ctx: typer.Context, node_id: NodeId, message: Reason = "",
+         force: Annotated[bool, typer.Option("--force", help="Required: the wipe erases the "
+                                             "node's disks.")] = False,
+         yes: Yes = False) -> None:
+    """Wipe a sensitive node again (a QUARANTINED node's way back to the pool)."""
+    if not force:
+        raise client.fail("wiping erases the node's disks: pass --force", client.EXIT_USAGE)
+    _confirm(f"Wipe {node_id}? GPU memory, NVMe and RAM are erased.", yes)
+    _command(ctx, "node.wipe", node_id, message, force=True)
+
+
+@alloc_app.command("requeue")
+def requeue(ctx: typer.Context, alloc_id: Annotated[str, typer.Argument(
+        help="A lost allocation's id or unique prefix.")], message: Reason = "") -> None:
+    """Requeue an allocation lost on a sensitive node (never done automatically)."""
+    client.check_id(alloc_id, "allocation id")
+    result = client.call(_server(ctx), "alloc.requeue",
+                         {"id": alloc_id, "reason": message, "actor": client.actor()})
+    console.print(f"Ok: requeue approved, evaluation {result['eval_id']}", markup=False)
