@@ -67,6 +67,9 @@ async def run_step(step: WipeStep) -> tuple[bool, str]:
         proc.kill()
         await proc.wait()
         return False, f"timed out after {step.timeout:g}s"
+    except asyncio.CancelledError:   # a new wipe replaced this one
+        proc.kill()
+        raise
     if proc.returncode == 0:
         return True, "ok"
     tail = err_out.decode(errors="replace").strip().splitlines()[-1:] if err_out else []

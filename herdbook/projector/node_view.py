@@ -210,6 +210,8 @@ def apply(view: NodeView | None, event: AnyNodeEvent, seq: int) -> NodeView | No
         case NodeWipeStepReported(step=name, ok=ok, detail=detail):
             return replace(view, wipe_steps={**view.wipe_steps,
                                              name: "ok" if ok else (detail or "failed")})
+        case NodeWiped() | NodeWipeFailed() if view.wipe_status != "wiping":
+            return view   # a late word on a wipe already settled (timed out): no effect
         case NodeWiped():
             target = next_lifecycle(view.lifecycle, Trigger.WIPE_PASSED) or view.lifecycle
             view = _lifecycle(view, target, "wiped: back in the pool", event.at, "")

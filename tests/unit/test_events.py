@@ -321,6 +321,8 @@ def _registered_view(event: Event) -> NodeView | None:
     assert view is not None
     given = {NodeUncordoned: Intent.CORDONED, NodeDrained: Intent.DRAINING,
              NodeUndrained: Intent.DRAINING, NodeEnabled: Intent.DISABLED}.get(type(event))
+    if isinstance(event, NodeWiped | NodeWipeFailed):   # they settle a wipe in progress
+        view = msgspec.structs.replace(view, wipe_status="wiping")
     return view if given is None else msgspec.structs.replace(view, intent=given)
 
 
