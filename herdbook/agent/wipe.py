@@ -57,20 +57,18 @@ async def run_step(step: WipeStep) -> tuple[bool, str]:
     """Run one step; return (passed, what happened)."""
     try:
         proc = await asyncio.create_subprocess_exec(
-            *step.command, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+            *step.command, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
             start_new_session=True)
     except OSError as err:
         return False, f"cannot run {step.command[0]!r}: {err.strerror}"
     try:
-        _, err_out = await asyncio.wait_for(proc.communicate(), step.timeout)
+        code = await asyncio.wait_for(proc.wait(), step.timeout)
     except TimeoutError:
         proc.kill()
         await proc.wait()
         return False, f"timed out after {step.timeout:g}s"
-    except asyncio.CancelledError:   # a new wipe replaced this one
+    except asyncio.CancelledError:   # a new wipe replaced this one, or the agent stops
         proc.kill()
+        await asyncio.shield(proc.wait())
         raise
-    if proc.returncode == 0:
-        return True, "ok"
-    tail = err_out.decode(errors="replace").strip().splitlines()[-1:] if err_out else []
-    return False, f"exit {proc.returncode}" + (f": {tail[0][:200]}" if tail else "")
+    return (True, "ok") if code == 0 else (False, f"exit {code}")

@@ -14,7 +14,9 @@ node_app = typer.Typer(help="See nodes and decide their membership (Bacalhau sty
 
 LIST_COLUMNS = [("ID", "id"), ("TYPE", "type"), ("APPROVAL", "approval"), ("STATE", "state")]
 WIDE_COLUMNS = [("HEALTH", "health"), ("CLASS", "class"), ("LABELS", "labels"),
-                ("LAST HEARTBEAT", "heartbeat_ago"), ("GPUS", "gpus")]
+                ("LAST HEARTBEAT", "heartbeat_ago"), ("GPUS", "gpus"),
+                ("ALLOCS", "allocations"), ("FINGERPRINT", "fingerprint_group"),
+                ("CLAIMED BY", "claimed_by")]
 ORDER_KEYS = ("id", "type", "approval", "state", "health", "class", "last_heartbeat", "gpus")
 
 Reason = Annotated[str, typer.Option("--message", "-m", help="Why: stored on the event.")]

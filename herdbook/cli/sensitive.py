@@ -10,7 +10,7 @@ import typer
 from herdbook.cli import client
 from herdbook.cli.jobs import alloc_app
 from herdbook.cli.node import NodeId, Reason, Yes, _command, _confirm, _server, node_app
-from herdbook.cli.output import console
+from herdbook.cli.output import Format, Output, console, render_rows
 
 admin_app = typer.Typer(help="Operator actions that bypass the usual safety checks.",
                         no_args_is_help=True)
@@ -64,6 +64,15 @@ def fingerprint(ctx: typer.Context, node_id: NodeId) -> None:
 
     reply = asyncio.run(ask())
     console.print(f"Ok: {node_id} fingerprint {reply.get('fingerprint')}", markup=False)
+
+
+@node_app.command("conformance")
+def conformance(ctx: typer.Context, output: Output = Format.table) -> None:
+    """The fleet grouped by conformance fingerprint, per pool: who drifted."""
+    result = client.call(_server(ctx), "node.conformance", {})
+    render_rows(result["items"], [("POOL", "pool"), ("FINGERPRINT", "fingerprint"),
+                                  ("NODES", "nodes"), ("DRIFT", "drift"),
+                                  ("EXPECTED", "expected"), ("IDS", "node_ids")], output)
 
 
 @admin_node_app.command("wipe")

@@ -178,6 +178,7 @@ class Api:
             "node.wipe": self._command(lambda v, r: intents.decide_wipe(
                 v, r.actor, r.reason, r.force, float(self.config.sensitive.wipe_timeout))),
             "alloc.requeue": self.alloc_requeue,
+            "node.conformance": self.node_conformance,
             "view.rebuild": self.view_rebuild,
             "instance.list": self.instance_list,
             "instance.describe": self.instance_describe,
@@ -506,6 +507,21 @@ class Api:
                                                key=lambda a: (a.job_id, a.index, a.version))
                  if (not node_id or a.node_id == node_id) and (not job_id or a.job_id == job_id)
                  and (not wanted or a.status.value in wanted)]
+        return {"items": items, "next_token": None}
+
+    async def node_conformance(self, data: bytes) -> dict[str, Any]:
+        """The fleet grouped by conformance fingerprint, per pool, with what drifted."""
+        groups: dict[tuple[str, str], list[NodeView]] = {}
+        for view in self.projector.views.values():
+            if view.fingerprint:
+                key = (view.info.labels.get("pool", ""), view.fingerprint)
+                groups.setdefault(key, []).append(view)
+        items = [{"pool": pool or None, "fingerprint": fp, "nodes": len(members),
+                  "expected": members[0].fingerprint_expected or None,
+                  "drift": any(m.drift for m in members),
+                  "node_ids": sorted(m.id for m in members)}
+                 for (pool, fp), members in sorted(groups.items(),
+                                                   key=lambda kv: (kv[0][0], -len(kv[1])))]
         return {"items": items, "next_token": None}
 
     async def alloc_requeue(self, data: bytes) -> dict[str, Any]:

@@ -41,6 +41,9 @@ def node_json(view: NodeView, heartbeat_age: float | None, heartbeat_timeout: fl
         "heartbeating": heartbeat_age is not None and heartbeat_age < heartbeat_timeout,
         "allocations": allocations,
         "gpus": len(info.gpus),
+        "fingerprint_group": (view.fingerprint[:12] + (" DRIFT" if view.drift else ""))
+        if view.fingerprint else None,
+        "claimed_by": view.claimed_by,
     }
     if wide:
         out.update({
@@ -71,6 +74,14 @@ def node_json(view: NodeView, heartbeat_age: float | None, heartbeat_timeout: fl
             "notification_error": view.notification_error,
             "boot_checks": dict(view.boot_checks),
             "last_event": view.last_event,
+            "fingerprint": view.fingerprint or None,
+            "fingerprint_expected": view.fingerprint_expected or None,
+            "drift": view.drift,
+            "tenant": view.tenant or None,
+            "claimed_at": iso(view.claimed_at),
+            "wipe_status": view.wipe_status or None,
+            "wipe_attempt": view.wipe_attempt,
+            "wipe_steps": dict(view.wipe_steps),
             "version": view.version,
         })
     return out

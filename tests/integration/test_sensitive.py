@@ -184,3 +184,39 @@ async def test_conformance_drift_drains_a_sensitive_node_with_an_audit_entry(
     [drain] = [e for e in events if isinstance(e, NodeDrainStarted)]
     assert drain.causation_id == record.event_id and drain.actor == "sensitive"
     assert not world.view("s1").drift and world.view("s1").intent.value == "ELIGIBLE"
+    groups = (await world.call("node.conformance"))["result"]["items"]
+    assert sorted((g["nodes"], g["drift"]) for g in groups) == [(1, True), (2, False)]
+    listed = (await world.call("node.list", wide=False))["result"]["items"]
+    assert {n["id"]: n["fingerprint_group"].endswith("DRIFT") for n in listed
+            if n["id"].startswith("s")} == {"s1": False, "s2": False, "s3": True}
+
+
+async def test_allocations_lost_on_a_sensitive_node_are_requeued_only_by_an_operator(
+        world: World) -> None:
+    from herdbook.events.jobs import Constraints, JobSpec, Resources
+
+    await world.agent("s1")
+    spec = JobSpec(id="secret", command=["sleep", "8"], count=1,
+                   resources=Resources(cpu=0.01, memory_mb=1, gpus=1),
+                   constraints=Constraints(node_class="sensitive"))
+    import msgspec
+    assert (await world.call("job.register", spec=msgspec.to_builtins(spec)))["ok"]
+    assert world.plane.projector is not None
+    allocs = world.plane.projector.allocs
+    [first] = await world.until(lambda: [a for a in allocs.values() if a.status.value == "running"])
+    await world.agent("s2")
+    assert (await world.call("node.disable", id=first.node_id, reason="bad PSU"))["ok"]
+    lost = await world.until(lambda: allocs[first.id].status.value == "lost" and allocs[first.id])
+    assert lost.requeue_allowed is False
+    await asyncio.sleep(1.0)
+    assert [a.id for a in allocs.values()] == [first.id]     # nothing requeued by itself
+    refused = await world.call("alloc.requeue", id="nope")
+    assert not refused["ok"]
+    done = await world.call("alloc.requeue", id=first.id[:8], reason="checked the node")
+    assert done["ok"], done
+    other = "s2" if first.node_id == "s1" else "s1"
+    moved = await world.until(lambda: [a for a in allocs.values() if a.node_id == other
+                                       and a.status.value == "running"])
+    assert moved[0].previous_alloc == first.id and moved[0].requeue_count == 1
+    again = await world.call("alloc.requeue", id=first.id)
+    assert not again["ok"] and "requeued automatically" in again["error"]
