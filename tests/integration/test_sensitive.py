@@ -30,6 +30,7 @@ lifecycle:
 sensitive:
   wipe_timeout: 2s
   conformance_interval: 300ms
+metrics: {{port: {metrics_port}}}
 """
 
 
@@ -38,7 +39,10 @@ class World:
         self.url = url
         self.tmp = tmp
         self.nc = nc
-        self.plane = ControlPlane(parse_config(CONFIG.format(url=url, data=tmp / "cp")))
+        from tests.conftest import free_port
+        self.metrics_port = free_port()
+        self.plane = ControlPlane(parse_config(CONFIG.format(
+            url=url, data=tmp / "cp", metrics_port=self.metrics_port)))
         self.agents: list[tuple[Agent, asyncio.Task[None]]] = []
 
     async def agent(self, node_id: str, wipe_steps: str | None = None) -> Agent:
@@ -78,6 +82,17 @@ class World:
                 return result
             await asyncio.sleep(0.05)
         raise AssertionError(f"timed out waiting for {predicate}")
+
+    async def metric(self, name: str) -> float:
+        reader, writer = await asyncio.open_connection("127.0.0.1", self.metrics_port)
+        writer.write(b"GET /metrics HTTP/1.0\r\n\r\n")
+        await writer.drain()
+        body = (await reader.read()).decode()
+        writer.close()
+        for line in body.splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+        raise AssertionError(f"{name} not in /metrics")
 
     async def events(self, node_id: str) -> list[Any]:
         return [e for _, e in await EventStore(self.nc.jetstream()).load("node", node_id)]
@@ -133,6 +148,7 @@ async def test_a_wipe_that_times_out_quarantines_and_a_forced_wipe_recovers(
     timeout: 60
 """
     await world.agent("s1", steps)
+    assert await world.metric("herd_sensitive_wipe_failure_total") == 0
     assert (await world.call("node.claim", id="s1", user="ana"))["ok"]
     assert (await world.call("node.release", id="s1"))["ok"]
     view = await world.until(lambda: world.view("s1").lifecycle.value == "QUARANTINED"
@@ -140,6 +156,7 @@ async def test_a_wipe_that_times_out_quarantines_and_a_forced_wipe_recovers(
     assert not view.schedulable and "wipe_timeout" in view.lifecycle_reason
     failed = [e for e in await world.events("s1") if isinstance(e, NodeWipeFailed)]
     assert len(failed) == 1 and failed[0].actor == "sensitive"
+    assert await world.metric("herd_sensitive_wipe_failure_total") == 1
     # it stays QUARANTINED by itself (longer than the timeout again)
     await asyncio.sleep(2.5)
     assert world.view("s1").lifecycle.value == "QUARANTINED"
