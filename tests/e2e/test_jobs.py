@@ -214,3 +214,5 @@ def test_job_and_alloc_commands_refuse_bad_input(fleet: Fleet, tmp_path: Path) -
     missing = herd("alloc", "status", "nope", server=fleet.url)
     assert missing.returncode != 0 and "not found" in missing.stderr
     assert herd("job", "status", "nope", server=fleet.url).returncode != 0
+    top = herd("top", "--once", server=fleet.url)
+    assert top.returncode == 0 and "nodes by state" in top.stdout, top.stderr
