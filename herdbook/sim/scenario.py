@@ -1,0 +1,323 @@
+"""The scenario file of `herd sim`: msgspec Structs decoded from YAML.
+
+A bad file is refused with one line: the file, the key path and the reason
+(``ScenarioError``), before anything starts.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import msgspec.yaml
+
+from herdbook.agent.gpu import FAULTS
+from herdbook.config import ConfigError, Duration, parse_config, parse_duration
+from herdbook.events.codec import error_path
+from herdbook.events.states import NodeClass
+from herdbook.events.subjects import ID_PATTERN
+
+
+class ScenarioError(ValueError):
+    """A scenario that cannot run: ``<file>: <key path>: <reason>``."""
+
+
+class _Struct(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
+    pass
+
+
+class FleetGroup(_Struct, frozen=True):
+    """``count`` nodes named ``<prefix>-001`` .. ``<prefix>-<count>``."""
+
+    count: int = 1
+    prefix: str = "node"
+    node_class: NodeClass = msgspec.field(default=NodeClass.STANDARD, name="class")
+    labels: dict[str, str] = msgspec.field(default_factory=dict)
+    gpus: int = 8
+    heartbeat_interval: Duration = Duration(1.0)
+    health_interval: Duration = Duration(10.0)
+    boot_retry_interval: Duration = Duration(0.3)
+    lightweight: bool = False
+    """Simulate the nodes with one task publishing their registration, boot check and
+    heartbeats (thousands per process) instead of one real ``Agent`` each."""
+
+
+class NodeMatch(_Struct, frozen=True):
+    """Which nodes (``node``, ``nodes``, ``prefix``, ``pool``, ``labels``) and what they
+    must be (every other key; a list means any of)."""
+
+    node: str | None = None
+    nodes: str | list[str] | None = None
+    """``all`` (every fleet node) or a list of node ids."""
+    prefix: str | None = None
+    pool: str | None = None
+    labels: dict[str, str] | None = None
+    state: str | list[str] | None = None
+    lifecycle: str | list[str] | None = None
+    health: str | list[str] | None = None
+    intent: str | list[str] | None = None
+    approval: str | list[str] | None = None
+    schedulable: bool | None = None
+    heartbeating: bool | None = None
+    fields: dict[str, Any] | None = None
+    """Any other key of the API's node object (``herd node describe -o json``)."""
+
+    def selects(self) -> bool:
+        return any(v is not None for v in (self.node, self.nodes, self.prefix, self.pool,
+                                           self.labels))
+
+
+class InstanceMatch(_Struct, frozen=True):
+    pool: str | None = None
+    state: str | list[str] | None = None
+    node: str | None = None
+    replaces: bool | None = None
+    """True: only replacements (instances that replace an unhealthy node's)."""
+
+
+class Check(NodeMatch, frozen=True):
+    """``assert`` and ``wait_for``: either every selected node matches, or a count of
+    nodes (``count``) or instances (``instances``) compares with a number."""
+
+    count: NodeMatch | None = None
+    instances: InstanceMatch | None = None
+    equals: int | None = None
+    at_least: int | None = None
+    at_most: int | None = None
+    timeout: Duration | None = None
+    """wait_for only [default 30s]."""
+
+    def counting(self) -> bool:
+        return self.count is not None or self.instances is not None
+
+
+class Inject(_Struct, frozen=True):
+    node: str
+    fault: str
+    value: float | None = None
+    gpu: int = 0
+
+
+class NodeAction(_Struct, frozen=True):
+    node: str | list[str]
+
+    def node_ids(self) -> list[str]:
+        return [self.node] if isinstance(self.node, str) else list(self.node)
+
+
+class Start(NodeAction, frozen=True):
+    gpus: int | None = None
+    """Restart with this many GPUs: a count other than the registered one fails the
+    agent's boot check."""
+
+
+class Command(_Struct, frozen=True):
+    """Any API route (``herd.api.v1.<route>``); the body is the other keys plus ``body``."""
+
+    route: str
+    expect: str = "ok"
+    """ok, refused, not_found, bad_request, or failed (any error)."""
+    id: str | None = None
+    reason: str | None = None
+    user: str | None = None
+    tenant: str | None = None
+    pool: str | None = None
+    size: int | None = None
+    force: bool | None = None
+    urgent: bool | None = None
+    body: dict[str, Any] = msgspec.field(default_factory=dict)
+
+    def request(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"actor": "sim"}
+        for key in ("id", "reason", "user", "tenant", "pool", "size", "force", "urgent"):
+            value = getattr(self, key)
+            if value is not None:
+                out[key] = value
+        return {**out, **self.body}
+
+
+class Step(_Struct, frozen=True):
+    """One timeline entry: exactly one action."""
+
+    wait_for: Check | None = None
+    assert_: Check | None = msgspec.field(default=None, name="assert")
+    inject: Inject | None = None
+    stop: NodeAction | None = None
+    start: Start | None = None
+    partition: NodeAction | None = None
+    recover: NodeAction | None = None
+    command: Command | None = None
+    wait: Duration | None = None
+
+    def action(self) -> tuple[str, Any]:
+        [(name, value)] = [(n, v) for n, v in self._set()]
+        return name, value
+
+    def _set(self) -> list[tuple[str, Any]]:
+        return [(ACTION_NAMES.get(name, name), getattr(self, name))
+                for name in self.__struct_fields__ if getattr(self, name) is not None]
+
+
+ACTION_NAMES = {"assert_": "assert"}
+ACTIONS = ("wait_for", "assert", "inject", "stop", "start", "partition", "recover", "command",
+           "wait")
+EXPECTS = ("ok", "refused", "not_found", "bad_request", "failed")
+DEFAULT_WAIT_TIMEOUT = 30.0
+
+
+class Scenario(_Struct, frozen=True):
+    name: str
+    description: str = ""
+    seed: int | None = None
+    config: dict[str, Any] = msgspec.field(default_factory=dict)
+    """herd config overrides (the `herd up --config` format)."""
+    fleet: list[FleetGroup] = msgspec.field(default_factory=list)
+    timeline: list[Step] = msgspec.field(default_factory=list)
+
+    def node_ids(self) -> list[str]:
+        return [node_id for group in self.fleet for node_id in group_ids(group)]
+
+
+def group_ids(group: FleetGroup) -> list[str]:
+    width = max(3, len(str(group.count)))
+    return [f"{group.prefix}-{i:0{width}d}" for i in range(1, group.count + 1)]
+
+
+def _dec_hook(typ: type, obj: Any) -> Any:
+    if typ is Duration:
+        return parse_duration(obj)
+    raise NotImplementedError(f"cannot decode {typ}")
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as err:
+        raise ScenarioError(f"{path}: {err.strerror}") from err
+    return parse_scenario(raw, str(path))
+
+
+def parse_scenario(raw: bytes | str, source: str = "scenario") -> Scenario:
+    try:
+        document = msgspec.yaml.decode(raw or b"{}")
+        if not isinstance(document, dict):
+            raise ScenarioError(f"{source}: (top level): expected a mapping with name, fleet "
+                                "and timeline")
+        scenario = msgspec.convert(document, Scenario, dec_hook=_dec_hook)
+    except msgspec.ValidationError as err:
+        raise ScenarioError(f"{source}: {error_path(str(err))}") from err
+    except msgspec.DecodeError as err:
+        raise ScenarioError(f"{source}: not valid YAML: {' '.join(str(err).split())}") from err
+    problem = validate(scenario)
+    if problem is not None:
+        raise ScenarioError(f"{source}: {problem}")
+    return scenario
+
+
+def sim_config_text(overrides: dict[str, Any], base: dict[str, Any]) -> bytes:
+    """The herd config of a run: ``base`` (ports, data dir) under the scenario's
+    ``overrides``; JSON is YAML, so ``parse_config`` reads it."""
+    return msgspec.json.encode(deep_merge(overrides, base))
+
+
+def deep_merge(low: dict[str, Any], high: dict[str, Any]) -> dict[str, Any]:
+    """``high`` wins; nested mappings are merged key by key."""
+    out = dict(low)
+    for key, value in high.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def validate(scenario: Scenario) -> str | None:
+    """What msgspec cannot check: the key path and the reason of the first problem."""
+    try:
+        parse_config(sim_config_text(scenario.config, {}), "config")
+    except ConfigError as err:
+        return "config." + str(err).removeprefix("config: ")
+    seen: set[str] = set()
+    for g, group in enumerate(scenario.fleet):
+        where = f"fleet[{g}]"
+        if not 1 <= group.count <= 100_000:
+            return f"{where}.count: must be between 1 and 100000"
+        if not ID_PATTERN.fullmatch(f"{group.prefix}-1"):
+            return f"{where}.prefix: {group.prefix!r} is not an id prefix (A-Z a-z 0-9 _ -)"
+        if not 0 <= group.gpus <= 64:
+            return f"{where}.gpus: must be between 0 and 64"
+        if group.heartbeat_interval <= 0 or group.health_interval <= 0:
+            return f"{where}: intervals must be positive"
+        for node_id in group_ids(group):
+            if node_id in seen:
+                return f"{where}: node {node_id} is already in the fleet"
+            seen.add(node_id)
+    if not scenario.timeline:
+        return "timeline: no steps"
+    for i, step in enumerate(scenario.timeline):
+        problem = _validate_step(step, seen)
+        if problem is not None:
+            return f"timeline[{i}]{problem}"
+    return None
+
+
+def _validate_step(step: Step, fleet: set[str]) -> str | None:
+    actions = step._set()
+    if len(actions) != 1:
+        found = ", ".join(name for name, _ in actions) or "none"
+        return f": a step has exactly one of {', '.join(ACTIONS)} (found: {found})"
+    name, value = actions[0]
+    where = f".{name}"
+    match value:
+        case Check():
+            problem = _validate_check(value, name)
+            return None if problem is None else where + problem
+        case Inject(node=node, fault=fault, value=number):
+            if fault not in FAULTS:
+                return f"{where}.fault: {fault!r} is not one of {', '.join(FAULTS)}"
+            if fault == "xid" and number is None:
+                return f"{where}.value: xid needs a code, e.g. 79"
+            if node not in fleet:
+                return f"{where}.node: {node} is not a fleet node"
+        case NodeAction():
+            for node in value.node_ids():
+                if node not in fleet:
+                    return f"{where}.node: {node} is not a fleet node"
+        case Command(route=route, expect=expect):
+            if not route or any(not part for part in route.split(".")):
+                return f"{where}.route: {route!r} is not an API route like node.cordon"
+            if expect not in EXPECTS:
+                return f"{where}.expect: {expect!r} is not one of {', '.join(EXPECTS)}"
+    return None
+
+
+def _validate_check(check: Check, action: str) -> str | None:
+    if check.timeout is not None and action != "wait_for":
+        return ".timeout: only wait_for waits (use wait_for instead of assert)"
+    numbers = [n for n in (check.equals, check.at_least, check.at_most) if n is not None]
+    if check.counting():
+        if check.count is not None and check.instances is not None:
+            return ": count or instances, not both"
+        if check.selects() or _conditions(check):
+            return ": with count/instances, put the node keys inside count"
+        if not numbers:
+            return ": count/instances needs equals, at_least or at_most"
+        return None
+    if numbers:
+        return ": equals/at_least/at_most go with count or instances"
+    if not check.selects():
+        return ": select nodes with node, nodes, prefix, pool or labels (or use count)"
+    if isinstance(check.nodes, str) and check.nodes != "all":
+        return f".nodes: {check.nodes!r}: write all or a list of node ids"
+    if not _conditions(check):
+        return ": nothing to check (e.g. state: READY)"
+    return None
+
+
+def _conditions(match: NodeMatch) -> bool:
+    return any(getattr(match, key) is not None for key in CONDITION_KEYS) or bool(match.fields)
+
+
+CONDITION_KEYS = ("state", "lifecycle", "health", "intent", "approval", "schedulable",
+                  "heartbeating")
