@@ -15,6 +15,7 @@ from herdbook.cli.jobs import alloc_app, eval_app, job_app
 from herdbook.cli.node import node_app, parse_labels
 from herdbook.cli.output import Format, console, render_object
 from herdbook.cli.sensitive import admin_app
+from herdbook.cli.sim import sim_command
 from herdbook.cli.view import view_app
 
 app = typer.Typer(
@@ -31,6 +32,7 @@ app.add_typer(job_app, name="job")
 app.add_typer(eval_app, name="eval")
 app.add_typer(alloc_app, name="alloc")
 app.add_typer(admin_app, name="admin")
+app.command("sim")(sim_command)
 
 
 @app.callback()
