@@ -16,6 +16,7 @@ from herdbook.cli.node import node_app, parse_labels
 from herdbook.cli.output import Format, console, render_object
 from herdbook.cli.sensitive import admin_app
 from herdbook.cli.sim import sim_command
+from herdbook.cli.top import top
 from herdbook.cli.view import view_app
 
 app = typer.Typer(
@@ -33,6 +34,7 @@ app.add_typer(eval_app, name="eval")
 app.add_typer(alloc_app, name="alloc")
 app.add_typer(admin_app, name="admin")
 app.command("sim")(sim_command)
+app.command("top")(top)
 
 
 @app.callback()
@@ -106,6 +108,7 @@ def up(
         console.print(f"  connect an agent:  herd agent --server {info['nats_url']} "
                       "--node-id node-1 --fake-gpus 8")
         console.print(f"  list the nodes:    herd --server {info['nats_url']} node list")
+        console.print(f"  watch the fleet:   herd --server {info['nats_url']} top")
         if info.get("metrics_url"):
             console.print(f"  Prometheus:        {info['metrics_url']}")
         console.print("  stop:              Ctrl-C")
