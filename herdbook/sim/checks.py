@@ -21,39 +21,53 @@ class Outcome:
     found: str
 
 
-def wanted_values(key: str, wanted: Any) -> set[Any]:
-    """The accepted values of one condition: states through their aliases (``active``),
-    the other words upper-cased, booleans and numbers as they are."""
+def wanted_values(key: str, wanted: Any) -> list[Any]:
+    """The accepted values of one condition key (a list: any of them): states through
+    their aliases (``active``), the other words upper-cased, booleans as they are."""
     values = wanted if isinstance(wanted, list) else [wanted]
     if key == "state":
-        return set(resolve_state_filter([str(v) for v in values]))
-    return {v.upper() if isinstance(v, str) and key in UPPER_KEYS else v for v in values}
+        return sorted(resolve_state_filter([str(v) for v in values]))
+    return [v.upper() if isinstance(v, str) and key in UPPER_KEYS else v for v in values]
 
 
 UPPER_KEYS = frozenset({"lifecycle", "health", "intent", "approval"})
 
 
 def conditions(match: NodeMatch) -> dict[str, Any]:
+    """Condition keys first, then ``fields`` (compared as written: a list is a list)."""
     out = {key: getattr(match, key) for key in CONDITION_KEYS if getattr(match, key) is not None}
-    out.update(match.fields or {})
+    out.update({f"fields.{key}": value for key, value in (match.fields or {}).items()})
     return out
 
 
+def fact(facts: Facts, key: str) -> Any:
+    return facts.get(key.removeprefix("fields."))
+
+
 def matches(facts: Facts, wanted: Mapping[str, Any]) -> bool:
-    return all(facts.get(key) in wanted_values(key, value) for key, value in wanted.items())
+    for key, value in wanted.items():
+        if key.startswith("fields."):
+            if fact(facts, key) != value:
+                return False
+        elif facts.get(key) not in wanted_values(key, value):
+            return False
+    return True
 
 
 def shown(wanted: Mapping[str, Any]) -> str:
-    return " ".join(f"{key}={_text(value)}" for key, value in wanted.items())
+    return " ".join(f"{key.removeprefix('fields.')}={_text(value)}"
+                    for key, value in wanted.items())
 
 
 def found_text(facts: Facts, keys: Iterable[str]) -> str:
-    return " ".join(f"{key}={_text(facts.get(key))}" for key in keys)
+    return " ".join(f"{key.removeprefix('fields.')}={_text(fact(facts, key))}" for key in keys)
 
 
 def _text(value: Any) -> str:
     if isinstance(value, list):
         return "|".join(_text(v) for v in value)
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{_text(v)}" for k, v in value.items()) + "}"
     if value is None:
         return "null"
     if isinstance(value, bool):

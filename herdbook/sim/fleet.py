@@ -111,15 +111,24 @@ class AgentNode:
             self.agent.partitioned = on
 
     async def inject(self, fault: str, gpu: int, value: float | None) -> str:
-        """Through the agent's own inject subject, as `herd agent inject` does."""
         if not self.running:
             raise SimError(f"{self.node_id} is not running")
-        msg = await self.nc.request(inject_subject(self.node_id), json.dumps(
+        return await inject_agent(self.nc, self.node_id, fault, gpu, value)
+
+
+async def inject_agent(nc: NATS, node_id: str, fault: str, gpu: int,
+                       value: float | None) -> str:
+    """Through the agent's own inject subject, as `herd agent inject` does."""
+    import nats.errors
+    try:
+        msg = await nc.request(inject_subject(node_id), json.dumps(
             {"fault": fault, "gpu": gpu, "value": value}).encode(), timeout=10)
-        reply = json.loads(msg.data)
-        if not reply.get("ok"):
-            raise SimError(f"{self.node_id}: {reply.get('error')}")
-        return str(reply.get("result"))
+    except nats.errors.NoRespondersError:
+        raise SimError(f"no agent {node_id} is running") from None
+    reply = json.loads(msg.data)
+    if not reply.get("ok"):
+        raise SimError(f"{node_id}: {reply.get('error')}")
+    return str(reply.get("result"))
 
 
 class LightNode:

@@ -91,9 +91,10 @@ class StepFailed(Exception):
 
 def describe(action: str, value: Any) -> str:
     match value:
-        case Inject(node=node, fault=fault, value=number, gpu=gpu):
+        case Inject(node=node, pool=pool, fault=fault, value=number, gpu=gpu):
             shown = "" if number is None else f" {number:g}"
-            return f"inject {fault}{shown} into {node} GPU {gpu}"
+            target = node if node is not None else f"a READY node of pool {pool}"
+            return f"inject {fault}{shown} into {target} GPU {gpu}"
         case Start(gpus=gpus):
             return f"start {', '.join(value.node_ids())}" + (f" with {gpus} GPUs" if gpus
                                                                is not None else "")
@@ -158,10 +159,11 @@ class ScenarioRun:
                 return f"{outcome.expected}: {outcome.found}"
             case "wait_for", Check():
                 return await self.wait_for(value, result)
-            case "inject", Inject(node=node, fault=fault, gpu=gpu, value=number):
-                sim = world.fleet.get(node)
+            case "inject", Inject(node=node, pool=pool, fault=fault, gpu=gpu, value=number):
+                if node is None:
+                    node = self.pick(pool or "")
                 world.detections.injected(node, f"{fault}{'' if number is None else f' {number:g}'}")
-                done = await sim.inject(fault, gpu, number)
+                done = await world.inject(node, fault, gpu, number)
                 return f"{node}: {done}"
             case "stop", NodeAction():
                 for node in value.node_ids():
@@ -184,6 +186,14 @@ class ScenarioRun:
             case "command", Command(route=route, expect=expect):
                 return await self.command(route, expect, value)
         raise AssertionError(f"unhandled step {action}")
+
+    def pick(self, pool: str) -> str:
+        nodes = self.world.nodes()
+        ready = sorted(n for n, facts in nodes.items()
+                       if facts["labels"].get("pool") == pool and facts["state"] == "READY")
+        if not ready:
+            raise SimError(f"pool {pool} has no READY node to inject into")
+        return self.rng.choice(ready)
 
     def evaluate(self, check: Check) -> checks.Outcome:
         return checks.evaluate(check, self.world.fleet_ids, self.world.nodes(),

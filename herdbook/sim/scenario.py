@@ -93,8 +93,12 @@ class Check(NodeMatch, frozen=True):
 
 
 class Inject(_Struct, frozen=True):
-    node: str
+    """Into ``node`` (a fleet node), or into one READY node of ``pool`` picked with the
+    seed (e.g. a node that a pool's provider started)."""
+
     fault: str
+    node: str | None = None
+    pool: str | None = None
     value: float | None = None
     gpu: int = 0
 
@@ -273,12 +277,14 @@ def _validate_step(step: Step, fleet: set[str]) -> str | None:
         case Check():
             problem = _validate_check(value, name)
             return None if problem is None else where + problem
-        case Inject(node=node, fault=fault, value=number):
+        case Inject(node=node, pool=pool, fault=fault, value=number):
             if fault not in FAULTS:
                 return f"{where}.fault: {fault!r} is not one of {', '.join(FAULTS)}"
             if fault == "xid" and number is None:
                 return f"{where}.value: xid needs a code, e.g. 79"
-            if node not in fleet:
+            if (node is None) == (pool is None):
+                return f"{where}: give node or pool (one of them)"
+            if node is not None and node not in fleet:
                 return f"{where}.node: {node} is not a fleet node"
         case NodeAction():
             for node in value.node_ids():

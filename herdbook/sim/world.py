@@ -22,7 +22,7 @@ from herdbook.events.subjects import API_PREFIX
 from herdbook.projector.node_view import NodeView
 from herdbook.reactors.sweeper import Sweeper
 from herdbook.sim.detections import Detections
-from herdbook.sim.fleet import Fleet
+from herdbook.sim.fleet import Fleet, inject_agent
 from herdbook.sim.scenario import FleetGroup, sim_config_text
 
 CONTROL_NODE_ID = "sim-control"
@@ -154,6 +154,13 @@ class World:
     def instances(self) -> list[dict[str, Any]]:
         assert self.plane.projector is not None
         return [instance_json(i) for i in list(self.plane.projector.instances.values())]
+
+    async def inject(self, node_id: str, fault: str, gpu: int, value: float | None) -> str:
+        """Into a simulated node, or any running agent with fake GPUs (a pool's)."""
+        assert self.fleet is not None and self.nc is not None
+        if node_id in self.fleet.nodes:
+            return await self.fleet.get(node_id).inject(fault, gpu, value)
+        return await inject_agent(self.nc, node_id, fault, gpu, value)
 
     async def call(self, route: str, body: dict[str, Any], timeout: float = 15.0
                    ) -> dict[str, Any]:
