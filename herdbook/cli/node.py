@@ -21,6 +21,21 @@ ORDER_KEYS = ("id", "type", "approval", "state", "health", "class", "last_heartb
 
 Reason = Annotated[str, typer.Option("--message", "-m", help="Why: stored on the event.")]
 NodeId = Annotated[str, typer.Argument(help="The node's id.")]
+At = Annotated[str | None, typer.Option("--at", help="As the event log had it then: "
+                                        "ISO-8601 (2026-11-21T10:00:00Z) or ago (10m, 2h, 1d).")]
+LOG_TIMEOUT = 300.0
+"""Requests that read the event log: their cost grows with it."""
+
+
+def parse_at(text: str, option: str = "--at") -> str:
+    """TIME as an absolute ISO-8601 UTC time for the API; a bad one is a usage error."""
+    from datetime import UTC, datetime
+
+    from herdbook.control.history import parse_time
+    try:
+        return parse_time(text, datetime.now(UTC)).isoformat()
+    except ValueError as err:
+        raise client.fail(f"{option}: {err}", client.EXIT_USAGE) from None
 
 
 def _server(ctx: typer.Context) -> str:
@@ -59,8 +74,12 @@ def list_nodes(
                                                "labels: k=v[,k=v].")] = None,
     order_by: Annotated[str, typer.Option("--order-by", help="Sort key: "
                                           + ", ".join(ORDER_KEYS) + "; prefix - to reverse.")] = "id",
+    at: At = None,
 ) -> None:
-    """List nodes; follows the API's pages, so any fleet size lists in full."""
+    """List nodes; follows the API's pages, so any fleet size lists in full.
+
+    With --at, the nodes as the event log had them then (no heartbeat or allocation
+    fields)."""
     from herdbook.events.states import resolve_state_filter
     states = _split(filter_state)
     try:
@@ -79,12 +98,17 @@ def list_nodes(
     payload: dict[str, Any] = {"filter_approval": approvals, "filter_state": states,
                                "labels": parse_labels(labels),
                                "wide": output in (Format.json, Format.yaml)}
+    route, timeout = "node.list", 15.0
+    if at is not None:
+        payload["at"] = parse_at(at)
+        route, timeout = "node.list_at", LOG_TIMEOUT
 
     async def fetch(nc: Any) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = []
         token = None
         while True:
-            page = await client.request(nc, "node.list", {**payload, "next_token": token})
+            page = await client.request(nc, route, {**payload, "next_token": token},
+                                        timeout=timeout)
             items.extend(page["items"])
             token = page.get("next_token")
             if not token:
@@ -104,10 +128,49 @@ def list_nodes(
 @node_app.command("describe")
 def describe(ctx: typer.Context,
              node_id: Annotated[str, typer.Argument(help="Node id or a unique prefix of one.")],
-             output: Output = Format.table) -> None:
-    """Everything known about one node, including the reason of its last approval decision."""
+             output: Output = Format.table, at: At = None) -> None:
+    """Everything known about one node, including the reason of its last approval decision.
+
+    With --at, the node as the event log had it then (no heartbeat or resources)."""
     client.check_id(node_id)
-    render_object(client.call(_server(ctx), "node.describe", {"id": node_id}), output)
+    if at is None:
+        render_object(client.call(_server(ctx), "node.describe", {"id": node_id}), output)
+        return
+    payload = {"id": node_id, "at": parse_at(at)}
+    render_object(client.run(_server(ctx), lambda nc: client.request(
+        nc, "node.describe_at", payload, timeout=LOG_TIMEOUT)), output)
+
+
+HISTORY_COLUMNS = [("TIME", "at"), ("EVENT", "event"), ("ACTOR", "actor"),
+                   ("REASON", "reason"), ("CAUSED BY", "caused_by")]
+
+
+@node_app.command("history")
+def history(ctx: typer.Context,
+            node_id: Annotated[str, typer.Argument(help="Node id or a unique prefix of one.")],
+            output: Output = Format.table,
+            limit: Annotated[int, typer.Option("--limit", min=1, max=5000,
+                                               help="The newest N events.")] = 1000) -> None:
+    """Every event of the node, what caused it and what it caused.
+
+    A table (time, event, actor, reason, caused by), then the cause chains across nodes,
+    allocations and evaluations. Reads the whole event log."""
+    client.check_id(node_id)
+    result = client.run(_server(ctx), lambda nc: client.request(
+        nc, "node.history", {"id": node_id, "limit": limit}, timeout=LOG_TIMEOUT))
+    if output is not Format.table:
+        if output is Format.csv:
+            render_rows(result["items"], HISTORY_COLUMNS + [("SEQ", "seq")], output)
+        else:
+            render_object(result, output)
+        return
+    if result.get("omitted"):
+        console.print(f"({result['omitted']} older events omitted: --limit)", markup=False)
+    render_rows(result["items"], HISTORY_COLUMNS, output)
+    for number, chain in enumerate(result["chains"]):
+        console.print("\ncause chains:" if number == 0 else "", markup=False)
+        for line in chain["lines"]:
+            console.print(line, markup=False)
 
 
 Yes = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]

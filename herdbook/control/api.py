@@ -195,6 +195,8 @@ class Api:
             "alloc.status": self.alloc_status,
             "status": self.status,
         }
+        from herdbook.control.history import HistoryRoutes  # it imports this module
+        routes.update(HistoryRoutes(self.nc, lambda: self.projector.views).routes())
         for route, handler in routes.items():
             await self.service.add_endpoint(
                 name=route.replace(".", "-"), subject=f"{API_PREFIX}.{route}",

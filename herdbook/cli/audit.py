@@ -1,0 +1,74 @@
+"""`herd audit ...`: who did what, from the event log, and whether the log is intact."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from herdbook.cli import client
+from herdbook.cli.node import LOG_TIMEOUT, parse_at
+from herdbook.cli.output import Format, Output, console, render_object, render_rows
+
+audit_app = typer.Typer(help="The audit trail: actions on nodes and jobs, and the "
+                        "nodes' hash chains.", no_args_is_help=True)
+
+AUDIT_COLUMNS = [("TIME", "at"), ("ACTOR", "actor"), ("ACTION", "action"),
+                 ("NODE", "node"), ("TARGET", "target"), ("REASON", "reason")]
+
+NodeOption = Annotated[str | None, typer.Option("--node", help="Only this node (id or a "
+                                                "unique prefix of one).")]
+
+
+def _ask(ctx: typer.Context, route: str, payload: dict[str, Any]) -> Any:
+    return client.run(str(ctx.obj["server"]), lambda nc: client.request(
+        nc, route, payload, timeout=LOG_TIMEOUT))
+
+
+@audit_app.command("list")
+def list_actions(
+    ctx: typer.Context,
+    node: NodeOption = None,
+    since: Annotated[str | None, typer.Option("--since", help="From this time: ISO-8601 "
+                                              "or ago (10m, 2h, 1d).")] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=5000,
+                                       help="The newest N entries.")] = 1000,
+    output: Output = Format.table,
+) -> None:
+    """Who did what, when and why: node, allocation and job actions.
+
+    Every node event but info updates and wipe steps, allocations lost for good (not
+    requeued), job (de)registrations; with --node, that node's events and lost
+    allocations."""
+    payload: dict[str, Any] = {"limit": limit}
+    if node is not None:
+        payload["node_id"] = client.check_id(node)
+    if since is not None:
+        payload["since"] = parse_at(since, "--since")
+    result = _ask(ctx, "audit.list", payload)
+    if result.get("omitted") and output is Format.table:
+        console.print(f"({result['omitted']} older entries omitted: --limit, --since)",
+                      markup=False)
+    render_rows(result["items"], AUDIT_COLUMNS, output)
+
+
+@audit_app.command("verify")
+def verify(ctx: typer.Context, node: NodeOption = None, output: Output = Format.table) -> None:
+    """Check the nodes' hash chains; exit code 1 if one is broken.
+
+    Every node event's prev_hash must be the SHA-256 of the node's previous stored event
+    (none for its first); the first broken link per node is named. Reads the log."""
+    payload: dict[str, Any] = {} if node is None else {"node_id": client.check_id(node)}
+    report = _ask(ctx, "audit.verify", payload)
+    if output is not Format.table:
+        render_object(report, output)
+    elif report["ok"]:
+        console.print(f"OK: {report['events_checked']} events of {report['nodes_checked']} "
+                      "nodes verified", markup=False)
+    else:
+        for link in report["broken"]:
+            console.print(f"BROKEN: node {link['node_id']} at seq {link['seq']} (event "
+                          f"{link['event']}): prev_hash {link['found']} expected "
+                          f"{link['expected']}", markup=False)
+    if not report["ok"]:
+        raise typer.Exit(code=client.EXIT_REFUSED)
