@@ -201,6 +201,9 @@ class ControlPlane:
         self.api = Api(self.nc, store, self.projector, self.sweeper, self.rebuild_view,
                        self.node_id, cfg, metrics=self.metrics)
         await self.api.start()
+        # The API's subscriptions reach the server before start() returns, so a request
+        # sent right after finds a responder.
+        await self.nc.flush()
         if self.metrics is not None:
             await self._start_metrics(self.metrics)
         if self.demo:
