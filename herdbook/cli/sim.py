@@ -142,6 +142,11 @@ def _chaos(nodes: int, rate: float, duration: str, mix: str, seed: int | None,
         timeout = float(parse_duration(heartbeat_timeout))
     except ValueError as err:
         raise client.fail(str(err), client.EXIT_USAGE) from None
+    from herdbook.sim.scenario import MAX_AGENTS
+    if not lightweight and nodes > MAX_AGENTS:
+        raise client.fail(f"--nodes {nodes}: at most {MAX_AGENTS} real agents per run (each "
+                          "holds a consumer on HERD_EVENTS, and nats-server allows 1000 per "
+                          "stream); add --lightweight", client.EXIT_USAGE)
     if interval <= 0 or timeout <= interval:
         raise client.fail("--heartbeat-timeout must be longer than a positive "
                           "--heartbeat-interval", client.EXIT_USAGE)
@@ -172,8 +177,17 @@ def _chaos(nodes: int, rate: float, duration: str, mix: str, seed: int | None,
                   f"{_latency(result.latency)}")
     for kind, figures in sorted(result.latency_by_kind.items()):
         console.print(f"    {kind:<9} {_latency(figures)}")
+    for missed in result.missed[:5]:
+        console.print(f"  missed: {missed['kind']} on {missed['node']} at {missed['at_s']:.2f}s")
+    for alarm in result.control_plane_alarms[:5]:
+        console.print(f"  the control plane's own node: {alarm['event']} at {alarm['at_s']:.2f}s "
+                      f"({_escape(alarm['reason'])}; it shares the simulation's event loop, "
+                      "see the loop lag)")
+    for alarm in result.false_alarms[:5]:
+        console.print(f"  false alarm: {alarm['event']} on {alarm['node']} at {alarm['at_s']:.2f}s: "
+                      f"{_escape(alarm['reason'])}")
     console.print(f"  startup {result.startup_s:.1f}s, fleet READY in {result.ready_s:.1f}s, "
-                  f"run {result.duration_s:.1f}s")
+                  f"run {result.duration_s:.1f}s; event loop lag {_latency(result.loop_lag)}")
     if result.failure is not None:
         client.err_console.print(f"FAIL chaos: {result.failure}", markup=False)
         raise typer.Exit(code=result.exit_code)

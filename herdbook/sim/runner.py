@@ -62,6 +62,7 @@ class SimResult:
     fleet: dict[str, Any] = field(default_factory=dict)
     control_plane: dict[str, Any] = field(default_factory=dict)
     data_dir: str | None = None
+    loop_lag: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -269,6 +270,7 @@ async def run_scenario(scenario: Scenario, *, source: str = "", data_dir: str | 
                              for i in world.detections.injections]
         if world.fleet is not None:
             result.fleet = world.fleet.stats()
+        result.loop_lag = world.loop_lag.summary()
         try:
             result.control_plane = dict((await world.call("status", {}, timeout=5))["result"])
         except Exception:  # noqa: BLE001 - only for the report

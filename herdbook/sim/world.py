@@ -3,6 +3,7 @@ their data in one directory, the simulated fleet, and the detection tracker."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 import socket
@@ -21,7 +22,7 @@ from herdbook.events.states import NodeType
 from herdbook.events.subjects import API_PREFIX
 from herdbook.projector.node_view import NodeView
 from herdbook.reactors.sweeper import Sweeper
-from herdbook.sim.detections import Detections
+from herdbook.sim.detections import Detections, latency_summary
 from herdbook.sim.fleet import Fleet, inject_agent
 from herdbook.sim.scenario import FleetGroup, sim_config_text
 
@@ -112,6 +113,34 @@ class FleetFacts(Mapping[str, NodeFacts]):
         return sum(1 for _ in self)
 
 
+class LoopLag:
+    """How late this process's event loop wakes up: the control plane and every
+    simulated node share it, so a late loop delays heartbeats (and can fake a failure)."""
+
+    def __init__(self, tick: float = 0.05) -> None:
+        self.tick = tick
+        self.samples: list[float] = []
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="loop lag")
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            before = loop.time()
+            await asyncio.sleep(self.tick)
+            self.samples.append(max(0.0, loop.time() - before - self.tick))
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    def summary(self) -> dict[str, float | int | None]:
+        return latency_summary(self.samples)
+
+
 class World:
     def __init__(self, config_overrides: dict[str, Any], groups: list[FleetGroup],
                  data_dir: Path) -> None:
@@ -125,8 +154,10 @@ class World:
         self.nc: NATS | None = None
         self.detections = Detections()
         self.fleet_ids: list[str] = []
+        self.loop_lag = LoopLag()
 
     async def start(self) -> None:
+        self.loop_lag.start()
         await self.plane.start()
         assert self.plane.projector is not None
         self.plane.projector.listeners.append(self.detections.on_event)
@@ -138,6 +169,7 @@ class World:
         await self.fleet.start()
 
     async def stop(self) -> None:
+        await self.loop_lag.stop()
         if self.fleet is not None:
             await self.fleet.stop()
         if self.nc is not None:
