@@ -41,7 +41,7 @@ FLEET = ["n-001", "n-002", "n-003"]
 def test_fleet_ids_are_numbered_from_one_and_widen_past_999() -> None:
     scenario = parse_scenario(BASE + "  - wait: 1s\n")
     assert scenario.node_ids() == FLEET
-    [group] = parse_scenario("name: t\nfleet: [{count: 1200, prefix: big}]\n"
+    [group] = parse_scenario("name: t\nfleet: [{count: 1200, prefix: big, lightweight: true}]\n"
                              "timeline: [{wait: 1s}]\n").fleet
     ids = group_ids(group)
     assert ids[0] == "big-0001" and ids[-1] == "big-1200"
@@ -80,6 +80,14 @@ def test_duplicate_fleet_nodes_and_an_empty_timeline_are_refused() -> None:
                        "timeline: [{wait: 1s}]\n")
     with pytest.raises(ScenarioError, match="timeline: no steps"):
         parse_scenario("name: t\n")
+
+
+def test_real_agents_are_capped_below_the_servers_consumer_limit() -> None:
+    with pytest.raises(ScenarioError, match="fleet: 1000 real agents; at most 900"):
+        parse_scenario("name: t\nfleet: [{count: 600, prefix: a}, {count: 400, prefix: b}]\n"
+                       "timeline: [{wait: 1s}]\n")
+    parse_scenario("name: t\nfleet: [{count: 600, prefix: a}, {count: 5000, prefix: b, "
+                   "lightweight: true}]\ntimeline: [{wait: 1s}]\n")
 
 
 def test_command_body_is_the_shortcuts_plus_body() -> None:
