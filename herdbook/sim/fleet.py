@@ -143,6 +143,7 @@ class LightNode:
         self.running = False
         self.partitioned = False
         self.registered = False
+        self.next_beat = 0.0
 
     def heartbeat(self) -> bytes:
         self.seq += 1
@@ -244,6 +245,9 @@ class LightFleet:
             await self.store.append(NodeBootStarted(node_id=node.node_id, boot_id=node.boot_id,
                                                     actor=actor, reason="agent started"))
         node.running = True
+        # As an agent's heartbeat task, which starts with its boot check: the first
+        # heartbeat of the new boot does not wait for the next round.
+        await self._beat(node)
         checks = {"nvml": "ok", "state_dir": "ok",
                   "gpu_count": "ok" if passed else "found a different GPU count"}
         # As the agent: a failing check is retried, three in a row make the node FAILED.
@@ -268,23 +272,26 @@ class LightFleet:
         if not self.nodes:
             return
         interval = min(float(n.group.heartbeat_interval) for n in self.nodes)
-        due = {n.node_id: 0.0 for n in self.nodes}
         chunk = max(1, len(self.nodes) // max(1, int(interval / 0.02)))
         while True:
             started = time.monotonic()
             for i in range(0, len(self.nodes), chunk):
                 now = time.monotonic()
                 for node in self.nodes[i:i + chunk]:
-                    if not node.running or node.partitioned or now < due[node.node_id]:
-                        continue
-                    due[node.node_id] = now + float(node.group.heartbeat_interval) * 0.98
-                    try:
-                        await self.nc.publish(heartbeat_subject(node.node_id), node.heartbeat())
-                        self.heartbeats += 1
-                    except Exception as err:  # noqa: BLE001 - a lost heartbeat is tolerated
-                        log.debug("heartbeat of %s not sent: %s", node.node_id, err)
+                    if node.running and now >= node.next_beat:
+                        await self._beat(node)
                 target = started + interval * (i + chunk) / len(self.nodes)
                 await asyncio.sleep(max(0.0, target - time.monotonic()))
+
+    async def _beat(self, node: LightNode) -> None:
+        node.next_beat = time.monotonic() + float(node.group.heartbeat_interval) * 0.98
+        if node.partitioned:
+            return
+        try:
+            await self.nc.publish(heartbeat_subject(node.node_id), node.heartbeat())
+            self.heartbeats += 1
+        except Exception as err:  # noqa: BLE001 - a lost heartbeat is tolerated
+            log.debug("heartbeat of %s not sent: %s", node.node_id, err)
 
     async def stop(self) -> None:
         if self._task is not None:
