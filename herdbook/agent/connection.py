@@ -1,4 +1,5 @@
-"""NATS client callbacks for long-lived processes: one log line per event, no tracebacks."""
+"""NATS client callbacks for long-lived processes: one log line per event, no tracebacks;
+and the server list of a ``--server`` / ``nats.url`` value."""
 
 from __future__ import annotations
 
@@ -6,6 +7,12 @@ import logging
 from typing import Any
 
 log = logging.getLogger("herdbook.nats")
+
+
+def server_list(url: str) -> list[str]:
+    """``nats://a:4222,nats://b:4222`` -> the servers of a cluster, as nats-py takes them
+    (it would read the whole string as one URL)."""
+    return [part.strip() for part in url.split(",") if part.strip()]
 
 
 async def quiet_errors(err: Exception) -> None:

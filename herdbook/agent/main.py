@@ -21,7 +21,7 @@ from nats.aio.client import Client as NATS
 from nats.js.errors import NotFoundError
 
 from herdbook.agent import boot, gpu, wipe
-from herdbook.agent.connection import connection_callbacks, quiet_errors
+from herdbook.agent.connection import connection_callbacks, quiet_errors, server_list
 from herdbook.agent.executor import STATE_FILE, Executor
 from herdbook.agent.health import HealthMonitor
 from herdbook.agent.info import info_hash, node_info, resources
@@ -129,7 +129,7 @@ class Agent:
         while not self._stop.is_set():
             try:
                 return await nats.connect(
-                    self.options.server, name=f"herd-agent:{self.node_id}",
+                    server_list(self.options.server), name=f"herd-agent:{self.node_id}",
                     max_reconnect_attempts=-1, reconnect_time_wait=1, connect_timeout=3,
                     allow_reconnect=True, error_cb=quiet_errors, **connection_callbacks())
             except Exception as err:  # noqa: BLE001 - the server may come later

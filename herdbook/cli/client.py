@@ -52,10 +52,12 @@ async def _ignore(err: Exception) -> None:
 
 async def connect(server: str) -> Any:
     import nats
+
+    from herdbook.agent.connection import server_list
     try:
         # nats-py keeps retrying a refused first connect; bound it ourselves.
         return await asyncio.wait_for(
-            nats.connect(server, connect_timeout=2, allow_reconnect=False,
+            nats.connect(server_list(server), connect_timeout=2, allow_reconnect=False,
                          max_reconnect_attempts=0, name="herd-cli", error_cb=_ignore),
             timeout=3)
     except TimeoutError:

@@ -10,6 +10,7 @@ import typer
 
 from herdbook.cli import client
 from herdbook.cli.audit import audit_app
+from herdbook.cli.cluster import nats_app
 from herdbook.cli.events import events_app
 from herdbook.cli.fleet import instance_app, pool_app
 from herdbook.cli.jobs import alloc_app, eval_app, job_app
@@ -37,6 +38,7 @@ app.add_typer(admin_app, name="admin")
 app.command("sim")(sim_command)
 app.command("top")(top)
 app.add_typer(audit_app, name="audit")
+app.add_typer(nats_app, name="nats")
 
 
 @app.callback()

@@ -46,9 +46,11 @@ def fingerprint(ctx: typer.Context, node_id: NodeId) -> None:
 
     async def ask() -> dict[str, object]:
         import nats
+
+        from herdbook.agent.connection import server_list
         try:
-            nc = await nats.connect(_server(ctx), connect_timeout=3, max_reconnect_attempts=0,
-                                    allow_reconnect=False)
+            nc = await nats.connect(server_list(_server(ctx)), connect_timeout=3,
+                                    max_reconnect_attempts=0, allow_reconnect=False)
         except Exception as err:  # noqa: BLE001 - one line, exit 3
             raise client.fail(f"control plane unreachable at {_server(ctx)}: {err}",
                               client.EXIT_UNREACHABLE) from None

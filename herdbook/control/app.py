@@ -20,7 +20,7 @@ from nats.aio.client import Client as NATS
 from nats.js.errors import BadRequestError, NotFoundError
 
 import herdbook
-from herdbook.agent.connection import connection_callbacks, quiet_errors
+from herdbook.agent.connection import connection_callbacks, quiet_errors, server_list
 from herdbook.agent.state import SeqAllocator
 from herdbook.config import Config
 from herdbook.control.api import Api
@@ -145,7 +145,7 @@ class ControlPlane:
                 raise StartupError(str(err)) from err
             self.url = self.embedded.url
         try:
-            self.nc = await nats.connect(self.url, name=f"herd-control:{self.node_id}",
+            self.nc = await nats.connect(server_list(self.url), name=f"herd-control:{self.node_id}",
                                          max_reconnect_attempts=-1, reconnect_time_wait=1,
                                          connect_timeout=5, allow_reconnect=True,
                                          error_cb=quiet_errors, **connection_callbacks())
