@@ -216,6 +216,8 @@ class Config(_Section, frozen=True):
     allocations: AllocationsConfig = AllocationsConfig()
     metrics: MetricsConfig = MetricsConfig()
     sensitive: SensitiveConfig = SensitiveConfig()
+    leader_ttl: Duration = Duration(6.0)
+    """Replicas: the leader's lease expires this long after its last renewal."""
 
 
 class ConfigError(ValueError):

@@ -136,6 +136,8 @@ class Api:
                  instance: str, config: Config | None = None,
                  metrics: Metrics | None = None) -> None:
         self.config = config or Config()
+        self.is_leader: Callable[[], bool] = lambda: True
+        """Whether this replica holds the leader lease (set by the control plane)."""
         self.nc = nc
         self.store = store
         self.projector = projector
@@ -572,4 +574,5 @@ class Api:
             "heartbeat_replays_dropped": self.sweeper.replays_dropped,
             "liveness_detections": self.sweeper.detections,
             "uptime_s": round(time.monotonic() - self.started, 1),
+            "leader": self.is_leader(),
         }

@@ -25,6 +25,7 @@ from herdbook.agent.state import SeqAllocator
 from herdbook.config import Config
 from herdbook.control.api import Api
 from herdbook.control.instances import InstanceManager
+from herdbook.control.leader import LeaderLease
 from herdbook.control.metrics import Metrics, MetricsServer, scrape
 from herdbook.control.nats_server import EmbeddedNats, NatsServerError, port_in_use
 from herdbook.control.providers import FakeProvider, LocalProvider
@@ -111,6 +112,8 @@ class ControlPlane:
         self.metrics: Metrics | None = None
         self.metrics_server: MetricsServer | None = None
         self.sensitive: SensitiveReactor | None = None
+        self.lease: LeaderLease | None = None
+        self._store: Any = None
         self._lock_file: Any = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._demo_agents: list[Any] = []
@@ -183,23 +186,16 @@ class ControlPlane:
                                             for name, pool in cfg.pools.items()})
         await self.classifier.start()
         self.fake_provider = FakeProvider(self.nc, self.data_dir)
-        self.instances = InstanceManager(
-            cfg, store, self.projector, self.sweeper,
-            {"local": LocalProvider(self.data_dir, self.url), "fake": self.fake_provider})
-        self.instances.start()
-        self.notifier = Notifier(cfg.notifier, store, self.projector)
-        await self.notifier.start()
-        self.allocations = AllocationReactor(store, self.projector, cfg)
-        self.allocations.start()
-        self.scheduler = Scheduler(self.nc, store, self.projector, cfg)
-        await self.scheduler.start()
-        sweeper = self.sweeper
-        self.sensitive = SensitiveReactor(
-            store, self.projector, cfg,
-            lambda: {n: b.fingerprint for n, b in sweeper.beats.items() if b.fingerprint})
-        self.sensitive.start()
+        self._store = store
+        # What must not run twice runs on the leader only (see control/leader.py).
+        self.lease = LeaderLease(self.nc, self.node_id, ttl=float(cfg.leader_ttl),
+                                 replicas=cfg.nats.replicas, on_elected=self._lead,
+                                 on_lost=self._follow)
+        await self.lease.start()
         self.api = Api(self.nc, store, self.projector, self.sweeper, self.rebuild_view,
                        self.node_id, cfg, metrics=self.metrics)
+        lease = self.lease
+        self.api.is_leader = lambda: lease is not None and lease.leader
         await self.api.start()
         # The API's subscriptions reach the server before start() returns, so a request
         # sent right after finds a responder.
@@ -225,6 +221,39 @@ class ControlPlane:
             self.metrics_server = None
             raise StartupError(f"cannot serve metrics on {host}:{port}: {err.strerror} "
                                "(pass another --metrics-port)") from err
+
+    async def _lead(self) -> None:
+        """Elected: start the reactors that run on one replica only."""
+        assert self.nc is not None and self.projector is not None and self.sweeper is not None
+        assert self.fake_provider is not None
+        cfg, store = self.config, self._store
+        await self._catch_up()
+        self.instances = InstanceManager(
+            cfg, store, self.projector, self.sweeper,
+            {"local": LocalProvider(self.data_dir, self.url), "fake": self.fake_provider})
+        self.instances.start()
+        self.notifier = Notifier(cfg.notifier, store, self.projector)
+        await self.notifier.start()
+        self.allocations = AllocationReactor(store, self.projector, cfg)
+        self.allocations.start()
+        self.scheduler = Scheduler(self.nc, store, self.projector, cfg)
+        await self.scheduler.start()
+        sweeper = self.sweeper
+        self.sensitive = SensitiveReactor(
+            store, self.projector, cfg,
+            lambda: {n: b.fingerprint for n, b in sweeper.beats.items() if b.fingerprint})
+        self.sensitive.start()
+
+    async def _follow(self) -> None:
+        """Not (or no longer) the leader: stop the one-replica reactors."""
+        for name in ("sensitive", "scheduler", "allocations", "notifier", "instances"):
+            part = getattr(self, name)
+            setattr(self, name, None)
+            if part is not None:
+                try:
+                    await part.stop()
+                except Exception:
+                    log.exception("stopping %s failed", type(part).__name__)
 
     async def _catch_up(self, timeout: float = 60.0) -> None:
         """Before reactors decide, let the view reach the stream's end as of now."""
@@ -322,6 +351,8 @@ class ControlPlane:
                 pass
         if self.fake_provider is not None:
             await self.fake_provider.stop_all()
+        if self.lease is not None:
+            await self.lease.stop()   # stops the leader's reactors through _follow
         for part in (self.api, self.sensitive, self.scheduler, self.allocations, self.notifier,
                      self.instances, self.classifier, self.approver, self.sweeper, self.projector):
             if part is not None:
