@@ -43,3 +43,38 @@ async def test_every_endpoint_survives_hostile_payloads(nats_server: Any, nc: An
         assert status["ok"] and status["result"]["nodes"] >= 1
     finally:
         await plane.stop()
+
+
+async def test_undecodable_stream_messages_go_to_the_dead_letter_subject(
+        nats_server: Any, nc: Any, tmp_path: Path) -> None:
+    import asyncio
+
+    plane = ControlPlane(parse_config(f"nats: {{url: '{nats_server.url}'}}\n"
+                                      f"data_dir: '{tmp_path / 'd'}'\nnode_id: cp-dead\n"))
+    await plane.start()
+    got: list[Any] = []
+
+    async def on_dead(msg: Any) -> None:
+        got.append(msg)
+
+    sub = await nc.subscribe("herd.deadletter.>", cb=on_dead)
+    try:
+        assert plane.projector is not None and plane.sweeper is not None
+        js = nc.jetstream()
+        ack = await js.publish("herd.node.gpu-1.registered", b'{"type": "node.registered"}')
+        await nc.publish("herd.hb.gpu-1", b"\x00not a heartbeat")
+        await plane.projector.wait_applied(ack.seq)
+        for _ in range(50):
+            if len(got) >= 2:
+                break
+            await asyncio.sleep(0.1)
+        subjects = sorted(m.subject for m in got)
+        assert subjects == ["herd.deadletter.HERD_EVENTS", "herd.deadletter.HERD_HEARTBEATS"]
+        events = next(m for m in got if m.subject.endswith("HERD_EVENTS"))
+        assert events.headers["Herd-Stream-Seq"] == str(ack.seq)
+        assert plane.projector.deadletters == 1 and plane.projector.failed is None
+        status = json.loads((await nc.request("herd.api.v1.status", b"{}", timeout=5)).data)
+        assert status["result"]["deadletters"] == 1
+    finally:
+        await sub.unsubscribe()
+        await plane.stop()
