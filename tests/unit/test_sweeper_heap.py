@@ -338,3 +338,23 @@ async def test_a_reattaching_agent_does_not_count_as_running_nothing(world: Worl
     assert world.sweeper.beats["n1"].reattaching
     await beat(2, reattaching=False)
     assert world.sweeper.beats["n1"].running_allocs == 0
+
+
+@pytest.mark.parametrize("skew", [-3600.0, 3600.0])
+async def test_an_agent_clock_an_hour_off_changes_nothing_in_liveness(world: World,
+                                                                      skew: float) -> None:
+    import time as _time
+    from types import SimpleNamespace
+
+    from herdbook.events.codec import encode
+    from herdbook.events.heartbeat import Heartbeat
+
+    world.register("n1")
+    for seq in range(1, 30):   # a heartbeat every 10s for ~5 minutes, sent_at an hour off
+        hb = Heartbeat(node_id="n1", boot_id="boot-a", seq=seq, sent_at=_time.time() + skew)
+        msg = SimpleNamespace(data=encode(hb), subject="herd.hb.n1")
+        await world.sweeper._on_heartbeat(msg, world.clock.now)  # type: ignore[arg-type]
+        await world.tick(world.clock.now + 10.0)
+    assert world.store.of("n1") == []           # never DEGRADED
+    await world.tick(world.clock.now + 30.0)    # then silence: detected on our clock
+    assert [name for name, _ in world.store.of("n1")] == ["degraded"]
