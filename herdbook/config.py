@@ -52,6 +52,14 @@ class _Section(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=
     pass
 
 
+class NatsTlsConfig(_Section, frozen=True):
+    """Client TLS towards ``nats.url`` (also ``--tls-ca``, ``--tls-cert``, ``--tls-key``)."""
+
+    ca: str | None = None
+    cert: str | None = None
+    key: str | None = None
+
+
 class NatsConfig(_Section, frozen=True):
     url: str | None = None
     """An existing NATS (cluster) to use instead of the embedded nats-server."""
@@ -61,6 +69,11 @@ class NatsConfig(_Section, frozen=True):
     replicas: int = 1
     sync_interval: str | None = None
     """nats-server sync_interval for the embedded server (e.g. ``always``)."""
+    auth: bool = False
+    """Embedded server: require a user (`herd creds`); the control plane is herd-control."""
+    creds: str | None = None
+    """With ``url``: a creds file written by `herd creds` (or put user:pass in the URL)."""
+    tls: NatsTlsConfig = NatsTlsConfig()
 
 
 class ApprovalConfig(_Section, frozen=True):

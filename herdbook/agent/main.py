@@ -26,6 +26,7 @@ from herdbook.agent.executor import STATE_FILE, Executor
 from herdbook.agent.health import HealthMonitor
 from herdbook.agent.info import info_hash, node_info, resources
 from herdbook.agent.state import AgentState
+from herdbook.credentials import NatsAuth, redact
 from herdbook.events.alloc import AllocEvent, AllocStopRequested
 from herdbook.events.base import Event
 from herdbook.events.codec import decode_event, encode
@@ -91,6 +92,8 @@ class AgentOptions:
     wipe_config: str | None = None
     """YAML with the wipe steps of a sensitive node (default: the real ones, or fakes
     with --fake-gpus)."""
+    auth: NatsAuth | None = None
+    """User and password (or a creds file) and TLS towards NATS."""
 
 
 class Agent:
@@ -125,16 +128,18 @@ class Agent:
             requeue_allowed=options.node_class is not NodeClass.SENSITIVE)
 
     async def connect(self) -> NATS:
+        _, auth = (self.options.auth or NatsAuth()).resolve(self.options.server)
         delay = 0.5
         while not self._stop.is_set():
             try:
                 return await nats.connect(
                     server_list(self.options.server), name=f"herd-agent:{self.node_id}",
                     max_reconnect_attempts=-1, reconnect_time_wait=1, connect_timeout=3,
-                    allow_reconnect=True, error_cb=quiet_errors, **connection_callbacks())
+                    allow_reconnect=True, error_cb=quiet_errors, **connection_callbacks(),
+                    **auth)
             except Exception as err:  # noqa: BLE001 - the server may come later
                 log.warning("cannot reach NATS at %s (%s); retrying in %.0fs",
-                            self.options.server, err, delay)
+                            redact(self.options.server), err, delay)
                 try:
                     await asyncio.wait_for(self._stop.wait(), delay)
                 except TimeoutError:

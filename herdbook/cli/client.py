@@ -8,13 +8,16 @@ import getpass
 import json
 import socket
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 import typer
 from rich.console import Console
 
 from herdbook.events.subjects import API_PREFIX, InvalidIdError, validate_id
+
+if TYPE_CHECKING:
+    from herdbook.credentials import NatsAuth
 
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -24,6 +27,14 @@ EXIT_UNREACHABLE = 3
 DEFAULT_SERVER = "nats://127.0.0.1:4222"
 
 T = TypeVar("T")
+
+_auth: NatsAuth | None = None
+"""The global --creds/--user/--password/--tls-* options, set once by the app callback."""
+
+
+def set_auth(auth: NatsAuth) -> None:
+    global _auth
+    _auth = auth
 
 
 def fail(message: str, code: int) -> typer.Exit:
@@ -54,18 +65,28 @@ async def connect(server: str) -> Any:
     import nats
 
     from herdbook.agent.connection import server_list
+    from herdbook.credentials import CredentialsError, NatsAuth, redact
+    try:
+        _, options = (_auth or NatsAuth()).resolve(server)
+    except CredentialsError as err:
+        raise fail(str(err), EXIT_USAGE) from None
+    shown = redact(server)
     try:
         # nats-py keeps retrying a refused first connect; bound it ourselves.
         return await asyncio.wait_for(
             nats.connect(server_list(server), connect_timeout=2, allow_reconnect=False,
-                         max_reconnect_attempts=0, name="herd-cli", error_cb=_ignore),
+                         max_reconnect_attempts=0, name="herd-cli", error_cb=_ignore,
+                         **options),
             timeout=3)
     except TimeoutError:
-        raise fail(f"control plane unreachable at {server}: no NATS answers",
+        raise fail(f"control plane unreachable at {shown}: no NATS answers",
                    EXIT_UNREACHABLE) from None
     except Exception as err:  # noqa: BLE001
-        reason = str(err) or type(err).__name__
-        raise fail(f"control plane unreachable at {server}: {reason}", EXIT_UNREACHABLE) from None
+        reason = " ".join((str(err) or type(err).__name__).split())
+        if "authorization violation" in reason.lower():
+            reason = ("NATS refused the credentials (authorization violation): pass --creds "
+                      "FILE or --user/--password (`herd creds operator` issues them)")
+        raise fail(f"control plane unreachable at {shown}: {reason}", EXIT_UNREACHABLE) from None
 
 
 async def request(nc: Any, route: str, payload: dict[str, Any], timeout: float = 15.0) -> Any:

@@ -11,6 +11,16 @@ import typer
 from herdbook.cli import client
 from herdbook.cli.audit import audit_app
 from herdbook.cli.cluster import nats_app
+from herdbook.cli.creds import (
+    CredsOption,
+    PasswordOption,
+    TlsCa,
+    TlsCert,
+    TlsKey,
+    UserOption,
+    checked_auth,
+    creds_app,
+)
 from herdbook.cli.events import events_app
 from herdbook.cli.fleet import instance_app, pool_app
 from herdbook.cli.jobs import alloc_app, eval_app, job_app
@@ -39,6 +49,7 @@ app.command("sim")(sim_command)
 app.command("top")(top)
 app.add_typer(audit_app, name="audit")
 app.add_typer(nats_app, name="nats")
+app.add_typer(creds_app, name="creds")
 
 
 @app.callback()
@@ -46,8 +57,18 @@ def main_options(
     ctx: typer.Context,
     server: Annotated[str, typer.Option("--server", "-s", envvar="HERD_SERVER",
                                         help="NATS URL of the control plane.")] = client.DEFAULT_SERVER,
+    creds: CredsOption = None, user: UserOption = None, password: PasswordOption = None,
+    tls_ca: TlsCa = None, tls_cert: TlsCert = None, tls_key: TlsKey = None,
 ) -> None:
-    ctx.obj = {"server": server}
+    from herdbook.credentials import NatsAuth
+    auth = NatsAuth(user, password, creds, tls_ca, tls_cert, tls_key)
+    source = ctx.get_parameter_source("server")
+    default = source is None or source.name == "DEFAULT"
+    if creds:
+        # The creds file names the server it was issued for: used unless --server says.
+        server = checked_auth(auth, None if default else server) or server
+    client.set_auth(auth)
+    ctx.obj = {"server": server, "auth": auth, "server_default": default and not creds}
 
 
 def _logging(level: str) -> None:
@@ -75,6 +96,16 @@ def up(
         "(0: off) [default: 0].")] = None,
     metrics_host: Annotated[str | None, typer.Option(
         "--metrics-host", help="Address /metrics binds to [default: 127.0.0.1].")] = None,
+    auth: Annotated[bool, typer.Option("--auth", help="Embedded nats-server: require "
+                                       "credentials (`herd creds agent|operator`).")] = False,
+    creds: Annotated[str | None, typer.Option("--creds", help="With --nats-url: a creds "
+                                              "file to connect with.")] = None,
+    tls_ca: Annotated[str | None, typer.Option("--tls-ca", help="With --nats-url: CA file "
+                                               "to verify the server with.")] = None,
+    tls_cert: Annotated[str | None, typer.Option("--tls-cert", help="With --nats-url: client "
+                                                 "certificate file.")] = None,
+    tls_key: Annotated[str | None, typer.Option("--tls-key", help="With --nats-url: client "
+                                                "private key file.")] = None,
     log_level: Annotated[str, typer.Option("--log-level", help="debug, info, warning.")] = "info",
 ) -> None:
     """Run the control plane: NATS (embedded unless --nats-url), streams, projector,
@@ -92,9 +123,17 @@ def up(
         raise client.fail(str(err), client.EXIT_USAGE) from None
     if node_id is not None:
         client.check_id(node_id)
+    tls = cfg.nats.tls
     nats_cfg = msgspec.structs.replace(
         cfg.nats, url=nats_url or cfg.nats.url,
-        port=nats_port if nats_port is not None else cfg.nats.port)
+        port=nats_port if nats_port is not None else cfg.nats.port,
+        auth=auth or cfg.nats.auth, creds=creds or cfg.nats.creds,
+        tls=msgspec.structs.replace(tls, ca=tls_ca or tls.ca, cert=tls_cert or tls.cert,
+                                    key=tls_key or tls.key))
+    if nats_cfg.url:
+        from herdbook.credentials import NatsAuth
+        checked_auth(NatsAuth(creds=nats_cfg.creds, tls_ca=nats_cfg.tls.ca,
+                              tls_cert=nats_cfg.tls.cert, tls_key=nats_cfg.tls.key), nats_cfg.url)
     cfg = msgspec.structs.replace(
         cfg, nats=nats_cfg, data_dir=data_dir or cfg.data_dir, node_id=node_id or cfg.node_id,
         approval=msgspec.structs.replace(cfg.approval,
@@ -109,10 +148,19 @@ def up(
         console.print(f"herd control plane [bold]{info['node_id']}[/] is up "
                       f"({info['nodes']} nodes in the view)")
         console.print(f"  {where} listening on {info['nats_url']}, data in {info['data_dir']}")
-        console.print(f"  connect an agent:  herd agent --server {info['nats_url']} "
-                      "--node-id node-1 --fake-gpus 8")
-        console.print(f"  list the nodes:    herd --server {info['nats_url']} node list")
-        console.print(f"  watch the fleet:   herd --server {info['nats_url']} top")
+        if info.get("auth"):
+            console.print("  credentials on:    every client needs its own user "
+                          f"(`herd creds agent|operator --data-dir {info['data_dir']}`)")
+            console.print(f"  connect an agent:  herd creds agent node-1 --data-dir "
+                          f"{info['data_dir']}, then herd agent --node-id node-1 "
+                          "--creds agent-node-1.creds --fake-gpus 8")
+            console.print(f"  list the nodes:    herd creds operator --data-dir "
+                          f"{info['data_dir']}, then herd --creds op-admin.creds node list")
+        else:
+            console.print(f"  connect an agent:  herd agent --server {info['nats_url']} "
+                          "--node-id node-1 --fake-gpus 8")
+            console.print(f"  list the nodes:    herd --server {info['nats_url']} node list")
+            console.print(f"  watch the fleet:   herd --server {info['nats_url']} top")
         if info.get("metrics_url"):
             console.print(f"  Prometheus:        {info['metrics_url']}")
         console.print("  stop:              Ctrl-C")
@@ -169,13 +217,23 @@ def agent(
         "--wipe-config", help="YAML with the wipe steps of a sensitive node: steps: "
         "[{name, command, timeout}] (default: GPU memory clear, NVMe secure erase, RAM scrub, "
         "reboot into a clean image; fakes with --fake-gpus).")] = None,
+    creds: CredsOption = None, user: UserOption = None, password: PasswordOption = None,
+    tls_ca: TlsCa = None, tls_cert: TlsCert = None, tls_key: TlsKey = None,
     log_level: Annotated[str, typer.Option("--log-level")] = "info",
 ) -> None:
     """Run the compute-node agent: register, boot check, heartbeat, health checks, info and
     resource updates, and run this node's allocations. Stopping the agent leaves them
     running; the next agent with the same state dir reattaches to them."""
+    from herdbook.credentials import NatsAuth
+    base: NatsAuth = ctx.obj["auth"]
+    auth = NatsAuth(user or base.user, password or base.password, creds or base.creds,
+                    tls_ca or base.tls_ca, tls_cert or base.tls_cert, tls_key or base.tls_key)
+    client.set_auth(auth)
     if server:
         ctx.obj["server"] = server
+    elif creds and ctx.obj["server_default"]:
+        ctx.obj["server"] = checked_auth(auth, None) or ctx.obj["server"]
+    checked_auth(auth, ctx.obj["server"])
     if ctx.invoked_subcommand is not None:
         return
     import asyncio
@@ -201,12 +259,12 @@ def agent(
     if every <= 0:
         raise client.fail("--fingerprint-interval must be positive", client.EXIT_USAGE)
     options = AgentOptions(
-        server=server or str(ctx.obj["server"]), node_id=nid, state_dir=state_dir,
+        server=str(ctx.obj["server"]), node_id=nid, state_dir=state_dir,
         labels=parse_labels(labels), node_class=cls, heartbeat_interval=heartbeat_interval,
         info_interval=info_interval, resource_interval=resource_interval, fake_gpus=fake_gpus,
         instance_id=instance_id, boot_retry_interval=boot_retry_interval,
         fake_allocs=fake_allocs, health_interval=health_interval, state_file=state_file,
-        fingerprint_interval=every, wipe_config=wipe_config)
+        fingerprint_interval=every, wipe_config=wipe_config, auth=auth)
     _logging(log_level)
     try:
         asyncio.run(run_agent(options))

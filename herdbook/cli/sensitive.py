@@ -45,15 +45,7 @@ def fingerprint(ctx: typer.Context, node_id: NodeId) -> None:
     client.check_id(node_id)
 
     async def ask() -> dict[str, object]:
-        import nats
-
-        from herdbook.agent.connection import server_list
-        try:
-            nc = await nats.connect(server_list(_server(ctx)), connect_timeout=3,
-                                    max_reconnect_attempts=0, allow_reconnect=False)
-        except Exception as err:  # noqa: BLE001 - one line, exit 3
-            raise client.fail(f"control plane unreachable at {_server(ctx)}: {err}",
-                              client.EXIT_UNREACHABLE) from None
+        nc = await client.connect(_server(ctx))
         try:
             msg = await nc.request(f"herd.agent.{node_id}.fingerprint", b"{}", timeout=10)
         except Exception:  # noqa: BLE001

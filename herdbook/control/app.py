@@ -29,6 +29,8 @@ from herdbook.control.leader import LeaderLease
 from herdbook.control.metrics import Metrics, MetricsServer, scrape
 from herdbook.control.nats_server import EmbeddedNats, NatsServerError, port_in_use
 from herdbook.control.providers import FakeProvider, LocalProvider
+from herdbook.control.users import UserRegistry
+from herdbook.credentials import CredentialsError, CredsFile, NatsAuth, redact, write_creds
 from herdbook.events.codec import encode
 from herdbook.events.heartbeat import Heartbeat
 from herdbook.events.node import NodeBootChecked, NodeInfo, NodeRegistered
@@ -118,6 +120,8 @@ class ControlPlane:
         self._tasks: list[asyncio.Task[Any]] = []
         self._demo_agents: list[Any] = []
         self.url = ""
+        self.users: UserRegistry | None = None
+        """With ``nats.auth``: the embedded server's users (`herd creds`)."""
 
     def _lock_data_dir(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -133,27 +137,45 @@ class ControlPlane:
     async def start(self) -> dict[str, Any]:
         self._lock_data_dir()
         cfg = self.config
+        tls = cfg.nats.tls
+        auth = NatsAuth(creds=cfg.nats.creds, tls_ca=tls.ca, tls_cert=tls.cert, tls_key=tls.key)
         if cfg.nats.url:
+            if cfg.nats.auth:
+                raise StartupError("nats.auth (--auth) is for the embedded nats-server; with "
+                                   "--nats-url pass that server's credentials (nats.creds, or "
+                                   "user:password in the URL)")
             self.url = cfg.nats.url
         else:
             if port_in_use(cfg.nats.host, cfg.nats.port):
                 raise StartupError(
                     f"port {cfg.nats.port} on {cfg.nats.host} is in use: pass --nats-port, "
                     "or --nats-url to use that NATS")
+            users_conf = None
+            if cfg.nats.auth:
+                self.users = UserRegistry(self.data_dir / "nats")
+                control = self.users.ensure_control()
+                auth, users_conf = (NatsAuth(user=control.user, password=control.password),
+                                    self.users.conf_path)
             self.embedded = EmbeddedNats(self.data_dir / "nats", cfg.nats.port,
-                                         cfg.nats.host, cfg.nats.sync_interval)
+                                         cfg.nats.host, cfg.nats.sync_interval,
+                                         users_conf=users_conf)
             try:
                 await asyncio.to_thread(self.embedded.start)
             except NatsServerError as err:
                 raise StartupError(str(err)) from err
             self.url = self.embedded.url
         try:
+            _, options = auth.resolve(self.url)
+        except CredentialsError as err:
+            raise StartupError(str(err)) from err
+        try:
             self.nc = await nats.connect(server_list(self.url), name=f"herd-control:{self.node_id}",
                                          max_reconnect_attempts=-1, reconnect_time_wait=1,
                                          connect_timeout=5, allow_reconnect=True,
-                                         error_cb=quiet_errors, **connection_callbacks())
+                                         error_cb=quiet_errors, **connection_callbacks(),
+                                         **options)
         except Exception as err:
-            raise StartupError(f"cannot connect to NATS at {self.url}: {err}") from err
+            raise StartupError(f"cannot connect to NATS at {redact(self.url)}: {err}") from err
         check_server_version(str(self.nc._server_info.get("version", "")))
         await ensure_streams(self.nc, cfg.nats.replicas, float(cfg.health.max_age))
         store = EventStore(self.nc.jetstream())
@@ -204,7 +226,8 @@ class ControlPlane:
             await self._start_metrics(self.metrics)
         if self.demo:
             await self._start_demo(self.demo)
-        return {"nats_url": self.url, "embedded": self.embedded is not None,
+        return {"nats_url": redact(self.url), "embedded": self.embedded is not None,
+                "auth": self.users is not None,
                 "node_id": self.node_id, "data_dir": str(self.data_dir),
                 "nodes": len(self.projector.views),
                 "metrics_url": self.metrics_server.url if self.metrics_server else None}
@@ -230,7 +253,7 @@ class ControlPlane:
         await self._catch_up()
         self.instances = InstanceManager(
             cfg, store, self.projector, self.sweeper,
-            {"local": LocalProvider(self.data_dir, self.url), "fake": self.fake_provider})
+            {"local": LocalProvider(self.data_dir, self.url, self._agent_args), "fake": self.fake_provider})
         self.instances.start()
         self.notifier = Notifier(cfg.notifier, store, self.projector)
         await self.notifier.start()
@@ -254,6 +277,24 @@ class ControlPlane:
                     await part.stop()
                 except Exception:
                     log.exception("stopping %s failed", type(part).__name__)
+
+    def _agent_args(self, node_id: str, state_dir: Path) -> list[str]:
+        """How an agent the local provider starts connects: its own credentials, issued
+        here, on an auth-enabled embedded server; the control plane's TLS options."""
+        args: list[str] = []
+        if self.users is not None:
+            user = self.users.add_agent(node_id)
+            self.users.reload_server()
+            path = state_dir / "agent.creds"
+            write_creds(path, CredsFile(user=user.user, password=user.password, url=self.url,
+                                        kind=user.kind, node_id=node_id))
+            args += ["--creds", str(path)]
+        tls = self.config.nats.tls
+        for flag, value in (("--tls-ca", tls.ca), ("--tls-cert", tls.cert),
+                            ("--tls-key", tls.key)):
+            if value and self.embedded is None:
+                args += [flag, value]
+        return args
 
     async def _catch_up(self, timeout: float = 60.0) -> None:
         """Before reactors decide, let the view reach the stream's end as of now."""

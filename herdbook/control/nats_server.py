@@ -30,12 +30,15 @@ class EmbeddedNats:
     """A nats-server process with JetStream, its store under ``store_dir``."""
 
     def __init__(self, store_dir: str | Path, port: int = 4222, host: str = "127.0.0.1",
-                 sync_interval: str | None = None, name: str = "herd") -> None:
+                 sync_interval: str | None = None, name: str = "herd",
+                 users_conf: Path | None = None) -> None:
         self.store_dir = Path(store_dir)
         self.port = port
         self.host = host
         self.sync_interval = sync_interval
         self.name = name
+        self.users_conf = users_conf
+        """With auth: the included ``authorization`` block, re-read on SIGHUP (users.py)."""
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -54,6 +57,10 @@ class EmbeddedNats:
         if self.sync_interval:
             lines.append(f"  sync_interval: {self.sync_interval}")
         lines.append("}")
+        if self.users_conf is not None:
+            lines.append(f'pid_file: "{(self.store_dir / "nats-server.pid").resolve()}"')
+            # nats-server reads an include relative to the including file.
+            lines.append(f'include "{os.path.relpath(self.users_conf.resolve(), conf.parent.resolve())}"')
         conf.write_text("\n".join(lines) + "\n")
         log_path = self.store_dir / "nats-server.log"
         with open(log_path, "ab") as log_file:

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -49,9 +50,12 @@ class LocalProvider:
 
     name = "local"
 
-    def __init__(self, data_dir: Path, server_url: str) -> None:
+    def __init__(self, data_dir: Path, server_url: str,
+                 agent_args: Callable[[str, Path], list[str]] | None = None) -> None:
         self.data_dir = data_dir
         self.server_url = server_url
+        self.agent_args = agent_args
+        """(node id, state dir) -> more `herd agent` options: credentials, TLS."""
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
 
     async def provision(self, spec: InstanceSpec) -> str:
@@ -69,6 +73,8 @@ class LocalProvider:
                        "--class", spec.node_class, "--fake-gpus", str(spec.fake_gpus),
                        "--heartbeat-interval", str(spec.heartbeat_interval),
                        "--log-level", "warning"]
+            if self.agent_args is not None:
+                command += self.agent_args(spec.node_id, state_dir)
         try:
             with open(state_dir / "agent.log", "ab") as log:
                 proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,

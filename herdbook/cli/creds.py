@@ -1,0 +1,185 @@
+"""`herd creds ...`: NATS users of an auth-enabled embedded server (`herd up --auth`).
+
+These commands run where `herd up` runs: they change ``<data-dir>/nats/users.json``
+and have the running nats-server reload its users (SIGHUP)."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from herdbook.cli import client
+from herdbook.cli.output import Format, Output, console, render_rows
+
+if TYPE_CHECKING:
+    from herdbook.control.users import User, UserRegistry
+    from herdbook.credentials import NatsAuth
+
+creds_app = typer.Typer(help="Issue and revoke NATS credentials for agents and operators "
+                        "(with `herd up --auth`; run where `herd up` runs).",
+                        no_args_is_help=True)
+
+DataDir = Annotated[str | None, typer.Option(
+    "--data-dir", help="herd up's data dir [default: the config's data_dir, ./.herd].")]
+ConfigFile = Annotated[Path | None, typer.Option("--config", "-c", help="herd up's YAML config.")]
+Host = Annotated[str | None, typer.Option(
+    "--host", help="Host name clients use to reach the server, for the printed URL "
+    "[default: the address the embedded server listens on].")]
+OutFile = Annotated[Path | None, typer.Option(
+    "--out", help="Where to write the creds file [default: ./<user>.creds].")]
+
+
+def _store_dir(config: Path | None, data_dir: str | None) -> Path:
+    from herdbook.config import ConfigError, load_config
+    try:
+        cfg = load_config(config)
+    except ConfigError as err:
+        raise client.fail(str(err), client.EXIT_USAGE) from None
+    return Path(data_dir or cfg.data_dir) / "nats"
+
+
+def _registry(store: Path) -> UserRegistry:
+    from herdbook.control.users import UserRegistry
+    return UserRegistry(store)
+
+
+def _url(store: Path, host: str | None, user: User | None = None) -> str:
+    from herdbook.control.users import server_address
+    address = server_address(store) or ("127.0.0.1", 4222)
+    shown = host or (socket.gethostname() if address[0] in ("0.0.0.0", "::") else address[0])
+    auth = f"{user.user}:{user.password}@" if user is not None else ""
+    return f"nats://{auth}{shown}:{address[1]}"
+
+
+def _issue(store: Path, user: User, host: str | None, out: Path | None, what: str) -> None:
+    from herdbook.control.users import auth_enabled
+    from herdbook.credentials import CredsFile, write_creds
+    path = out or Path(f"{user.user}.creds")
+    try:
+        write_creds(path, CredsFile(user=user.user, password=user.password,
+                                    url=_url(store, host), kind=user.kind, node_id=user.node_id))
+    except OSError as err:
+        raise client.fail(f"{path}: {err.strerror}", client.EXIT_USAGE) from None
+    console.print(f"Ok: {what} {user.user}; {_reloaded(store)}", markup=False)
+    console.print(f"  URL:        {_url(store, host, user)}", markup=False)
+    console.print(f"  creds file: {path} (mode 0600)", markup=False)
+    if user.kind == "agent":
+        console.print(f"  run:        herd agent --node-id {user.node_id} --creds {path}",
+                      markup=False)
+    else:
+        console.print(f"  use:        herd --creds {path} node list", markup=False)
+    if not auth_enabled(store):
+        client.err_console.print(f"Note: the nats-server of {store.parent} was not started "
+                                 "with --auth; these credentials apply once it is.",
+                                 markup=False)
+
+
+def _reloaded(store: Path) -> str:
+    if _registry(store).reload_server():
+        return "the running nats-server reloaded its users"
+    return "no nats-server runs here: it takes effect at the next `herd up --auth`"
+
+
+@creds_app.command("agent")
+def agent(
+    node_id: Annotated[str, typer.Argument(help="The node the agent runs as.")],
+    data_dir: DataDir = None, config: ConfigFile = None, host: Host = None,
+    out: OutFile = None,
+) -> None:
+    """Credentials for one node's agent: it may publish only that node's heartbeat,
+    resources, health, the node events an agent writes and its allocations' status.
+    Issuing again replaces the password."""
+    from herdbook.control.users import UsersError
+    client.check_id(node_id)
+    store = _store_dir(config, data_dir)
+    try:
+        user = _registry(store).add_agent(node_id)
+    except (UsersError, OSError) as err:
+        raise client.fail(str(err), client.EXIT_REFUSED) from None
+    _issue(store, user, host, out, f"agent credentials of node {node_id}:")
+
+
+@creds_app.command("operator")
+def operator(
+    name: Annotated[str, typer.Option("--name", help="Who they are for (op-<name>).")] =
+    "admin",
+    data_dir: DataDir = None, config: ConfigFile = None, host: Host = None,
+    out: OutFile = None,
+) -> None:
+    """Credentials for a person or a tool: the API (every herd command), fault injection
+    and read access to the streams; no raw publish of events."""
+    from herdbook.control.users import UsersError
+    client.check_id(name, "operator name")
+    store = _store_dir(config, data_dir)
+    try:
+        user = _registry(store).add_operator(name)
+    except (UsersError, OSError) as err:
+        raise client.fail(str(err), client.EXIT_REFUSED) from None
+    _issue(store, user, host, out, "operator credentials")
+
+
+@creds_app.command("list")
+def list_users(data_dir: DataDir = None, config: ConfigFile = None,
+               output: Output = Format.table) -> None:
+    """The users of the embedded server (never their passwords)."""
+    from datetime import UTC, datetime
+
+    from herdbook.control.users import UsersError
+    store = _store_dir(config, data_dir)
+    try:
+        users = _registry(store).users()
+    except UsersError as err:
+        raise client.fail(str(err), client.EXIT_REFUSED) from None
+    rows = [{"user": u.user, "kind": u.kind, "node_id": u.node_id,
+             "created_at": datetime.fromtimestamp(u.created_at, UTC).isoformat(
+                 timespec="seconds") if u.created_at else None} for u in users]
+    render_rows(rows, [("USER", "user"), ("KIND", "kind"), ("NODE", "node_id"),
+                       ("CREATED", "created_at")], output)
+
+
+@creds_app.command("revoke")
+def revoke(
+    user: Annotated[str, typer.Argument(help="The user, e.g. agent-gpu-1 or op-alice.")],
+    data_dir: DataDir = None, config: ConfigFile = None,
+) -> None:
+    """Remove a user; the server closes its connections when it reloads."""
+    from herdbook.control.users import UsersError
+    store = _store_dir(config, data_dir)
+    try:
+        found = _registry(store).revoke(user)
+    except UsersError as err:
+        raise client.fail(str(err), client.EXIT_REFUSED) from None
+    if not found:
+        raise client.fail(f"no user {user}", client.EXIT_REFUSED)
+    console.print(f"Ok: {user} revoked; {_reloaded(store)}", markup=False)
+
+
+# Connection options shared by the global options, `herd up` and `herd agent`.
+CredsOption = Annotated[str | None, typer.Option(
+    "--creds", envvar="HERD_CREDS", help="A creds file from `herd creds` (user, password, "
+    "server URL).")]
+UserOption = Annotated[str | None, typer.Option("--user", envvar="HERD_USER",
+                                                help="NATS user.")]
+PasswordOption = Annotated[str | None, typer.Option(
+    "--password", envvar="HERD_PASSWORD", help="NATS password (prefer --creds or the env "
+    "var: a command line is visible to other users).")]
+TlsCa = Annotated[str | None, typer.Option(
+    "--tls-ca", envvar="HERD_TLS_CA", help="CA file to verify the NATS server with.")]
+TlsCert = Annotated[str | None, typer.Option(
+    "--tls-cert", envvar="HERD_TLS_CERT", help="Client certificate file (TLS).")]
+TlsKey = Annotated[str | None, typer.Option(
+    "--tls-key", envvar="HERD_TLS_KEY", help="Client private key file (TLS).")]
+
+
+def checked_auth(auth: NatsAuth, server: str | None) -> str | None:
+    """Read the files ``auth`` names now, so a bad one is a usage error (exit 2) before
+    anything starts; return the server, the creds file's when ``server`` is None."""
+    from herdbook.credentials import CredentialsError
+    try:
+        resolved, _ = auth.resolve(server)
+    except CredentialsError as err:
+        raise client.fail(str(err), client.EXIT_USAGE) from None
+    return resolved

@@ -1,0 +1,267 @@
+"""The NATS users of an auth-enabled embedded nats-server (`herd up --auth`), and what
+each may publish and subscribe.
+
+``<data-dir>/nats/users.json`` (mode 0600) is the registry; ``users.conf`` (0600, the
+``authorization`` block that ``nats-server.conf`` includes) is rendered from it after
+every change, and a running server re-reads it on SIGHUP, which is what
+``nats-server --signal reload=<pid>`` sends. Changes hold an exclusive lock on
+``users.lock``, so two `herd creds` at once do not lose a user.
+
+Three kinds of user:
+- ``control``: the control plane itself (``herd-control``), allowed everything.
+- ``agent``: one compute node; publishes only its own subjects and the event names an
+  agent writes (DESIGN §9), so it can neither heartbeat for another node nor approve
+  itself.
+- ``operator``: a person or a tool; the API, fault injection and read access to the
+  streams, no raw publish to any ``herd.<aggregate>.>`` subject.
+
+herd clients name their reply inboxes ``_INBOX.<user>.`` (``herdbook.credentials``), so
+an agent subscribes to its own replies only; an operator may subscribe to ``_INBOX.>``,
+so the ``nats`` CLI and other clients work with operator credentials unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import secrets
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from herdbook.events.subjects import EVENTS_STREAM, validate_id
+from herdbook.reactors.scheduler import CONSUMER as SCHEDULER_CONSUMER
+
+CONTROL_USER = "herd-control"
+USERS_JSON = "users.json"
+USERS_CONF = "users.conf"
+PID_FILE = "nats-server.pid"
+
+AGENT_NODE_EVENTS = ("registered", "info_updated", "boot_started", "boot_checked",
+                     "wipe_step", "wiped", "wipe_failed")
+"""The node events an agent appends (agent/main.py); everything else about a node is
+decided by the control plane."""
+AGENT_ALLOC_EVENTS = ("running", "completed", "failed", "stopped", "lost")
+"""The allocation events the executor reports (agent/executor.py)."""
+
+
+class UsersError(RuntimeError):
+    """The registry cannot be read or changed; one line for the operator."""
+
+
+class User(msgspec.Struct, frozen=True, kw_only=True):
+    user: str
+    password: str
+    kind: str
+    """control, agent or operator."""
+    node_id: str | None = None
+    created_at: float = 0.0
+
+
+def agent_user(node_id: str) -> str:
+    return f"agent-{validate_id(node_id)}"
+
+
+def operator_user(name: str) -> str:
+    return f"op-{validate_id(name, 'operator name')}"
+
+
+# The control plane's durable consumers: nobody else may pull from or delete them.
+PROTECTED_CONSUMERS = [f"$JS.API.CONSUMER.{verb}.{EVENTS_STREAM}.{SCHEDULER_CONSUMER}"
+                       for verb in ("MSG.NEXT", "DELETE")]
+
+
+def agent_permissions(node_id: str) -> dict[str, Any]:
+    """Publish: the node's heartbeat, resources and health; the node and allocation
+    events an agent writes, on its own subjects only; the JetStream API calls its event
+    store (last message of a subject) and its ephemeral consumers on HERD_EVENTS make
+    (create, pull, delete) -- measured on a real agent with nats-server's trace.
+    Subscribe: requests addressed to it, its own node's events, its own inbox. Replies to
+    requests it received (``allow_responses``) need no publish right of their own."""
+    nid = validate_id(node_id)
+    user = agent_user(nid)
+    publish = [
+        f"herd.hb.{nid}", f"herd.res.{nid}", f"herd.health.{nid}",
+        *(f"herd.node.{nid}.{name}" for name in AGENT_NODE_EVENTS),
+        *(f"herd.alloc.{nid}.*.{name}" for name in AGENT_ALLOC_EVENTS),
+        f"$JS.API.STREAM.MSG.GET.{EVENTS_STREAM}",
+        f"$JS.API.CONSUMER.CREATE.{EVENTS_STREAM}",
+        f"$JS.API.CONSUMER.MSG.NEXT.{EVENTS_STREAM}.*",
+        f"$JS.API.CONSUMER.DELETE.{EVENTS_STREAM}.*",
+    ]
+    subscribe = [f"herd.agent.{nid}.>", f"herd.node.{nid}.>", f"_INBOX.{user}.>"]
+    return {"publish": {"allow": publish, "deny": PROTECTED_CONSUMERS},
+            "subscribe": {"allow": subscribe}, "allow_responses": True}
+
+
+def operator_permissions() -> dict[str, Any]:
+    """Publish: the API, requests to agents (fault injection, fingerprint), and the
+    read-only JetStream API (stream info, message get, ephemeral consumers and their
+    pulls). Subscribe: the streams' subjects and inboxes, but neither ``herd.api.>``
+    nor ``herd.agent.>``, so an operator cannot answer in the API's or an agent's name."""
+    publish = [
+        "herd.api.v1.>", "herd.agent.*.inject", "herd.agent.*.fingerprint",
+        "$JS.API.INFO", "$JS.API.STREAM.NAMES", "$JS.API.STREAM.LIST",
+        "$JS.API.STREAM.INFO.*", "$JS.API.STREAM.MSG.GET.*", "$JS.API.DIRECT.GET.>",
+        "$JS.API.CONSUMER.CREATE.*", "$JS.API.CONSUMER.CREATE.*.>",
+        "$JS.API.CONSUMER.INFO.*.*", "$JS.API.CONSUMER.MSG.NEXT.*.*",
+        "$JS.API.CONSUMER.DELETE.*.*",
+    ]
+    subscribe = [
+        "_INBOX.>", "herd.node.>", "herd.instance.>", "herd.job.>", "herd.eval.>",
+        "herd.alloc.>", "herd.hb.>", "herd.health.>", "herd.res.>", "herd.deadletter.>",
+    ]
+    return {"publish": {"allow": publish, "deny": PROTECTED_CONSUMERS},
+            "subscribe": {"allow": subscribe}, "allow_responses": True}
+
+
+def permissions(user: User) -> dict[str, Any] | None:
+    if user.kind == "agent":
+        assert user.node_id is not None
+        return agent_permissions(user.node_id)
+    if user.kind == "operator":
+        return operator_permissions()
+    return None
+
+
+def render(users: list[User]) -> str:
+    """The ``authorization`` block for nats-server (its config syntax accepts JSON)."""
+    entries = []
+    for user in users:
+        entry: dict[str, Any] = {"user": user.user, "password": user.password}
+        perms = permissions(user)
+        if perms is not None:
+            entry["permissions"] = perms
+        entries.append(entry)
+    body = ",\n".join("    " + json.dumps(entry) for entry in entries)
+    return ("# Generated by herd from users.json: edit with `herd creds`, not by hand.\n"
+            f"authorization {{\n  users = [\n{body}\n  ]\n}}\n")
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write ``text`` readable by the owner only, replacing ``path`` atomically."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, path)
+
+
+def new_password() -> str:
+    """192 random bits, URL- and config-safe (A-Z a-z 0-9 _ -)."""
+    return secrets.token_urlsafe(24)
+
+
+class UserRegistry:
+    """The users of one embedded server, kept in ``store_dir`` (``<data-dir>/nats``)."""
+
+    def __init__(self, store_dir: str | Path) -> None:
+        self.dir = Path(store_dir)
+
+    @property
+    def conf_path(self) -> Path:
+        return self.dir / USERS_CONF
+
+    def users(self) -> list[User]:
+        path = self.dir / USERS_JSON
+        try:
+            return msgspec.json.decode(path.read_bytes(), type=list[User])
+        except FileNotFoundError:
+            return []
+        except OSError as err:
+            raise UsersError(f"{path}: {err.strerror}") from err
+        except msgspec.DecodeError as err:
+            raise UsersError(f"{path}: not a users file ({err})") from err
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[list[User]]:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with open(self.dir / "users.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            users = self.users()
+            yield users
+            _write_private(self.dir / USERS_JSON,
+                           msgspec.json.format(msgspec.json.encode(users)).decode() + "\n")
+            _write_private(self.conf_path, render(users))
+
+    def _put(self, user: User) -> User:
+        with self._locked() as users:
+            users[:] = [u for u in users if u.user != user.user] + [user]
+        return user
+
+    def ensure_control(self) -> User:
+        """The control plane's own user, created at the first start and kept after;
+        users.conf is written again either way (so it exists before the server starts)."""
+        with self._locked() as users:
+            for user in users:
+                if user.user == CONTROL_USER:
+                    return user
+            control = User(user=CONTROL_USER, password=new_password(), kind="control",
+                           created_at=time.time())
+            users.append(control)
+            return control
+
+    def add_agent(self, node_id: str) -> User:
+        """Issue (or re-issue, with a new password) the credentials of one node."""
+        return self._put(User(user=agent_user(node_id), password=new_password(), kind="agent",
+                              node_id=node_id, created_at=time.time()))
+
+    def add_operator(self, name: str) -> User:
+        return self._put(User(user=operator_user(name), password=new_password(),
+                              kind="operator", created_at=time.time()))
+
+    def revoke(self, name: str) -> bool:
+        if name == CONTROL_USER:
+            raise UsersError(f"{CONTROL_USER} is the control plane's own user")
+        with self._locked() as users:
+            kept = [u for u in users if u.user != name]
+            found = len(kept) != len(users)
+            users[:] = kept
+        return found
+
+    def reload_server(self) -> bool:
+        """Have the running nats-server re-read users.conf (SIGHUP); False if none runs.
+        Connections of removed users are closed by the server."""
+        try:
+            pid = int((self.dir / PID_FILE).read_text().strip())
+        except (OSError, ValueError):
+            return False
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            cmdline = None
+        # A stale pid file may name another process by now: signal nats-server only.
+        if cmdline is not None and b"nats-server" not in cmdline:
+            return False
+        try:
+            os.kill(pid, signal.SIGHUP)
+        except (ProcessLookupError, PermissionError):
+            return False
+        return True
+
+
+def server_address(store_dir: str | Path) -> tuple[str, int] | None:
+    """(host, port) the embedded server of ``store_dir`` was last started on."""
+    try:
+        text = (Path(store_dir) / "nats-server.conf").read_text()
+    except OSError:
+        return None
+    match = re.search(r'^listen:\s*"?([^"\s]+):(\d+)"?\s*$', text, re.MULTILINE)
+    return (match.group(1), int(match.group(2))) if match else None
+
+
+def auth_enabled(store_dir: str | Path) -> bool:
+    """Whether the embedded server of ``store_dir`` was last started with users."""
+    try:
+        text = (Path(store_dir) / "nats-server.conf").read_text()
+    except OSError:
+        return False
+    return f'include "{USERS_CONF}"' in text

@@ -1,0 +1,280 @@
+"""Credentials and TLS against a real nats-server: `herd up --auth` (in-process control
+plane), credentials issued by the real `herd creds`, the real Agent and CLI."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import subprocess
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import nats
+import pytest
+from nats.js.errors import NotFoundError
+
+from herdbook.agent.main import Agent, AgentOptions
+from herdbook.config import parse_config
+from herdbook.control.app import ControlPlane
+from herdbook.control.nats_server import find_binary
+from herdbook.credentials import CredentialsError, NatsAuth, read_creds, tls_context
+from herdbook.events.codec import encode
+from herdbook.events.heartbeat import Heartbeat
+from herdbook.events.node import NodeApproved
+from herdbook.events.store import EventStore
+from herdbook.events.subjects import EVENTS_STREAM, HEARTBEATS_STREAM
+from tests.conftest import free_port, herd
+from tests.integration.test_agent_and_control import eventually
+
+
+@pytest.fixture
+async def plane(tmp_path: Path) -> AsyncIterator[ControlPlane]:
+    """`herd up --auth` in-process, on a free port."""
+    config = parse_config(f"nats: {{port: {free_port()}, auth: true}}\n"
+                          f"data_dir: '{tmp_path / 'd'}'\nnode_id: cp-auth\n"
+                          "lifecycle: {heartbeat_timeout: 5s}\n")
+    control = ControlPlane(config)
+    await control.start()
+    try:
+        yield control
+    finally:
+        await control.stop()
+
+
+async def issue(tmp_path: Path, kind: str, *args: str) -> Path:
+    """The real `herd creds agent|operator`, where `herd up` runs."""
+    out = tmp_path / f"{kind}-{'-'.join(args) or 'admin'}.creds"
+    result = await asyncio.to_thread(herd, "creds", kind, *args, "--data-dir",
+                                     str(tmp_path / "d"), "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "reloaded its users" in result.stdout
+    assert out.stat().st_mode & 0o777 == 0o600
+    return out
+
+
+async def connect_as(plane: ControlPlane, creds: Path, errors: list[str]) -> Any:
+    _, options = NatsAuth(creds=str(creds)).resolve(plane.url)
+
+    async def on_error(err: Exception) -> None:
+        errors.append(str(err))
+
+    return await nats.connect(plane.url, error_cb=on_error, allow_reconnect=False, **options)
+
+
+def server_log(plane: ControlPlane) -> str:
+    return (plane.data_dir / "nats" / "nats-server.log").read_text()
+
+
+async def test_an_agent_with_its_own_credentials_registers_heartbeats_and_is_approved(
+        plane: ControlPlane, tmp_path: Path) -> None:
+    agent_creds = await issue(tmp_path, "agent", "gpu-1")
+    operator_creds = await issue(tmp_path, "operator", "--name", "alice")
+    agent = Agent(AgentOptions(server=plane.url, node_id="gpu-1", state_dir=str(tmp_path / "a"),
+                               heartbeat_interval=0.2, fake_gpus=2,
+                               auth=NatsAuth(creds=str(agent_creds))))
+    task = asyncio.create_task(agent.run())
+    try:
+        await asyncio.wait_for(agent.registered.wait(), 15)
+
+        async def ready() -> bool:
+            view = plane.projector.views.get("gpu-1") if plane.projector else None
+            return view is not None and str(view.state) == "READY"
+
+        await eventually(ready, timeout=20)
+        approved = await asyncio.to_thread(herd, "--creds", str(operator_creds), "node",
+                                           "approve", "gpu-1")
+        assert approved.returncode == 0, approved.stderr
+        listed = await asyncio.to_thread(herd, "--creds", str(operator_creds), "node", "list",
+                                         "-o", "json")
+        assert listed.returncode == 0, listed.stderr
+        node = next(n for n in json.loads(listed.stdout) if n["id"] == "gpu-1")
+        assert (node["approval"], node["state"]) == ("APPROVED", "READY")
+        assert node["last_heartbeat"] is not None
+        # the operator reads the stream as well (`herd events tail`)
+        tail = await asyncio.to_thread(herd, "--creds", str(operator_creds), "events", "tail")
+        assert tail.returncode == 0 and "node.approved" in tail.stdout, tail.stderr
+    finally:
+        await agent.stop()
+        await task
+    # the real agent's every publish and subscription was allowed
+    assert "Violation" not in server_log(plane)
+
+
+async def test_agent_credentials_cannot_heartbeat_for_another_node_nor_approve_itself(
+        plane: ControlPlane, tmp_path: Path) -> None:
+    creds = await issue(tmp_path, "agent", "gpu-1")
+    errors: list[str] = []
+    nc = await connect_as(plane, creds, errors)
+    try:
+        own = Heartbeat(node_id="gpu-1", boot_id="b", seq=1, sent_at=0.0)
+        forged = Heartbeat(node_id="other", boot_id="b", seq=1, sent_at=0.0)
+        await nc.publish("herd.hb.gpu-1", encode(own))
+        await nc.publish("herd.hb.other", encode(forged))
+        await nc.flush()
+        await eventually(lambda: _async(any('"herd.hb.other"' in e for e in errors)))
+        # an approval of itself, through the event store as the control plane writes it
+        store = EventStore(nc.jetstream(), timeout=1.0, attempts=1)
+        with pytest.raises(Exception):  # noqa: B017 - refused: no reply ever comes
+            await store.append(NodeApproved(node_id="gpu-1", actor="agent:gpu-1"))
+        await eventually(lambda: _async(any('"herd.node.gpu-1.approved"' in e for e in errors)))
+        # neither can it answer in the API's name nor read other clients' replies
+        for subject in ("herd.api.v1.node.list", "_INBOX.>", "herd.hb.>"):
+            await nc.subscribe(subject)
+        await nc.flush()
+        await eventually(lambda: _async(sum("subscription" in e.lower() for e in errors) >= 3))
+    finally:
+        await nc.close()
+    js = plane.nc.jetstream()  # type: ignore[union-attr]
+    assert (await js.get_last_msg(HEARTBEATS_STREAM, "herd.hb.gpu-1")).data == encode(own)
+    with pytest.raises(NotFoundError):
+        await js.get_last_msg(HEARTBEATS_STREAM, "herd.hb.other")
+    with pytest.raises(NotFoundError):
+        await js.get_last_msg(EVENTS_STREAM, "herd.node.gpu-1.approved")
+    log = server_log(plane)
+    assert 'Publish Violation - Subject "herd.hb.other"' in log
+    assert 'Publish Violation - Subject "herd.node.gpu-1.approved"' in log
+
+
+async def test_an_operator_calls_the_api_but_cannot_publish_events(
+        plane: ControlPlane, tmp_path: Path) -> None:
+    creds = await issue(tmp_path, "operator")
+    assert read_creds(creds).user == "op-admin"
+    status = await asyncio.to_thread(herd, "--creds", str(creds), "status", "-o", "json")
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout)["nodes"] == 1
+    errors: list[str] = []
+    nc = await connect_as(plane, creds, errors)
+    try:
+        await nc.publish("herd.node.cp-auth.deleted", b"{}")
+        await nc.publish("herd.hb.cp-auth", b"{}")
+        await nc.flush()
+        await eventually(lambda: _async(len(errors) >= 2))
+    finally:
+        await nc.close()
+    assert all("permissions violation" in e.lower() for e in errors), errors
+
+
+async def test_without_credentials_the_cli_is_refused_in_one_line(plane: ControlPlane,
+                                                                  tmp_path: Path) -> None:
+    result = await asyncio.to_thread(herd, "node", "list", server=plane.url)
+    assert result.returncode == 3
+    assert result.stderr.count("\n") == 1 and "authorization violation" in result.stderr
+    wrong = await asyncio.to_thread(herd, "--user", "op-admin", "--password", "nope", "status",
+                                    server=plane.url)
+    assert wrong.returncode == 3 and wrong.stderr.count("\n") == 1
+
+
+async def test_a_revoked_user_is_disconnected(plane: ControlPlane, tmp_path: Path) -> None:
+    creds = await issue(tmp_path, "operator", "--name", "bob")
+    errors: list[str] = []
+    nc = await connect_as(plane, creds, errors)
+    revoked = await asyncio.to_thread(herd, "creds", "revoke", "op-bob", "--data-dir",
+                                      str(tmp_path / "d"))
+    assert revoked.returncode == 0, revoked.stderr
+    await eventually(lambda: _async(nc.is_closed))
+    refused = await asyncio.to_thread(herd, "--creds", str(creds), "status")
+    assert refused.returncode == 3
+    listed = await asyncio.to_thread(herd, "creds", "list", "--data-dir", str(tmp_path / "d"),
+                                     "-o", "json")
+    assert [u["user"] for u in json.loads(listed.stdout)] == ["herd-control"]
+
+
+async def _async(value: object) -> object:
+    return value
+
+
+def test_bad_tls_files_are_one_line_usage_errors(tmp_path: Path) -> None:
+    missing = str(tmp_path / "nope.pem")
+    garbage = tmp_path / "garbage.pem"
+    garbage.write_text("not a certificate\n")
+    for args in (["--tls-ca", missing, "status"], ["--tls-ca", str(garbage), "status"],
+                 ["--tls-cert", missing, "status"], ["--creds", missing, "status"],
+                 ["agent", "--tls-ca", missing, "--node-id", "n1"],
+                 ["up", "--nats-url", "nats://127.0.0.1:1", "--tls-ca", missing]):
+        result = herd(*args)
+        assert result.returncode == 2, (args, result.stderr)
+        assert result.stderr.count("\n") == 1, (args, result.stderr)
+    with pytest.raises(CredentialsError, match="nope.pem"):
+        tls_context(ca=missing)
+
+
+# -- TLS ------------------------------------------------------------------------------
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+@pytest.fixture
+def pki(tmp_path: Path) -> Path:
+    """A self-signed CA, a server certificate for 127.0.0.1 and a client certificate."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed")
+    d = tmp_path / "pki"
+    d.mkdir()
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
+             "/CN=herd test CA", "-keyout", "ca.key", "-out", "ca.pem", cwd=d)
+    (d / "server.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    (d / "client.ext").write_text("extendedKeyUsage=clientAuth\n")
+    for name in ("server", "client"):
+        _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}",
+                 "-keyout", f"{name}.key", "-out", f"{name}.csr", cwd=d)
+        _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+                 "-CAcreateserial", "-days", "1", "-extfile", f"{name}.ext",
+                 "-out", f"{name}.pem", cwd=d)
+    return d
+
+
+@pytest.fixture
+def tls_server(pki: Path, tmp_path: Path) -> Any:
+    """nats-server with JetStream that requires TLS and a client certificate."""
+    port = free_port()
+    store = tmp_path / "tls-nats"
+    store.mkdir()
+    conf = store / "nats.conf"
+    conf.write_text(f'listen: "127.0.0.1:{port}"\njetstream {{ store_dir: "{store}" }}\n'
+                    f'tls {{\n  cert_file: "{pki / "server.pem"}"\n'
+                    f'  key_file: "{pki / "server.key"}"\n  ca_file: "{pki / "ca.pem"}"\n'
+                    "  verify: true\n}\n")
+    with open(store / "log", "wb") as log:
+        proc = subprocess.Popen([find_binary(), "-c", str(conf)], stdout=log,
+                                stderr=subprocess.STDOUT)
+    try:
+        from tests.conftest import wait_until
+        wait_until(lambda: b"Server is ready" in (store / "log").read_bytes(), timeout=15)
+        yield f"nats://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+async def test_control_plane_agent_and_cli_over_tls(pki: Path, tls_server: str,
+                                                    tmp_path: Path) -> None:
+    ca, cert, key = (str(pki / f) for f in ("ca.pem", "client.pem", "client.key"))
+    config = parse_config(f"nats: {{url: '{tls_server}', tls: {{ca: '{ca}', cert: '{cert}', "
+                          f"key: '{key}'}}}}\ndata_dir: '{tmp_path / 'd'}'\nnode_id: cp-tls\n")
+    plane = ControlPlane(config)
+    await plane.start()
+    agent = Agent(AgentOptions(server=tls_server, node_id="gpu-t", fake_gpus=1,
+                               state_dir=str(tmp_path / "a"), heartbeat_interval=0.2,
+                               auth=NatsAuth(tls_ca=ca, tls_cert=cert, tls_key=key)))
+    task = asyncio.create_task(agent.run())
+    try:
+        await asyncio.wait_for(agent.registered.wait(), 15)
+        tls = ["--tls-ca", ca, "--tls-cert", cert, "--tls-key", key]
+        listed = await asyncio.to_thread(herd, *tls, "node", "list", "-o", "json",
+                                         server=tls_server)
+        assert listed.returncode == 0, listed.stderr
+        assert {n["id"] for n in json.loads(listed.stdout)} == {"cp-tls", "gpu-t"}
+        # without the CA the server's certificate is not trusted; without a client
+        # certificate the server refuses: one line, exit 3
+        for args in (tls[2:], tls[:2]):
+            refused = await asyncio.to_thread(herd, *args, "status", server=tls_server)
+            assert refused.returncode == 3, refused.stderr
+            assert refused.stderr.count("\n") == 1, refused.stderr
+    finally:
+        await agent.stop()
+        await task
+        await plane.stop()
