@@ -95,8 +95,36 @@ async def test_an_agent_with_its_own_credentials_registers_heartbeats_and_is_app
         # the operator reads the stream as well (`herd events tail`)
         tail = await asyncio.to_thread(herd, "--creds", str(operator_creds), "events", "tail")
         assert tail.returncode == 0 and "node.approved" in tail.stdout, tail.stderr
+        # the rest of what an agent does: requests addressed to it, an allocation run
+        # to completion, a restart that reads its node and allocation history again
+        for args in (["agent", "inject", "--node", "gpu-1", "thermal", "95"],
+                     ["node", "fingerprint", "gpu-1"]):
+            done = await asyncio.to_thread(herd, "--creds", str(operator_creds), *args)
+            assert done.returncode == 0 and done.stdout.startswith("Ok"), (args, done.stderr)
+        job = tmp_path / "job.yaml"
+        job.write_text('id: short\ncount: 1\ncommand: ["sleep", "0.3"]\n'
+                       "resources: {cpu: 0.01, memory_mb: 1, gpus: 1}\n")
+        ran = await asyncio.to_thread(herd, "--creds", str(operator_creds), "job", "run",
+                                      str(job))
+        assert ran.returncode == 0, ran.stderr
+
+        async def completed() -> bool:
+            return any(a.status == "complete" for a in plane.projector.allocs.values()) \
+                if plane.projector else False
+
+        await eventually(completed, timeout=20)
     finally:
         await agent.stop()
+        await task
+    again = Agent(AgentOptions(server=plane.url, node_id="gpu-1", state_dir=str(tmp_path / "a"),
+                               heartbeat_interval=0.2, fake_gpus=2,
+                               auth=NatsAuth(creds=str(agent_creds))))
+    task = asyncio.create_task(again.run())
+    try:
+        await asyncio.wait_for(again.registered.wait(), 15)
+        await asyncio.sleep(1.0)
+    finally:
+        await again.stop()
         await task
     # the real agent's every publish and subscription was allowed
     assert "Violation" not in server_log(plane)
