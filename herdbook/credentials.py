@@ -76,9 +76,11 @@ def tls_context(ca: str | None = None, cert: str | None = None,
     return context
 
 
-def _reason(err: OSError | ssl.SSLError) -> str:
-    if isinstance(err, ssl.SSLError):
-        return str(err.reason or err).lower().replace("_", " ") if err.reason else str(err)
+def _reason(err: OSError) -> str:
+    if isinstance(err, ssl.SSLError) and err.reason:
+        return str(err.reason).lower().replace("_", " ")
+    if isinstance(err, ssl.SSLError) and "PEM lib" in str(err):
+        return "not a PEM file"
     return err.strerror or str(err)
 
 
