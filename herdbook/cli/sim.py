@@ -77,8 +77,6 @@ def sim_command(
         if scenario is not None:
             raise client.fail("--chaos takes no SCENARIO", client.EXIT_USAGE)
         seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
-        if not quiet:
-            console.print(f"seed {seed}")
         _chaos(nodes, rate, duration, mix, seed, lightweight, heartbeat_interval,
                heartbeat_timeout, data_dir, report, quiet)
         return
@@ -157,6 +155,9 @@ def _chaos(nodes: int, rate: float, duration: str, mix: str, seed: int | None,
     def say(text: str) -> None:
         if not quiet:
             console.print(f"  {_escape(text)}")
+
+    if not quiet:
+        console.print(f"seed {seed}")
 
     try:
         result = asyncio.run(run_chaos(options, data_dir=data_dir, on_event=say))
