@@ -142,9 +142,8 @@ def _chaos(nodes: int, rate: float, duration: str, mix: str, seed: int | None,
         raise client.fail(str(err), client.EXIT_USAGE) from None
     from herdbook.sim.scenario import MAX_AGENTS
     if not lightweight and nodes > MAX_AGENTS:
-        raise client.fail(f"--nodes {nodes}: at most {MAX_AGENTS} real agents per run (each "
-                          "holds a consumer on HERD_EVENTS, and nats-server allows 1000 per "
-                          "stream); add --lightweight", client.EXIT_USAGE)
+        raise client.fail(f"--nodes {nodes}: at most {MAX_AGENTS} real agents per run (they "
+                          "share one event loop); add --lightweight", client.EXIT_USAGE)
     if interval <= 0 or timeout <= interval:
         raise client.fail("--heartbeat-timeout must be longer than a positive "
                           "--heartbeat-interval", client.EXIT_USAGE)

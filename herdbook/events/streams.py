@@ -7,6 +7,10 @@ from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfi
 from herdbook.events.subjects import EVENTS_STREAM, HEALTH_STREAM, HEARTBEATS_STREAM
 
 DAY = 24 * 3600.0
+MAX_CONSUMERS = 1_000_000
+"""Every agent follows its allocations with its own consumer on HERD_EVENTS, and
+nats-server 2.15 caps a stream at 1000 consumers unless the stream sets a limit (-1 no
+longer means unlimited): a fleet of thousands needs an explicit, large one."""
 
 
 def events_stream(replicas: int = 1) -> StreamConfig:
@@ -21,6 +25,7 @@ def events_stream(replicas: int = 1) -> StreamConfig:
         duplicate_window=120.0,
         allow_atomic=True,
         num_replicas=replicas,
+        max_consumers=MAX_CONSUMERS,
     )
 
 
@@ -37,6 +42,7 @@ def heartbeats_stream(replicas: int = 1) -> StreamConfig:
         allow_direct=True,
         duplicate_window=10.0,
         num_replicas=replicas,
+        max_consumers=MAX_CONSUMERS,
     )
 
 
@@ -49,6 +55,7 @@ def health_stream(replicas: int = 1, max_age_s: float = 7 * DAY) -> StreamConfig
         max_age=max_age_s,
         max_msgs_per_subject=1000,
         num_replicas=replicas,
+        max_consumers=MAX_CONSUMERS,
     )
 
 

@@ -82,9 +82,9 @@ def test_duplicate_fleet_nodes_and_an_empty_timeline_are_refused() -> None:
         parse_scenario("name: t\n")
 
 
-def test_real_agents_are_capped_below_the_servers_consumer_limit() -> None:
-    with pytest.raises(ScenarioError, match="fleet: 1000 real agents; at most 900"):
-        parse_scenario("name: t\nfleet: [{count: 600, prefix: a}, {count: 400, prefix: b}]\n"
+def test_real_agents_per_run_are_capped() -> None:
+    with pytest.raises(ScenarioError, match="fleet: 3100 real agents; at most 3000"):
+        parse_scenario("name: t\nfleet: [{count: 600, prefix: a}, {count: 2500, prefix: b}]\n"
                        "timeline: [{wait: 1s}]\n")
     parse_scenario("name: t\nfleet: [{count: 600, prefix: a}, {count: 5000, prefix: b, "
                    "lightweight: true}]\ntimeline: [{wait: 1s}]\n")
