@@ -26,7 +26,7 @@ from nats.aio.msg import Msg
 from herdbook.config import Config, grace_period, heartbeat_timeout
 from herdbook.events.codec import AnyEvent, DecodeError, decode_heartbeat
 from herdbook.events.feed import StreamFeed
-from herdbook.events.node import NodeEvent
+from herdbook.events.node import NodeBootChecked, NodeEnabled, NodeEvent, NodeWiped
 from herdbook.events.states import Intent, Lifecycle
 from herdbook.events.store import ConflictError, EventStore
 from herdbook.events.subjects import (
@@ -73,6 +73,7 @@ class Sweeper:
         self._inflight: dict[str, float] = {}
         # When this process saw a node enter BOOTING (after a restart: when it started).
         self._booting_since: dict[str, float] = {}   # node -> clock when an append was sent
+        self._ready_since: dict[str, float] = {}     # node -> clock when it became READY
         self._probe_time: datetime | None = None
         self._probe_clock = 0.0
         self._sub: Any = None
@@ -207,6 +208,12 @@ class Sweeper:
             self._booting_since.setdefault(node_id, self.clock())
         else:
             self._booting_since.pop(node_id, None)
+        if view is None or view.lifecycle is not Lifecycle.READY:
+            self._ready_since.pop(node_id, None)
+        elif isinstance(event, NodeBootChecked | NodeWiped | NodeEnabled):
+            # A node that just became READY (booted, wiped, enabled) gets a full heartbeat
+            # timeout from now, not from the last heartbeat of its previous boot.
+            self._ready_since[node_id] = self.clock()
         if view is not None:
             if node_id not in self.beats:
                 # Registered but never heartbeated: the clock starts at registration.
@@ -220,10 +227,15 @@ class Sweeper:
         beat = self.beats.get(node_id)
         if beat is None:
             beat = self.beats[node_id] = NodeBeat(last_seen=self.clock(), boot_id="", seq=0)
-        deadline = liveness.next_deadline(view, beat.last_seen, self.timeouts(view),
-                                          self._booting_since.get(node_id))
+        deadline = liveness.next_deadline(view, self._silent_since(node_id, beat),
+                                          self.timeouts(view), self._booting_since.get(node_id))
         if deadline is not None:
             self._push(deadline, node_id)
+
+    def _silent_since(self, node_id: str, beat: NodeBeat) -> float:
+        """Since when the node counts as silent: its last heartbeat, or when it became
+        READY if that is later."""
+        return max(beat.last_seen, self._ready_since.get(node_id, beat.last_seen))
 
     def _push(self, deadline: float, node_id: str) -> None:
         armed = self._armed.get(node_id)
@@ -267,7 +279,7 @@ class Sweeper:
             return
         booting_since = self._booting_since.get(node_id)
         seen = liveness.Observation(
-            heartbeat_age=now - beat.last_seen, boot_id=beat.boot_id,
+            heartbeat_age=now - self._silent_since(node_id, beat), boot_id=beat.boot_id,
             running_allocs=beat.running_allocs,
             booting_for=None if booting_since is None else now - booting_since)
         events = liveness.decide(view, seen, self.timeouts(view),

@@ -358,3 +358,27 @@ async def test_an_agent_clock_an_hour_off_changes_nothing_in_liveness(world: Wor
     assert world.store.of("n1") == []           # never DEGRADED
     await world.tick(world.clock.now + 30.0)    # then silence: detected on our clock
     assert [name for name, _ in world.store.of("n1")] == ["degraded"]
+
+
+async def test_a_node_that_boots_again_gets_a_full_timeout_from_ready(world: World) -> None:
+    from herdbook.events.node import NodeBootStarted
+
+    world.register("n1")
+    world.heartbeat("n1", seq=1)
+    await world.tick(30.5)
+    await world.tick(91.0)
+    assert [name for name, _ in world.store.of("n1")] == ["degraded", "down"]
+    # long after, the agent starts again: BOOTING, then its boot check passes at t=500,
+    # before the first heartbeat of the new boot has arrived
+    world.clock.now = 499.0
+    for event in (NodeBootStarted(node_id="n1", boot_id="boot-b"),
+                  NodeBootChecked(node_id="n1", boot_id="boot-b", passed=True)):
+        world.store.fold(event)
+        world.clock.now += 0.5
+        world.sweeper._on_view_change("n1", world.projector.views["n1"], event)
+    assert world.projector.views["n1"].lifecycle is Lifecycle.READY
+    await world.tick(501.0)
+    await world.tick(529.0)
+    assert [name for name, _ in world.store.of("n1")] == ["degraded", "down"]   # no flap
+    await world.tick(531.0)   # and silence after READY is still detected
+    assert [name for name, _ in world.store.of("n1")] == ["degraded", "down", "degraded"]
