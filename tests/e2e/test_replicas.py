@@ -8,7 +8,6 @@ import asyncio
 import json
 import signal
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ import pytest
 from herdbook.control.nats_server import EmbeddedNats
 from herdbook.events.codec import decode_event
 from tests.conftest import free_port, herd, wait_until
+from tests.e2e.conftest import Fleet
 
 pytestmark = pytest.mark.e2e
 
@@ -31,34 +31,19 @@ leader_ttl: 2s
 """
 
 
-class Replicas:
-    def __init__(self, tmp: Path) -> None:
-        self.tmp = tmp
-        self.server = EmbeddedNats(tmp / "nats", port=free_port())
-        self.url = ""
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+class Replicas(Fleet):
+    """The e2e fleet's processes, against a nats-server of their own (no `herd up`
+    embeds it: both control planes use --nats-url)."""
 
-    def spawn(self, name: str, *args: str) -> subprocess.Popen[bytes]:
-        with open(self.tmp / f"{name}.log", "ab") as log:
-            proc = subprocess.Popen([sys.executable, "-m", "herdbook.cli", *args],
-                                    stdout=log, stderr=subprocess.STDOUT)
-        self.procs[name] = proc
-        return proc
+    def __init__(self, tmp: Path) -> None:
+        super().__init__(tmp)
+        self.server = EmbeddedNats(tmp / "nats", port=free_port())
 
     def plane(self, name: str) -> subprocess.Popen[bytes]:
         (self.tmp / "herd.yaml").write_text(CONFIG)
         return self.spawn(name, "up", "--nats-url", self.url, "--config",
                           str(self.tmp / "herd.yaml"), "--data-dir", str(self.tmp / name),
                           "--node-id", name)
-
-    def agent(self, node_id: str) -> subprocess.Popen[bytes]:
-        return self.spawn(node_id, "agent", "--server", self.url, "--node-id", node_id,
-                          "--state-dir", str(self.tmp / node_id), "--fake-gpus", "2",
-                          "--heartbeat-interval", "0.2")
-
-    def nodes(self) -> dict[str, dict[str, Any]]:
-        out = herd("node", "list", "-o", "json", server=self.url, check=True)
-        return {n["id"]: n for n in json.loads(out.stdout)}
 
     def events(self) -> list[Any]:
         async def read() -> list[Any]:
@@ -77,22 +62,7 @@ class Replicas:
         return asyncio.run(read())
 
     def stop(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in self.procs.values():
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        for state in self.tmp.glob("*/agent-state.json"):
-            import os
-            for entry in json.loads(state.read_text()).get("allocs", []):
-                try:
-                    os.killpg(int(entry["pgid"]), signal.SIGKILL)
-                except OSError:
-                    pass
+        super().stop()          # the processes, then the workloads the agents left
         self.server.stop()
 
 
