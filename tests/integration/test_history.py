@@ -8,12 +8,10 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import pytest
 from msgspec.structs import replace
 
 from herdbook.config import parse_config
@@ -103,18 +101,6 @@ async def test_time_travel_shows_the_state_before_and_after_a_transition(nc: Any
     assert [r["action"] for r in newest] == ["node.boot_checked", "node.cordoned"]
     assert total == 4
 
-
-@pytest.fixture
-async def h(nc: Any, tmp_path: Path) -> AsyncIterator[Harness]:
-    harness = Harness(nc, tmp_path / "view.db")
-    await harness.projector.start()
-    harness.reactor.start()
-    try:
-        yield harness
-    finally:
-        await harness.scheduler.stop()
-        await harness.reactor.stop()
-        await harness.projector.stop()
 
 
 async def test_the_history_of_a_node_killed_by_xid_79_shows_the_whole_cause_chain(

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from herdbook.config import parse_config
 from herdbook.events.alloc import AllocCompleted, AllocRunning, AllocStatus
@@ -127,18 +125,6 @@ class Harness:
                                                        actor=f"agent:{a.node_id}"))
         await self.projector.wait_applied(seq)
 
-
-@pytest.fixture
-async def h(nc: Any, tmp_path: Path) -> AsyncIterator[Harness]:
-    harness = Harness(nc, tmp_path / "view.db")
-    await harness.projector.start()
-    harness.reactor.start()
-    try:
-        yield harness
-    finally:
-        await harness.scheduler.stop()
-        await harness.reactor.stop()
-        await harness.projector.stop()
 
 
 # the happy path: event -> pending -> scheduling -> applying -> complete ----------------
