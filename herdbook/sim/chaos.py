@@ -174,10 +174,7 @@ async def run_chaos(options: ChaosOptions, *, data_dir: str | Path | None = None
         await _until(lambda: not world.detections.pending(), settle)
         _summarize(world, result)
         result.loop_lag = world.loop_lag.summary()
-        try:
-            result.control_plane = dict((await world.call("status", {}, timeout=5))["result"])
-        except Exception:  # noqa: BLE001 - only for the report
-            result.control_plane = {}
+        result.control_plane = await world.report_status()
     finally:
         await world.stop()
         result.duration_s = round(time.monotonic() - began, 3)

@@ -271,10 +271,7 @@ async def run_scenario(scenario: Scenario, *, source: str = "", data_dir: str | 
         if world.fleet is not None:
             result.fleet = world.fleet.stats()
         result.loop_lag = world.loop_lag.summary()
-        try:
-            result.control_plane = dict((await world.call("status", {}, timeout=5))["result"])
-        except Exception:  # noqa: BLE001 - only for the report
-            result.control_plane = {}
+        result.control_plane = await world.report_status()
     finally:
         await world.stop()
         result.duration_s = round(time.monotonic() - began, 3)

@@ -202,6 +202,13 @@ class World:
         reply: dict[str, Any] = json.loads(msg.data)
         return reply
 
+    async def report_status(self) -> dict[str, Any]:
+        """`herd status` for a report: empty if the control plane does not answer."""
+        try:
+            return dict((await self.call("status", {}, timeout=5))["result"])
+        except Exception:  # noqa: BLE001 - only for the report
+            return {}
+
 
 def remove_data_dir(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
