@@ -8,8 +8,6 @@ routes of all the others, so any two form the JetStream meta group's quorum."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import socket
 import subprocess
 import time
@@ -17,7 +15,13 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
-from herdbook.control.nats_server import NatsServerError, find_binary, port_in_use
+from herdbook.control.nats_server import (
+    NatsServerError,
+    launch,
+    port_in_use,
+    terminate,
+    wait_listening,
+)
 
 ROUTE_OFFSET = 2000
 MONITOR_OFFSET = 4000
@@ -93,35 +97,16 @@ class ClusterMember:
             if port_in_use(self.host, port):
                 raise NatsServerError(f"{self.name}: port {port} on {self.host} is in use")
         log_path = self.store_dir / "nats-server.log"
-        with open(log_path, "ab") as log_file:
-            # Own session: Ctrl-C reaches herd, which stops the servers in order.
-            self.proc = subprocess.Popen(
-                [find_binary(), "-c", str(self.store_dir / "nats-server.conf")],
-                stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                tail = log_path.read_text(errors="replace").strip().splitlines()[-3:]
-                raise NatsServerError(f"{self.name} exited with code {self.proc.returncode}: "
-                                      + " | ".join(tail))
-            try:
-                with socket.create_connection((self.host, self.port), timeout=0.2):
-                    return
-            except OSError:
-                time.sleep(0.05)
-        self.stop()
-        raise NatsServerError(f"{self.name} did not listen on {self.url} within {timeout:g}s")
+        self.proc = launch(self.store_dir / "nats-server.conf", log_path)
+        try:
+            wait_listening(self.proc, self.host, self.port, log_path, self.name, timeout)
+        except NatsServerError:
+            self.stop()
+            raise
 
     def stop(self, timeout: float = 10.0) -> None:
         proc, self.proc = self.proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        terminate(proc, timeout)
 
     def kill(self) -> None:
         """SIGKILL: a crash, no goodbye to the routes or the clients."""

@@ -62,39 +62,55 @@ class EmbeddedNats:
             # nats-server reads an include relative to the including file.
             lines.append(f'include "{os.path.relpath(self.users_conf.resolve(), conf.parent.resolve())}"')
         conf.write_text("\n".join(lines) + "\n")
-        log_path = self.store_dir / "nats-server.log"
-        with open(log_path, "ab") as log_file:
-            # Own session: a Ctrl-C in the terminal reaches herd, which stops the
-            # server after its clients, not before.
-            self.proc = subprocess.Popen(
-                [find_binary(), "-c", str(conf)], stdout=log_file, stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                tail = log_path.read_text(errors="replace").strip().splitlines()[-3:]
-                raise NatsServerError(
-                    f"nats-server exited with code {self.proc.returncode}: "
-                    + " | ".join(tail))
-            try:
-                with socket.create_connection((self.host, self.port), timeout=0.2):
-                    return
-            except OSError:
-                time.sleep(0.05)
-        self.stop()
-        raise NatsServerError(f"nats-server did not listen on {self.url} within {timeout:g}s")
+        self.proc = launch(conf, self.store_dir / "nats-server.log")
+        try:
+            wait_listening(self.proc, self.host, self.port, self.store_dir / "nats-server.log",
+                           "nats-server", timeout)
+        except NatsServerError:
+            self.stop()
+            raise
 
     def stop(self, timeout: float = 10.0) -> None:
         proc, self.proc = self.proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(signal.SIGTERM)
+        terminate(proc, timeout)
+
+
+def launch(conf: Path, log_path: Path) -> subprocess.Popen[bytes]:
+    """Start nats-server with ``conf``, logging to ``log_path``, in its own session: a
+    Ctrl-C in the terminal reaches herd, which stops the server after its clients."""
+    with open(log_path, "ab") as log_file:
+        return subprocess.Popen([find_binary(), "-c", str(conf)], stdout=log_file,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def wait_listening(proc: subprocess.Popen[bytes], host: str, port: int, log_path: Path,
+                   name: str, timeout: float) -> None:
+    """Return once the server accepts connections; raise with its log's tail if it exits
+    or does not listen within ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            tail = log_path.read_text(errors="replace").strip().splitlines()[-3:]
+            raise NatsServerError(f"{name} exited with code {proc.returncode}: "
+                                  + " | ".join(tail))
         try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            with socket.create_connection((host, port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise NatsServerError(f"{name} did not listen on nats://{host}:{port} within {timeout:g}s")
+
+
+def terminate(proc: subprocess.Popen[bytes] | None, timeout: float = 10.0) -> None:
+    """SIGTERM, then SIGKILL to its session after ``timeout``."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 def port_in_use(host: str, port: int) -> bool:
