@@ -114,6 +114,8 @@ class ProjectorRunner:
                 pass
             self._flusher = None
         if self._db is not None:
+            async with self._lock:
+                pass   # a shielded flush still writing finishes first
             if self._pending:
                 await self.flush()
             await self._db.close()
@@ -216,13 +218,25 @@ class ProjectorRunner:
             dirty_allocs, self._dirty_allocs = self._dirty_allocs, set()
             dirty_alloc_nodes, self._dirty_alloc_nodes = self._dirty_alloc_nodes, set()
             self._dirty_pools = False
-            await schema.write_batch(
-                self._db, self.stream, self.views, dirty, seq,
-                [("instances", self.instances, dirty_instances),
-                 ("evals", self.evals, dirty_evals), ("jobs", self.jobs, dirty_jobs),
-                 ("allocs", self.allocs, dirty_allocs),
-                 ("alloc_versions", self.alloc_versions, dirty_alloc_nodes)],
-                pools)
+            try:
+                await schema.write_batch(
+                    self._db, self.stream, self.views, dirty, seq,
+                    [("instances", self.instances, dirty_instances),
+                     ("evals", self.evals, dirty_evals), ("jobs", self.jobs, dirty_jobs),
+                     ("allocs", self.allocs, dirty_allocs),
+                     ("alloc_versions", self.alloc_versions, dirty_alloc_nodes)],
+                    pools)
+            except BaseException:
+                # Nothing was committed: the next flush writes these rows again.
+                self._dirty |= dirty
+                self._dirty_instances |= dirty_instances
+                self._dirty_evals |= dirty_evals
+                self._dirty_jobs |= dirty_jobs
+                self._dirty_allocs |= dirty_allocs
+                self._dirty_alloc_nodes |= dirty_alloc_nodes
+                self._dirty_pools = self._dirty_pools or pools is not None
+                self._pending += max(1, seq - self.committed_seq)
+                raise
             self.committed_seq = seq
             self._release_waiters()
 
@@ -244,7 +258,9 @@ class ProjectorRunner:
                 pass
             self._kick.clear()
             try:
-                await self.flush()
+                # Shielded: stop() cancelling this loop must not cut a transaction in
+                # half; stop() then waits for it on the lock and flushes the rest.
+                await asyncio.shield(self.flush())
             except Exception:
                 log.exception("projector flush failed")
                 await asyncio.sleep(1.0)

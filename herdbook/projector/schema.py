@@ -131,5 +131,9 @@ async def write_batch(db: aiosqlite.Connection, stream: str, views: dict[str, No
             "ON CONFLICT(stream) DO UPDATE SET seq = excluded.seq", (stream, seq))
         await db.execute("COMMIT")
     except BaseException:
-        await db.execute("ROLLBACK")
+        if db.in_transaction:
+            try:
+                await db.execute("ROLLBACK")
+            except Exception:  # noqa: BLE001 - the original error is the one to raise
+                pass
         raise

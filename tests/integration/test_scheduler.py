@@ -289,6 +289,8 @@ async def test_delivery_limit_fails_the_eval_and_creates_a_delayed_failed_follow
     await h.start()
     eval_id = await h.run_job(count=1)
     failed = await h.wait_status(eval_id, S.FAILED, timeout=30)
+    # the failed-follow-up eval is linked right after the failure lands
+    failed = await h.wait(lambda: (e := h.eval(eval_id)).next_eval and e)
     assert calls == [eval_id] * h.config.scheduler.delivery_limit
     # pending -- undeliverable evals reaped --> failed
     assert await h.statuses(eval_id) == ["pending", "failed"]

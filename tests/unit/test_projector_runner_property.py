@@ -112,3 +112,48 @@ def test_batched_with_restarts_equals_one_rebuild(events: list[object], cuts: li
         asyncio.run(_fold(incremental, batches))
         asyncio.run(_fold(rebuilt, [history]))
         assert _dump(incremental) == _dump(rebuilt)
+
+
+async def test_a_failed_flush_keeps_its_rows_for_the_next_one(tmp_path: Path) -> None:
+    from herdbook.projector import schema as schema_module
+
+    runner = ProjectorRunner(_NoNats(), str(tmp_path / "view.db"))  # type: ignore[arg-type]
+    await runner.load()
+    runner.fold(1, NodeRegistered(node_id="a"))
+    runner.folded_seq, runner._pending = 1, 1
+    real = schema_module.write_batch
+
+    async def broken(*args: object, **kwargs: object) -> None:
+        raise OSError("disk full")
+
+    schema_module.write_batch = broken  # type: ignore[assignment]
+    try:
+        try:
+            await runner.flush()
+        except OSError:
+            pass
+    finally:
+        schema_module.write_batch = real
+    assert runner.committed_seq == 0
+    await runner.flush()     # the disk is back: the row is written, not lost
+    await runner.stop()
+    with sqlite3.connect(tmp_path / "view.db") as conn:
+        assert [r[0] for r in conn.execute("SELECT id FROM nodes")] == ["a"]
+
+
+async def test_stop_while_a_flush_writes_loses_nothing_and_does_not_hang(tmp_path: Path) -> None:
+    runner = ProjectorRunner(_NoNats(), str(tmp_path / "view.db"),  # type: ignore[arg-type]
+                             batch_interval=0.001)
+    await runner.load()
+    runner._flusher = asyncio.create_task(runner._flush_loop())
+    for seq in range(1, 2001):
+        runner.fold(seq, NodeRegistered(node_id=f"n{seq}"))
+        runner.folded_seq = seq
+        runner._pending += 1
+        if seq % 100 == 0:
+            runner._kick.set()
+            await asyncio.sleep(0)
+    await asyncio.wait_for(runner.stop(), 10)
+    with sqlite3.connect(tmp_path / "view.db") as conn:
+        assert conn.execute("SELECT COUNT(*) FROM nodes").fetchone()[0] == 2000
+        assert conn.execute("SELECT seq FROM checkpoints").fetchone()[0] == 2000
