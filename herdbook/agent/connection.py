@@ -4,6 +4,7 @@ and the server list of a ``--server`` / ``nats.url`` value."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 log = logging.getLogger("herdbook.nats")
@@ -19,11 +20,13 @@ async def quiet_errors(err: Exception) -> None:
     log.warning("NATS: %s", str(err) or type(err).__name__)
 
 
-def connection_callbacks() -> dict[str, Any]:
+def connection_callbacks(on_reconnect: Callable[[], Any] | None = None) -> dict[str, Any]:
     async def disconnected() -> None:
         log.warning("NATS disconnected; reconnecting")
 
     async def reconnected() -> None:
         log.info("NATS reconnected")
+        if on_reconnect is not None:
+            on_reconnect()
 
     return {"disconnected_cb": disconnected, "reconnected_cb": reconnected}

@@ -12,10 +12,10 @@ import signal
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+import msgspec
 import nats
 from nats.aio.client import Client as NATS
 from nats.js.errors import NotFoundError
@@ -28,9 +28,9 @@ from herdbook.agent.info import info_hash, node_info, resources
 from herdbook.agent.state import AgentState
 from herdbook.credentials import NatsAuth, redact
 from herdbook.events.alloc import AllocEvent, AllocStopRequested
+from herdbook.events.authority import Refused, bind_event
 from herdbook.events.base import Event
-from herdbook.events.codec import decode_event, encode
-from herdbook.events.feed import stream_seq
+from herdbook.events.codec import encode
 from herdbook.events.heartbeat import Heartbeat
 from herdbook.events.machine import Trigger
 from herdbook.events.node import (
@@ -45,7 +45,7 @@ from herdbook.events.node import (
     NodeWipeStepReported,
 )
 from herdbook.events.states import NodeClass
-from herdbook.events.store import EventStore, subscribe_from
+from herdbook.events.store import EventStore
 from herdbook.events.subjects import (
     EVENTS_STREAM,
     aggregate_filter,
@@ -53,14 +53,29 @@ from herdbook.events.subjects import (
     health_subject,
     heartbeat_subject,
     inject_subject,
+    printable,
     resources_subject,
+    sync_subject,
     validate_id,
 )
+from herdbook.events.sync import SyncedEvent, SyncRequest, sync_reply_decoder
 from herdbook.projector.alloc_view import AllocView, apply_alloc
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+MAX_AWAITING = 10_000
+AWAIT_LIMIT = 10.0
+"""Seconds an event seen live may stay missing from the catch-up reads before the
+agent stops looking for it (the periodic catch-up would still find it)."""
+
+
+class _EventId(msgspec.Struct):
+    event_id: str = ""
+
+
+_event_id_decoder = msgspec.json.Decoder(_EventId)
 
 
 def default_node_id() -> str:
@@ -94,6 +109,9 @@ class AgentOptions:
     with --fake-gpus)."""
     auth: NatsAuth | None = None
     """User and password (or a creds file) and TLS towards NATS."""
+    resync_interval: float = 300.0
+    """A catch-up read of this node's allocation events at least this often, on top of
+    the ones after every event and reconnect."""
 
 
 class Agent:
@@ -122,6 +140,10 @@ class Agent:
         self.allocs: dict[str, AllocView] = {}
         """This node's allocations, folded from the stream."""
         self._alloc_seq = 0
+        self._resync = asyncio.Event()
+        self._resync.set()
+        self._awaiting: dict[str, float] = {}
+        """Ids of events seen on the core subscription that no catch-up returned yet."""
         self.executor = Executor(
             self.node_id, self.state.dir, self._report,
             state_file=options.state_file or self.state.dir / STATE_FILE, actor=self.actor,
@@ -135,7 +157,8 @@ class Agent:
                 return await nats.connect(
                     server_list(self.options.server), name=f"herd-agent:{self.node_id}",
                     max_reconnect_attempts=-1, reconnect_time_wait=1, connect_timeout=3,
-                    allow_reconnect=True, error_cb=quiet_errors, **connection_callbacks(),
+                    allow_reconnect=True, error_cb=quiet_errors,
+                    **connection_callbacks(on_reconnect=self._resync.set),
                     **auth)
             except Exception as err:  # noqa: BLE001 - the server may come later
                 log.warning("cannot reach NATS at %s (%s); retrying in %.0fs",
@@ -154,7 +177,7 @@ class Agent:
     async def run(self) -> None:
         if self.nc is None:
             self.nc = await self.connect()
-        store = self._store = EventStore(self.nc.jetstream())
+        store = self._store = EventStore(self.nc.jetstream(), direct=True)
         self.info = self.collect_info()
         self.fingerprint = boot.fingerprint(self.nvml)
         if not await self._register(store):
@@ -210,45 +233,105 @@ class Agent:
 
     async def _allocations(self, store: EventStore) -> None:
         """Reattach to the workloads a previous agent left, then follow this node's
-        allocations: the history folded once, then the stream live from the next sequence;
-        the executor sees every view (with the stop request just folded, if any)."""
+        allocations without any JetStream consumer: a core subscription to
+        ``herd.alloc.<self>.>`` says something happened, and a catch-up read through the
+        control plane (``herd.sync.<self>.allocs``) returns, in stream order, every event
+        not folded yet. It runs at start, after every event, after every reconnect and
+        every ``resync_interval``, so nothing published while disconnected is missed.
+        The executor sees every changed view once per catch-up (with the stop request
+        just folded, if any)."""
         assert self.nc is not None
-        js = self.nc.jetstream()
         await self.executor.reattach()
         watcher = asyncio.create_task(self.executor.run(), name="executor")
-        feed = None
+        sub = None
         try:
-            stops: dict[str, AllocStopRequested] = {}
-            history = await self._retrying("load the allocation history",
-                                           lambda: store.load("alloc", self.node_id))
-            for seq, event in history:
-                if isinstance(event, AllocEvent) and self._fold(seq, event) is not None:
-                    if isinstance(event, AllocStopRequested):
-                        stops[event.alloc_id] = event
-            for view in list(self.allocs.values()):
-                self._apply(view, stops.get(view.id))
-
-            async def on_msg(msg: Any) -> None:
-                seq = stream_seq(msg)
+            sub = await self.nc.subscribe(aggregate_filter("alloc", self.node_id),
+                                          cb=self._on_alloc_event)
+            while not watcher.done():
+                if self._awaiting:
+                    self._resync.set()
                 try:
-                    event = decode_event(msg.data)
-                except Exception as err:  # noqa: BLE001 - a newer event type: not ours
-                    log.warning("cannot decode %s (seq %d): %s", msg.subject, seq, err)
-                    return
-                if isinstance(event, AllocEvent):
-                    view = self._fold(seq, event)
-                    if view is not None:
-                        self._apply(view, event if isinstance(event, AllocStopRequested)
-                                    else None)
-
-            feed = await self._retrying("follow the allocations", lambda: subscribe_from(
-                js, EVENTS_STREAM, aggregate_filter("alloc", self.node_id),
-                self._alloc_seq + 1, on_msg))
+                    await asyncio.wait_for(self._resync.wait(), self.options.resync_interval)
+                except TimeoutError:
+                    pass
+                self._resync.clear()
+                await self._catch_up()
+                if self._awaiting:
+                    # Poked by an event the stream did not show yet: look again shortly.
+                    await asyncio.sleep(0.05)
             await watcher
         finally:
             watcher.cancel()
-            if feed is not None:
-                await feed.stop()
+            if sub is not None:
+                try:
+                    await sub.unsubscribe()
+                except Exception:  # noqa: BLE001 - the connection may be gone
+                    pass
+
+    async def _on_alloc_event(self, msg: Any) -> None:
+        """An event on one of this node's allocation subjects: catch up. Its id is kept
+        until a catch-up returns it (the core delivery may overtake the stream's store)."""
+        try:
+            event = bind_event(msg.subject, msg.data)
+        except Refused:
+            return
+        if len(self._awaiting) < MAX_AWAITING:
+            self._awaiting[event.event_id] = time.monotonic()
+        self._resync.set()
+
+    async def _catch_up(self) -> None:
+        """Fold every allocation event after ``_alloc_seq``, page by page, then hand each
+        changed view to the executor. Asks again (backing off) until a control plane
+        answers."""
+        assert self.nc is not None
+        stops: dict[str, AllocStopRequested] = {}
+        changed: dict[str, AllocView] = {}
+        delay = 0.5
+        while not self._stop.is_set():
+            try:
+                msg = await self.nc.request(sync_subject(self.node_id),
+                                            encode(SyncRequest(after=self._alloc_seq)),
+                                            timeout=5.0)
+                reply = sync_reply_decoder.decode(msg.data)
+                if reply.error:
+                    raise RuntimeError(reply.error)
+            except Exception as err:  # noqa: BLE001 - no control plane yet: wait and ask again
+                log.warning("cannot catch up on allocations (%s); asking again in %.1fs",
+                            printable(str(err) or type(err).__name__), delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 10.0)
+                continue
+            for synced in reply.events:
+                self._awaiting.pop(self._event_id_of(synced), None)
+                try:
+                    event = bind_event(synced.subject, bytes(synced.data))
+                except Refused as err:
+                    log.warning("skipping %s: %s", printable(synced.subject, 120), err)
+                    continue
+                if isinstance(event, AllocEvent):
+                    view = self._fold(synced.seq, event)
+                    if view is not None:
+                        changed[view.id] = view
+                        if isinstance(event, AllocStopRequested):
+                            stops[view.id] = event
+            self._alloc_seq = max(self._alloc_seq, reply.last)
+            if not reply.more:
+                break
+        now = time.monotonic()
+        for event_id, since in list(self._awaiting.items()):
+            if now - since > AWAIT_LIMIT:
+                del self._awaiting[event_id]   # not ours to wait for any longer
+        for view in changed.values():
+            current = self.allocs.get(view.id)
+            if current is not None:
+                self._apply(current, stops.get(view.id))
+
+    @staticmethod
+    def _event_id_of(synced: SyncedEvent) -> str:
+        try:
+            return str(_event_id_decoder.decode(bytes(synced.data)).event_id)
+        except msgspec.DecodeError:
+            return ""
 
     def _fold(self, seq: int, event: AllocEvent) -> AllocView | None:
         """Fold one event into ``self.allocs``; None if it was seen already or concerns an
@@ -267,16 +350,6 @@ class Agent:
             # Settled here: nothing more to do for it (the executor remembers its id, so a
             # late duplicate placement starts nothing). Keeps a long-lived agent small.
             del self.allocs[view.id]
-
-    async def _retrying(self, what: str, fn: Callable[[], Awaitable[T]]) -> T:
-        delay = 0.5
-        while True:
-            try:
-                return await fn()
-            except Exception as err:  # noqa: BLE001 - NATS not ready: wait and retry
-                log.warning("cannot %s (%s); retrying in %.1fs", what, err, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 10.0)
 
     async def _report(self, event: AllocEvent) -> None:
         assert self._store is not None
@@ -318,8 +391,8 @@ class Agent:
 
     async def _on_wipe_started(self, msg: Any, store: EventStore) -> None:
         try:
-            event = decode_event(msg.data)
-        except Exception:  # noqa: BLE001
+            event = bind_event(msg.subject, msg.data)
+        except Refused:
             return
         if not isinstance(event, NodeWipeStarted):
             return
@@ -349,8 +422,8 @@ class Agent:
     async def _on_boot_started(self, msg: Any, store: EventStore) -> None:
         """A reboot was requested (`herd node reboot`): boot again, i.e. check again."""
         try:
-            event = decode_event(msg.data)
-        except Exception:  # noqa: BLE001
+            event = bind_event(msg.subject, msg.data)
+        except Refused:
             return
         if isinstance(event, NodeBootStarted) and event.trigger == Trigger.REBOOT:
             log.info("%s: reboot requested by %s; running the boot check", self.node_id,
@@ -391,7 +464,7 @@ class Agent:
         while True:
             try:
                 msg = await self.nc.jetstream().get_last_msg(
-                    EVENTS_STREAM, aggregate_filter("node", self.node_id))
+                    EVENTS_STREAM, aggregate_filter("node", self.node_id), direct=True)
                 return msg.subject
             except NotFoundError:
                 return None

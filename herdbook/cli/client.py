@@ -32,9 +32,18 @@ _auth: NatsAuth | None = None
 """The global --creds/--user/--password/--tls-* options, set once by the app callback."""
 
 
+_user: str | None = None
+"""The NATS user this CLI authenticates as, if any: requests go to
+``herd.api.v1.<route>.<user>`` and the control plane records that user as the actor."""
+
+
 def set_auth(auth: NatsAuth) -> None:
     global _auth
     _auth = auth
+
+
+def api_subject(route: str) -> str:
+    return f"{API_PREFIX}.{route}.{_user}" if _user else f"{API_PREFIX}.{route}"
 
 
 def fail(message: str, code: int) -> typer.Exit:
@@ -65,11 +74,13 @@ async def connect(server: str) -> Any:
     import nats
 
     from herdbook.agent.connection import server_list
-    from herdbook.credentials import CredentialsError, NatsAuth, redact
+    from herdbook.credentials import CredentialsError, NatsAuth, redact, url_user
+    global _user
     try:
         _, options = (_auth or NatsAuth()).resolve(server)
     except CredentialsError as err:
         raise fail(str(err), EXIT_USAGE) from None
+    _user = options.get("user") or url_user(server)
     shown = redact(server)
     try:
         # nats-py keeps retrying a refused first connect; bound it ourselves.
@@ -92,7 +103,7 @@ async def connect(server: str) -> Any:
 async def request(nc: Any, route: str, payload: dict[str, Any], timeout: float = 15.0) -> Any:
     import nats.errors
     try:
-        msg = await nc.request(f"{API_PREFIX}.{route}", json.dumps(payload).encode(),
+        msg = await nc.request(api_subject(route), json.dumps(payload).encode(),
                                timeout=timeout)
     except nats.errors.NoRespondersError:
         raise fail("no control plane answers (is `herd up` running?)",

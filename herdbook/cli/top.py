@@ -83,7 +83,7 @@ def top(ctx: typer.Context,
     from rich.live import Live
 
     from herdbook.cli.output import console
-    from herdbook.events.codec import decode_event
+    from herdbook.events.authority import bind_event
 
     server = str(ctx.obj["server"])
     events: deque[str] = deque(maxlen=RECENT)
@@ -91,8 +91,8 @@ def top(ctx: typer.Context,
 
     async def on_event(msg: Any) -> None:
         try:
-            event = decode_event(msg.data)
-        except Exception:  # noqa: BLE001 - not ours to judge here
+            event = bind_event(msg.subject, msg.data)
+        except Exception:  # noqa: BLE001 - refused (dead-lettered by the control plane)
             return
         reason = getattr(event, "reason", "") or ""
         events.appendleft(f"{event.at:%H:%M:%S} {event.event_name:<18} "

@@ -13,7 +13,8 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from contextvars import ContextVar
+from typing import Any, Protocol
 
 import msgspec
 from nats.aio.client import Client as NATS
@@ -58,6 +59,21 @@ _encoder = msgspec.json.Encoder()
 PAGE_BYTES = 700_000          # replies stay well under NATS's 1 MB max_payload
 MAX_PAGE_ITEMS = 5000
 COMMAND_ATTEMPTS = 5
+
+
+_CALLER: ContextVar[str | None] = ContextVar("herd_api_caller", default=None)
+
+
+class _Claims(Protocol):
+    actor: str
+
+
+def caller(req: _Claims) -> str:
+    """Who the event is recorded as: the user the request's subject names
+    (``herd.api.v1.<route>.<user>``, which only that user's credentials may publish on),
+    else, on the plain route subject (no credentials, or the control plane's own), what
+    the request claims."""
+    return _CALLER.get() or req.actor
 
 
 class ApiError(Exception):
@@ -157,28 +173,28 @@ class Api:
         routes: dict[str, Callable[[bytes], Awaitable[Any]]] = {
             "node.list": self.node_list,
             "node.describe": self.node_describe,
-            "node.approve": self._command(lambda v, r: decide_approve(v, r.actor, r.reason)),
-            "node.reject": self._command(lambda v, r: decide_reject(v, r.actor, r.reason)),
-            "node.delete": self._command(lambda v, r: decide_delete(v, r.actor, r.reason)),
-            "node.cordon": self._command(lambda v, r: intents.decide_cordon(v, r.actor, r.reason)),
+            "node.approve": self._command(lambda v, r: decide_approve(v, caller(r), r.reason)),
+            "node.reject": self._command(lambda v, r: decide_reject(v, caller(r), r.reason)),
+            "node.delete": self._command(lambda v, r: decide_delete(v, caller(r), r.reason)),
+            "node.cordon": self._command(lambda v, r: intents.decide_cordon(v, caller(r), r.reason)),
             "node.uncordon": self._command(
-                lambda v, r: intents.decide_uncordon(v, r.actor, r.reason)),
+                lambda v, r: intents.decide_uncordon(v, caller(r), r.reason)),
             "node.drain": self._command(lambda v, r: intents.decide_drain(
-                v, r.actor, r.reason, r.urgent, r.deadline_s)),
+                v, caller(r), r.reason, r.urgent, r.deadline_s)),
             "node.undrain": self._command(lambda v, r: intents.decide_undrain(
-                v, r.actor, r.reason, self._liveness(v))),
+                v, caller(r), r.reason, self._liveness(v))),
             "node.disable": self._command(
-                lambda v, r: intents.decide_disable(v, r.actor, r.reason)),
+                lambda v, r: intents.decide_disable(v, caller(r), r.reason)),
             "node.enable": self._command(lambda v, r: intents.decide_enable(
-                v, r.actor, r.reason, self._liveness(v), r.force)),
-            "node.reboot": self._command(lambda v, r: intents.decide_reboot(v, r.actor, r.reason)),
+                v, caller(r), r.reason, self._liveness(v), r.force)),
+            "node.reboot": self._command(lambda v, r: intents.decide_reboot(v, caller(r), r.reason)),
             "node.add": self.node_add,
             "node.claim": self._command(lambda v, r: intents.decide_claim(
-                v, r.actor, r.user, r.tenant, r.reason)),
+                v, caller(r), r.user, r.tenant, r.reason)),
             "node.release": self._command(lambda v, r: intents.decide_release(
-                v, r.actor, r.user, r.reason)),
+                v, caller(r), r.user, r.reason)),
             "node.wipe": self._command(lambda v, r: intents.decide_wipe(
-                v, r.actor, r.reason, r.force, float(self.config.sensitive.wipe_timeout))),
+                v, caller(r), r.reason, r.force, float(self.config.sensitive.wipe_timeout))),
             "alloc.requeue": self.alloc_requeue,
             "node.conformance": self.node_conformance,
             "view.rebuild": self.view_rebuild,
@@ -200,9 +216,12 @@ class Api:
         from herdbook.control.history import HistoryRoutes  # it imports this module
         routes.update(HistoryRoutes(self.nc, lambda: self.projector.views).routes())
         for route, handler in routes.items():
-            await self.service.add_endpoint(
-                name=route.replace(".", "-"), subject=f"{API_PREFIX}.{route}",
-                handler=self._wrap(handler, route))
+            wrapped = self._wrap(handler, route)
+            name = route.replace(".", "-")
+            await self.service.add_endpoint(name=name, subject=f"{API_PREFIX}.{route}",
+                                            handler=wrapped)
+            await self.service.add_endpoint(name=f"{name}-as", subject=f"{API_PREFIX}.{route}.*",
+                                            handler=wrapped)
 
     async def stop(self) -> None:
         if self.service is not None:
@@ -210,9 +229,15 @@ class Api:
 
     def _wrap(self, handler: Callable[[bytes], Awaitable[Any]],
               route: str = "") -> Callable[[Request], Awaitable[None]]:
+        depth = API_PREFIX.count(".") + route.count(".") + 2
+
         async def endpoint(request: Request) -> None:
             started = time.monotonic()
+            tokens = request.subject.split(".")
+            token = _CALLER.set(None)
             try:
+                if len(tokens) == depth + 1:
+                    _CALLER.set(validate_id(tokens[-1], "user"))
                 result = await handler(request.data)
                 body = {"ok": True, "result": result}
             except ApiError as err:
@@ -225,6 +250,8 @@ class Api:
             except Exception as err:
                 log.exception("API request on %s failed", request.subject)
                 body = {"ok": False, "code": "internal", "error": f"internal error: {err!r}"}
+            finally:
+                _CALLER.reset(token)
             await request.respond(_encoder.encode(body))
             if self.metrics is not None:
                 self.metrics.observe_request(route, time.monotonic() - started)
@@ -334,7 +361,7 @@ class Api:
         validate_id(req.id)
         if req.id in self.projector.views:
             raise Refused(f"node {req.id} already exists")
-        event = NodeDeclared(node_id=req.id, actor=req.actor, reason=req.reason,
+        event = NodeDeclared(node_id=req.id, actor=caller(req), reason=req.reason,
                              node_class=req.node_class, labels=req.labels)
         try:
             seq = await self.store.append(
@@ -390,7 +417,7 @@ class Api:
             raise ApiError("not_found", f"pool {req.pool} not found")
         if req.size is None or not pool.min_nodes <= req.size <= pool.max_nodes:
             raise Refused(f"pool {req.pool} takes {pool.min_nodes} to {pool.max_nodes} nodes")
-        seq = await self.store.append(PoolScaled(pool=req.pool, size=req.size, actor=req.actor,
+        seq = await self.store.append(PoolScaled(pool=req.pool, size=req.size, actor=caller(req),
                                                  reason=req.reason))
         await self.projector.wait_applied(seq)
         return self._pool_json(req.pool)
@@ -402,13 +429,13 @@ class Api:
         spec = parse_job_spec(msgspec.json.encode(req.spec), "job")
         eval_id = new_id()
         version = await self.store.last_sequence("job", spec.id)
-        registered = JobRegistered(job_id=spec.id, spec=spec, actor=req.actor)
+        registered = JobRegistered(job_id=spec.id, spec=spec, actor=caller(req))
         try:
             await self.store.append(registered, expected_version=version)
         except ConflictError as err:
             raise Refused(f"job {spec.id} changed meanwhile; try again") from err
         [created] = spawn(None, EvalTrigger.JOB_REGISTER, eval_id, spec.id,
-                          priority=spec.priority, actor=req.actor)
+                          priority=spec.priority, actor=caller(req))
         seq = await self.store.append(
             msgspec.structs.replace(created, causation_id=registered.event_id),
             expected_version=0)
@@ -444,12 +471,12 @@ class Api:
             raise Refused(f"job {req.id} is already stopped")
         try:
             await self.store.append(JobDeregistered(job_id=req.id, reason=req.reason,
-                                                    actor=req.actor),
+                                                    actor=caller(req)),
                                     expected_version=job.version)
         except ConflictError as err:
             raise Refused(f"job {req.id} changed meanwhile; try again") from err
         [created] = spawn(None, EvalTrigger.JOB_DEREGISTER, new_id(), req.id,
-                          priority=job.spec.priority, actor=req.actor)
+                          priority=job.spec.priority, actor=caller(req))
         seq = await self.store.append(created, expected_version=0)
         await self.projector.wait_applied(seq)
         return self._job_json(req.id)
@@ -488,7 +515,7 @@ class Api:
         view = resolve(self.projector.evals, req.id, "eval")
         try:
             event = step(view, Step.RETRY, req.reason or "retried by an operator",
-                         actor=req.actor)
+                         actor=caller(req))
         except EvalRefused as err:
             raise Refused(f"{err} (only a failed eval can be retried)") from err
         try:
@@ -541,14 +568,14 @@ class Api:
         if alloc.requeue_allowed:
             raise Refused(f"allocation {alloc.id} is requeued automatically by its job's policy")
         event = AllocRequeueApproved(node_id=alloc.node_id, alloc_id=alloc.id,
-                                     reason=req.reason, actor=req.actor)
+                                     reason=req.reason, actor=caller(req))
         try:
             await self.store.append(event, expected_version=self.projector.alloc_versions.get(
                 alloc.node_id, 0))
         except ConflictError as err:
             raise Refused(f"allocation {alloc.id} changed meanwhile; try again") from err
         [created] = spawn(None, EvalTrigger.NODE_UPDATE, new_id(), job.id,
-                          priority=job.spec.priority, node_id=alloc.node_id, actor=req.actor)
+                          priority=job.spec.priority, node_id=alloc.node_id, actor=caller(req))
         seq = await self.store.append(created, expected_version=0)
         await self.projector.wait_applied(seq)
         return {"alloc": alloc_json(self.projector.allocs[alloc.id]), "eval_id": created.eval_id}

@@ -23,6 +23,7 @@ import herdbook
 from herdbook.agent.connection import connection_callbacks, quiet_errors, server_list
 from herdbook.agent.state import SeqAllocator
 from herdbook.config import Config
+from herdbook.control.agent_sync import AgentSync
 from herdbook.control.api import Api
 from herdbook.control.instances import InstanceManager
 from herdbook.control.leader import LeaderLease
@@ -109,6 +110,7 @@ class ControlPlane:
         self.fake_provider: FakeProvider | None = None
         self.notifier: Notifier | None = None
         self.api: Api | None = None
+        self.agent_sync: AgentSync | None = None
         self.scheduler: Scheduler | None = None
         self.allocations: AllocationReactor | None = None
         self.metrics: Metrics | None = None
@@ -184,6 +186,8 @@ class ControlPlane:
             batch_interval=float(cfg.projector.batch_interval))
         await self.projector.start()
         await self._catch_up()
+        self.agent_sync = AgentSync(self.nc)
+        await self.agent_sync.start()
         if cfg.metrics.port:
             # Counted from here on: what the catch-up folded happened before this start.
             self.metrics = Metrics()
@@ -394,8 +398,9 @@ class ControlPlane:
             await self.fake_provider.stop_all()
         if self.lease is not None:
             await self.lease.stop()   # stops the leader's reactors through _follow
-        for part in (self.api, self.sensitive, self.scheduler, self.allocations, self.notifier,
-                     self.instances, self.classifier, self.approver, self.sweeper, self.projector):
+        for part in (self.api, self.agent_sync, self.sensitive, self.scheduler,
+                     self.allocations, self.notifier, self.instances, self.classifier,
+                     self.approver, self.sweeper, self.projector):
             if part is not None:
                 try:
                     await part.stop()

@@ -38,7 +38,8 @@ from nats.js.errors import NotFoundError
 from herdbook.config import parse_duration
 from herdbook.control.present import iso, node_json
 from herdbook.events.alloc import AllocEvent, AllocLost, AllocRequeueApproved
-from herdbook.events.codec import AnyEvent, DecodeError, decode_event, event_tag
+from herdbook.events.authority import Refused, bind_event
+from herdbook.events.codec import AnyEvent, event_tag
 from herdbook.events.eval_events import EvalCreated
 from herdbook.events.health import NodeHealthChanged
 from herdbook.events.jobs import JobDeregistered, JobEvent, JobRegistered
@@ -126,9 +127,9 @@ async def scan_log(js: JetStreamContext, subject: str, on_entry: Callable[[LogEn
             done.set_result(None)
             return
         try:
-            event: AnyEvent | None = decode_event(msg.data)
-        except DecodeError:
-            event = None
+            event: AnyEvent | None = bind_event(msg.subject, msg.data)
+        except Refused:
+            event = None   # shown as what it is: raw bytes its subject does not vouch for
         try:
             on_entry(LogEntry(seq, meta.timestamp, msg.subject, msg.data, event))
         except Exception as err:  # noqa: BLE001 - handed to the waiting reader

@@ -10,10 +10,10 @@ every change, and a running server re-reads it on SIGHUP, which is what
 Three kinds of user:
 - ``control``: the control plane itself (``herd-control``), allowed everything.
 - ``agent``: one compute node; publishes only its own subjects and the event names an
-  agent writes (DESIGN §9), so it can neither heartbeat for another node nor approve
-  itself.
-- ``operator``: a person or a tool; the API, fault injection and read access to the
-  streams, no raw publish to any ``herd.<aggregate>.>`` subject.
+  agent writes, both generated from ``events.authority.FAMILIES`` (DESIGN §9), so it can
+  neither heartbeat for another node nor approve itself; it has no JetStream consumer.
+- ``operator``: a person or a tool; the API under its own name, fault injection and read
+  access to the streams, no raw publish to any ``herd.<aggregate>.>`` subject.
 
 herd clients name their reply inboxes ``_INBOX.<user>.`` (``herdbook.credentials``), so
 an agent subscribes to its own replies only; an operator may subscribe to ``_INBOX.>``,
@@ -36,21 +36,14 @@ from typing import Any
 
 import msgspec
 
-from herdbook.events.subjects import EVENTS_STREAM, validate_id
+from herdbook.events.authority import agent_publish_subjects
+from herdbook.events.subjects import EVENTS_STREAM, aggregate_filter, sync_subject, validate_id
 from herdbook.reactors.scheduler import CONSUMER as SCHEDULER_CONSUMER
 
 CONTROL_USER = "herd-control"
 USERS_JSON = "users.json"
 USERS_CONF = "users.conf"
 PID_FILE = "nats-server.pid"
-
-AGENT_NODE_EVENTS = ("registered", "info_updated", "boot_started", "boot_checked",
-                     "wipe_step", "wiped", "wipe_failed")
-"""The node events an agent appends (agent/main.py); everything else about a node is
-decided by the control plane."""
-AGENT_ALLOC_EVENTS = ("running", "completed", "failed", "stopped", "lost")
-"""The allocation events the executor reports (agent/executor.py)."""
-
 
 class UsersError(RuntimeError):
     """The registry cannot be read or changed; one line for the operator."""
@@ -73,52 +66,70 @@ def operator_user(name: str) -> str:
     return f"op-{validate_id(name, 'operator name')}"
 
 
-# The control plane's durable consumers: nobody else may pull from or delete them.
-PROTECTED_CONSUMERS = [f"$JS.API.CONSUMER.{verb}.{EVENTS_STREAM}.{SCHEDULER_CONSUMER}"
-                       for verb in ("MSG.NEXT", "DELETE")]
+PROTECTED_CONSUMERS = (SCHEDULER_CONSUMER,)
+"""The control plane's durable consumers. Its other consumers are ephemeral, with names
+the server draws at random, and no credential but the control plane's may list them."""
+
+
+def _consumer_denials() -> list[str]:
+    """Every JetStream API subject that creates, updates, reads from or deletes a protected
+    consumer, plus the two create forms that take the name from the request body
+    (``CONSUMER.CREATE.<stream>`` and ``CONSUMER.DURABLE.CREATE``): a body is a claim."""
+    out = [f"$JS.API.CONSUMER.CREATE.{stream}" for stream in ("*",)]
+    out.append("$JS.API.CONSUMER.DURABLE.CREATE.>")
+    for name in PROTECTED_CONSUMERS:
+        out += [f"$JS.API.CONSUMER.CREATE.*.{name}", f"$JS.API.CONSUMER.CREATE.*.{name}.>",
+                f"$JS.API.CONSUMER.MSG.NEXT.*.{name}", f"$JS.API.CONSUMER.DELETE.*.{name}",
+                f"$JS.API.CONSUMER.PAUSE.*.{name}", f"$JS.API.CONSUMER.UNPIN.*.{name}",
+                f"$JS.API.CONSUMER.LEADER.STEPDOWN.*.{name}"]
+    return out
 
 
 def agent_permissions(node_id: str) -> dict[str, Any]:
-    """Publish: the node's heartbeat, resources and health; the node and allocation
-    events an agent writes, on its own subjects only; the JetStream API calls its event
-    store (last message of a subject) and its ephemeral consumers on HERD_EVENTS make
-    (create, pull, delete) -- measured on a real agent with nats-server's trace.
-    Subscribe: requests addressed to it, its own node's events, its own inbox. Replies to
-    requests it received (``allow_responses``) need no publish right of their own."""
+    """Publish: exactly the stream subjects ``events.authority`` lets this node's agent
+    write (its heartbeat, resources, health, and the node and allocation events an agent
+    writes, on its own subjects only); the last event of its own node (to chain the next
+    one), with the subject in the API subject so it cannot ask for another's; and its
+    catch-up request (``herd.sync.<self>.allocs``, answered by the control plane with its
+    own allocation events). No JetStream consumer at all, so no consumer of anyone else.
+    Subscribe: requests addressed to it, its own node's and allocations' events, its own
+    inbox. Replies to requests it received (``allow_responses``) need no publish right."""
     nid = validate_id(node_id)
     user = agent_user(nid)
     publish = [
-        f"herd.hb.{nid}", f"herd.res.{nid}", f"herd.health.{nid}",
-        *(f"herd.node.{nid}.{name}" for name in AGENT_NODE_EVENTS),
-        *(f"herd.alloc.{nid}.*.{name}" for name in AGENT_ALLOC_EVENTS),
-        f"$JS.API.STREAM.MSG.GET.{EVENTS_STREAM}",
-        f"$JS.API.CONSUMER.CREATE.{EVENTS_STREAM}",
-        f"$JS.API.CONSUMER.MSG.NEXT.{EVENTS_STREAM}.*",
-        f"$JS.API.CONSUMER.DELETE.{EVENTS_STREAM}.*",
+        *agent_publish_subjects(nid),
+        f"$JS.API.DIRECT.GET.{EVENTS_STREAM}.{aggregate_filter('node', nid)}",
+        sync_subject(nid),
     ]
-    subscribe = [f"herd.agent.{nid}.>", f"herd.node.{nid}.>", f"_INBOX.{user}.>"]
-    return {"publish": {"allow": publish, "deny": PROTECTED_CONSUMERS},
-            "subscribe": {"allow": subscribe}, "allow_responses": True}
+    subscribe = [f"herd.agent.{nid}.>", aggregate_filter("node", nid),
+                 aggregate_filter("alloc", nid), f"_INBOX.{user}.>"]
+    return {"publish": {"allow": publish}, "subscribe": {"allow": subscribe},
+            "allow_responses": True}
 
 
-def operator_permissions() -> dict[str, Any]:
-    """Publish: the API, requests to agents (fault injection, fingerprint), and the
-    read-only JetStream API (stream info, message get, ephemeral consumers and their
-    pulls). Subscribe: the streams' subjects and inboxes, but neither ``herd.api.>``
-    nor ``herd.agent.>``, so an operator cannot answer in the API's or an agent's name."""
+def operator_permissions(name: str) -> dict[str, Any]:
+    """Publish: the API under its own name only (``herd.api.v1.<route>.<user>``: the
+    control plane records the user as the actor, whatever the body says), requests to
+    agents (fault injection, fingerprint), and the read-only JetStream API (stream info,
+    message get, consumers it names in the API subject, their pulls and deletes) except
+    anything touching a protected consumer. Subscribe: the streams' subjects and inboxes,
+    but neither ``herd.api.>`` nor ``herd.agent.>``, so an operator cannot answer in the
+    API's or an agent's name."""
     publish = [
-        "herd.api.v1.>", "herd.agent.*.inject", "herd.agent.*.fingerprint",
+        f"herd.api.v1.*.{name}", f"herd.api.v1.*.*.{name}",
+        "herd.agent.*.inject", "herd.agent.*.fingerprint",
         "$JS.API.INFO", "$JS.API.STREAM.NAMES", "$JS.API.STREAM.LIST",
         "$JS.API.STREAM.INFO.*", "$JS.API.STREAM.MSG.GET.*", "$JS.API.DIRECT.GET.>",
-        "$JS.API.CONSUMER.CREATE.*", "$JS.API.CONSUMER.CREATE.*.>",
+        "$JS.API.CONSUMER.CREATE.*.*", "$JS.API.CONSUMER.CREATE.*.*.>",
         "$JS.API.CONSUMER.INFO.*.*", "$JS.API.CONSUMER.MSG.NEXT.*.*",
         "$JS.API.CONSUMER.DELETE.*.*",
     ]
     subscribe = [
         "_INBOX.>", "herd.node.>", "herd.instance.>", "herd.job.>", "herd.eval.>",
-        "herd.alloc.>", "herd.hb.>", "herd.health.>", "herd.res.>", "herd.deadletter.>",
+        "herd.alloc.>", "herd.pool.>", "herd.hb.>", "herd.health.>", "herd.res.>",
+        "herd.deadletter.>",
     ]
-    return {"publish": {"allow": publish, "deny": PROTECTED_CONSUMERS},
+    return {"publish": {"allow": publish, "deny": _consumer_denials()},
             "subscribe": {"allow": subscribe}, "allow_responses": True}
 
 
@@ -127,7 +138,7 @@ def permissions(user: User) -> dict[str, Any] | None:
         assert user.node_id is not None
         return agent_permissions(user.node_id)
     if user.kind == "operator":
-        return operator_permissions()
+        return operator_permissions(user.user)
     return None
 
 

@@ -97,21 +97,33 @@ _encoder = msgspec.json.Encoder()
 DecodeError = msgspec.DecodeError
 
 
+def _decode(decoder: msgspec.json.Decoder[Any], data: bytes) -> Any:
+    """Every failure is a ``DecodeError``: a 50k-deep nested body raises RecursionError
+    inside msgspec, and must reach the dead-letter path like any other garbage."""
+    try:
+        return decoder.decode(data)
+    except RecursionError as err:
+        raise DecodeError(str(err)) from None
+
+
 def decode_event(data: bytes) -> AnyEvent:
-    event: AnyEvent = _event_decoder.decode(data)
+    event: AnyEvent = _decode(_event_decoder, data)
     return event
 
 
 def decode_heartbeat(data: bytes) -> Heartbeat:
-    return _heartbeat_decoder.decode(data)
+    beat: Heartbeat = _decode(_heartbeat_decoder, data)
+    return beat
 
 
 def decode_resources(data: bytes) -> NodeResources:
-    return _resources_decoder.decode(data)
+    res: NodeResources = _decode(_resources_decoder, data)
+    return res
 
 
 def decode_health_report(data: bytes) -> HealthReport:
-    return _report_decoder.decode(data)
+    report: HealthReport = _decode(_report_decoder, data)
+    return report
 
 
 def error_path(message: str) -> str:

@@ -20,6 +20,7 @@ import asyncio
 import json
 import logging
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -93,7 +94,10 @@ class StreamFeed:
         await self.stop()
 
     def _config(self) -> ConsumerConfig:
+        # Named in the API subject (``CONSUMER.CREATE.<stream>.<name>.<filter>``), never in
+        # the body: operator credentials may create only consumers named that way.
         common: dict[str, Any] = {
+            "name": f"herd-feed-{uuid.uuid4().hex}",
             "ack_policy": AckPolicy.NONE, "filter_subject": self.subject,
             "inactive_threshold": 120.0, "mem_storage": True, "num_replicas": 1,
             "max_waiting": 16,

@@ -23,11 +23,12 @@ from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy, Header
 from nats.js.errors import BadRequestError, NotFoundError
 
+from herdbook.events.authority import Refused, bind_event
 from herdbook.events.base import Event
-from herdbook.events.codec import AnyEvent, decode_event, encode
+from herdbook.events.codec import AnyEvent, encode
 from herdbook.events.feed import StreamFeed
 from herdbook.events.node import NodeEvent
-from herdbook.events.subjects import EVENTS_STREAM, aggregate_filter, event_subject
+from herdbook.events.subjects import EVENTS_STREAM, aggregate_filter, event_subject, printable
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +54,12 @@ def subject_of(event: Event) -> str:
 
 class EventStore:
     def __init__(self, js: JetStreamContext, stream: str = EVENTS_STREAM,
-                 timeout: float = 5.0, attempts: int = 4) -> None:
+                 timeout: float = 5.0, attempts: int = 4, *, direct: bool = False) -> None:
         self.js = js
+        self.direct = direct
+        """Read an aggregate's last event with a direct get whose subject names it (what
+        an agent's credentials allow: its own node only). A replica may answer slightly
+        behind; the append's expected sequence then conflicts and the chain is retried."""
         self.stream = stream
         self.timeout = timeout
         self.attempts = attempts
@@ -87,7 +92,7 @@ class EventStore:
 
     async def _last(self, filt: str) -> tuple[int, bytes | None, str | None]:
         try:
-            msg = await self.js.get_last_msg(self.stream, filt)
+            msg = await self.js.get_last_msg(self.stream, filt, direct=self.direct)
         except NotFoundError:
             return 0, None, None
         return int(msg.seq or 0), msg.data or b"", (msg.headers or {}).get(Header.MSG_ID)
@@ -140,7 +145,7 @@ class EventStore:
 
     async def _landed_seq(self, filt: str, event_id: str) -> int | None:
         try:
-            msg = await self.js.get_last_msg(self.stream, filt)
+            msg = await self.js.get_last_msg(self.stream, filt, direct=self.direct)
         except NotFoundError:
             return None
         if (msg.headers or {}).get(Header.MSG_ID) == event_id:
@@ -165,7 +170,10 @@ class EventStore:
 
         async def on_msg(msg: Msg) -> None:
             seq = msg.metadata.sequence.stream
-            out.append((seq, decode_event(msg.data)))
+            try:
+                out.append((seq, bind_event(msg.subject, msg.data)))
+            except Refused as err:
+                log.warning("skipping %s seq %d: %s", printable(msg.subject, 120), seq, err)
             if seq >= last and not done.done():
                 done.set_result(None)
 

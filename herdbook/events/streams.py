@@ -24,12 +24,17 @@ def events_stream(replicas: int = 1) -> StreamConfig:
         deny_purge=True,
         duplicate_window=120.0,
         allow_atomic=True,
+        allow_direct=True,   # an agent reads its node's last event by subject (chaining)
         num_replicas=replicas,
         max_consumers=MAX_CONSUMERS,
     )
 
 
-def heartbeats_stream(replicas: int = 1) -> StreamConfig:
+def heartbeats_stream(replicas: int = 1, max_age_s: float = DAY) -> StreamConfig:
+    """The latest heartbeat of each node. ``max_age_s`` (``lifecycle.heartbeats_max_age``)
+    lets the subjects of nodes that stopped heartbeating (dead, deleted, made up) expire,
+    so they neither pile up nor are read again at every start; it must stay well above
+    every heartbeat timeout + grace period, which ``config`` checks."""
     # herd.res.<id> (latest resource report) and the clock probe share the
     # last-value-per-subject semantics of heartbeats.
     return StreamConfig(
@@ -40,7 +45,8 @@ def heartbeats_stream(replicas: int = 1) -> StreamConfig:
         max_msgs_per_subject=1,
         discard=DiscardPolicy.OLD,
         allow_direct=True,
-        duplicate_window=10.0,
+        max_age=max_age_s,
+        duplicate_window=min(10.0, max_age_s),   # the server refuses a longer one
         num_replicas=replicas,
         max_consumers=MAX_CONSUMERS,
     )
@@ -59,6 +65,7 @@ def health_stream(replicas: int = 1, max_age_s: float = 7 * DAY) -> StreamConfig
     )
 
 
-def all_streams(replicas: int = 1, health_max_age_s: float = 7 * DAY) -> list[StreamConfig]:
-    return [events_stream(replicas), heartbeats_stream(replicas),
+def all_streams(replicas: int = 1, health_max_age_s: float = 7 * DAY,
+                heartbeats_max_age_s: float = DAY) -> list[StreamConfig]:
+    return [events_stream(replicas), heartbeats_stream(replicas, heartbeats_max_age_s),
             health_stream(replicas, health_max_age_s)]

@@ -18,10 +18,22 @@ class InvalidIdError(ValueError):
     pass
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(text: str, limit: int = 200) -> str:
+    """``text`` safe for a log line or a header: control characters escaped (``\\x1b``),
+    cut to ``limit`` characters with the full length said."""
+    if len(text) > limit:
+        text = text[:limit] + f"... ({len(text)} chars)"
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 def validate_id(value: str, what: str = "node id") -> str:
     if not isinstance(value, str) or not ID_PATTERN.fullmatch(value):
         raise InvalidIdError(
-            f"invalid {what} {value!r}: use 1-128 characters from A-Z a-z 0-9 _ -"
+            f"invalid {what} '{printable(value, 60) if isinstance(value, str) else value}': "
+            "use 1-128 characters from A-Z a-z 0-9 _ -"
         )
     return value
 
@@ -52,6 +64,12 @@ def inject_subject(node_id: str) -> str:
     return f"herd.agent.{validate_id(node_id)}.inject"
 
 
+def sync_subject(node_id: str) -> str:
+    """An agent's catch-up request for its own allocation events (the control plane
+    answers; the node id in the subject is the only one it serves)."""
+    return f"herd.sync.{validate_id(node_id)}.allocs"
+
+
 def deadletter_subject(stream: str) -> str:
     return f"herd.deadletter.{stream}"
 
@@ -63,3 +81,4 @@ def api_subject(noun: str, verb: str) -> str:
 def node_id_of_subject(subject: str) -> str:
     """``herd.hb.<id>`` / ``herd.node.<id>.x`` -> ``<id>``."""
     return subject.split(".", 3)[2]
+

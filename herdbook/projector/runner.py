@@ -1,8 +1,10 @@
 """The projector runner: consumes HERD_EVENTS from checkpoint+1, folds into memory,
 and commits batches (``batch_size`` events or ``batch_interval``) with the checkpoint.
 
-- A message that does not decode is counted, logged with subject and sequence, and
-  republished to ``herd.deadletter.HERD_EVENTS``; the runner goes on.
+- A message that does not decode, or that its subject does not vouch for
+  (``events.authority``), is counted, logged with subject and sequence (at most a line
+  a second), and republished to ``herd.deadletter.HERD_EVENTS``; the runner goes on,
+  and the node whose subject it is on still takes its sequence as its version.
 - A fold that raises stops the runner at that event (``failed`` says which); it never
   skips silently.
 """
@@ -11,20 +13,29 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
+from msgspec.structs import replace
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from herdbook.events.alloc import AllocEvent
-from herdbook.events.codec import AnyEvent, DecodeError, decode_event
+from herdbook.events.authority import Refused, bind_event, family_of
+from herdbook.events.codec import AnyEvent
 from herdbook.events.eval_events import EvalEvent
 from herdbook.events.feed import StreamFeed, stream_seq
 from herdbook.events.instance import InstanceEvent
 from herdbook.events.jobs import JobEvent
 from herdbook.events.pool import PoolScaled
-from herdbook.events.subjects import EVENTS_STREAM, deadletter_subject
+from herdbook.events.subjects import (
+    EVENTS_STREAM,
+    ID_PATTERN,
+    deadletter_subject,
+    node_id_of_subject,
+    printable,
+)
 from herdbook.projector import schema
 from herdbook.projector.alloc_view import AllocView, apply_alloc
 from herdbook.projector.eval_view import EvalView, apply_eval
@@ -69,6 +80,8 @@ class ProjectorRunner:
         self.folded_seq = 0          # last sequence folded into memory
         self.committed_seq = 0       # last sequence committed to SQLite
         self.deadletters = 0
+        self._deadletter_logged = -1.0
+        self._deadletters_logged = 0
         self.failed: str | None = None
         self.listeners: list[ChangeListener] = []
         self._dirty: set[str] = set()
@@ -128,9 +141,11 @@ class ProjectorRunner:
         if seq <= self.folded_seq:
             return  # redelivered by an ordered-consumer reset
         try:
-            event = decode_event(msg.data)
-        except DecodeError as err:
+            event = bind_event(msg.subject, msg.data)
+            self._check_owner(event)
+        except Refused as err:
             await self._deadletter(msg, seq, str(err))
+            self._skip(msg.subject, seq)
         else:
             try:
                 self.fold(seq, event)
@@ -196,12 +211,47 @@ class ProjectorRunner:
         for listener in self.instance_listeners:
             listener(instance_id, new, event)
 
+    def _check_owner(self, event: AnyEvent) -> None:
+        """An allocation event counts only on the subjects of the node the allocation
+        was placed on: n1's agent may not report on n2's allocation by its id."""
+        if isinstance(event, AllocEvent):
+            placed = self.allocs.get(event.alloc_id)
+            if placed is not None and placed.node_id != event.node_id:
+                raise Refused(f"allocation {event.alloc_id} is on node {placed.node_id}, "
+                              f"not {event.node_id}")
+
+    def _skip(self, subject: str, seq: int) -> None:
+        """A refused message still moves the version of the node whose subject it is on:
+        a version is the subject's last stored sequence whatever the body, so one bad
+        message never wedges a node's conditional appends (DESIGN §9)."""
+        family = family_of(subject)
+        if family is None or family.prefix not in ("node", "alloc"):
+            return
+        node_id = node_id_of_subject(subject)
+        if not ID_PATTERN.fullmatch(node_id):
+            return
+        if family.prefix == "alloc":
+            self.alloc_versions[node_id] = seq
+            self._dirty_alloc_nodes.add(node_id)
+            return
+        view = self.views.get(node_id)
+        if view is not None:
+            self.views[node_id] = replace(view, version=seq)
+            self._dirty.add(node_id)
+
     async def _deadletter(self, msg: Msg, seq: int, reason: str) -> None:
         self.deadletters += 1
-        log.warning("undecodable event at %s seq %d (%s): %s", msg.subject, seq,
-                    self.stream, reason)
-        headers = {"Herd-Subject": msg.subject, "Herd-Stream-Seq": str(seq),
-                   "Herd-Error": reason[:200]}
+        now = time.monotonic()
+        if now - self._deadletter_logged >= 1.0:
+            # At most one line a second: a flood of garbage must not become a log flood.
+            suppressed = self.deadletters - self._deadletters_logged - 1
+            log.warning("dead-lettered event at %s seq %d (%s): %s%s",
+                        printable(msg.subject, 120), seq, self.stream, printable(reason),
+                        f" (and {suppressed} more since the last line)" if suppressed else "")
+            self._deadletter_logged = now
+            self._deadletters_logged = self.deadletters
+        headers = {"Herd-Subject": printable(msg.subject, 1000), "Herd-Stream-Seq": str(seq),
+                   "Herd-Error": printable(reason)}
         await self.nc.publish(deadletter_subject(self.stream), msg.data, headers=headers)
 
     async def flush(self) -> None:

@@ -37,8 +37,8 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from herdbook.config import Config
 from herdbook.events.alloc import AllocEvent, AllocPlaced, AllocStopRequested
+from herdbook.events.authority import Refused, bind_event
 from herdbook.events.base import Event, new_id
-from herdbook.events.codec import DecodeError, decode_event
 from herdbook.events.eval_events import EvalCreated, EvalEnqueued, EvalEvent
 from herdbook.events.evals import EvalStatus, Step, Trigger
 from herdbook.events.states import Intent
@@ -139,9 +139,9 @@ class Scheduler:
     # ------------------------------------------------------------------ the broker
     async def _deliver(self, msg: Msg) -> None:
         try:
-            event = decode_event(msg.data)
-        except DecodeError:
-            await msg.term()
+            event = bind_event(msg.subject, msg.data)
+        except Refused:
+            await msg.term()   # dead-lettered by the projector; never scheduled
             return
         if not isinstance(event, EvalCreated | EvalEnqueued):
             await msg.ack()
@@ -201,7 +201,7 @@ class Scheduler:
         try:
             seq = int(json.loads(msg.data)["stream_seq"])
             raw = await self.js.get_msg(EVENTS_STREAM, seq)
-            event = decode_event(raw.data or b"")
+            event = bind_event(raw.subject or "", raw.data or b"")
         except Exception as err:  # noqa: BLE001 - a malformed advisory is only logged
             log.warning("cannot read max-deliveries advisory: %r", err)
             return

@@ -8,8 +8,6 @@ from pathlib import Path
 import pytest
 
 from herdbook.control.users import (
-    AGENT_ALLOC_EVENTS,
-    AGENT_NODE_EVENTS,
     UserRegistry,
     UsersError,
     agent_permissions,
@@ -44,9 +42,13 @@ def allowed(perms: dict[str, dict[str, list[str]]], kind: str, subject: str) -> 
 
 def test_an_agent_publishes_only_its_own_subjects_and_agent_events() -> None:
     perms = agent_permissions("gpu-1")
+    agent_events = ("registered", "info_updated", "boot_started", "boot_checked", "wipe_step",
+                    "wiped", "wipe_failed")
     for subject in ("herd.hb.gpu-1", "herd.res.gpu-1", "herd.health.gpu-1",
-                    *(f"herd.node.gpu-1.{e}" for e in AGENT_NODE_EVENTS),
-                    *(f"herd.alloc.gpu-1.a1.{e}" for e in AGENT_ALLOC_EVENTS)):
+                    "herd.sync.gpu-1.allocs", "$JS.API.DIRECT.GET.HERD_EVENTS.herd.node.gpu-1.>",
+                    *(f"herd.node.gpu-1.{e}" for e in agent_events),
+                    *(f"herd.alloc.gpu-1.a1.{e}" for e in ("running", "completed", "failed",
+                                                           "stopped", "lost"))):
         assert allowed(perms, "publish", subject), subject
     for subject in ("herd.hb.other", "herd.hb.gpu-1x", "herd.node.gpu-1.approved",
                     "herd.node.gpu-1.cordoned", "herd.node.other.registered",
@@ -54,9 +56,19 @@ def test_an_agent_publishes_only_its_own_subjects_and_agent_events() -> None:
                     "herd.api.v1.node.approve", "herd.job.j.registered",
                     "$JS.API.STREAM.DELETE.HERD_EVENTS", "$JS.API.STREAM.PURGE.HERD_EVENTS",
                     "$JS.API.CONSUMER.MSG.NEXT.HERD_EVENTS.herd-scheduler",
-                    "$JS.API.CONSUMER.DELETE.HERD_EVENTS.herd-scheduler"):
+                    "$JS.API.CONSUMER.DELETE.HERD_EVENTS.herd-scheduler",
+                    # no consumer at all, and no read of another node's events
+                    "$JS.API.CONSUMER.CREATE.HERD_EVENTS",
+                    "$JS.API.CONSUMER.CREATE.HERD_EVENTS.x.herd.alloc.gpu-1.>",
+                    "$JS.API.CONSUMER.DURABLE.CREATE.HERD_EVENTS.herd-scheduler",
+                    "$JS.API.STREAM.MSG.GET.HERD_EVENTS", "$JS.API.DIRECT.GET.HERD_EVENTS",
+                    "$JS.API.DIRECT.GET.HERD_EVENTS.herd.node.other.>",
+                    "herd.sync.other.allocs", "herd.alloc.gpu-1.a1.placed",
+                    "herd.alloc.gpu-1.a1.stop_requested", "herd.node.gpu-1.boot_checked.x"):
         assert not allowed(perms, "publish", subject), subject
     assert allowed(perms, "subscribe", "herd.agent.gpu-1.inject")
+    assert allowed(perms, "subscribe", "herd.alloc.gpu-1.a1.placed")
+    assert not allowed(perms, "subscribe", "herd.alloc.other.a1.placed")
     assert allowed(perms, "subscribe", "_INBOX.agent-gpu-1.abc.1")
     for subject in ("herd.agent.other.inject", "_INBOX.op-alice.x", "herd.api.v1.node.list",
                     "herd.hb.gpu-1", "herd.node.other.approved"):
@@ -64,13 +76,23 @@ def test_an_agent_publishes_only_its_own_subjects_and_agent_events() -> None:
 
 
 def test_an_operator_uses_the_api_and_reads_but_never_publishes_events() -> None:
-    perms = operator_permissions()
-    for subject in ("herd.api.v1.node.approve", "herd.agent.gpu-1.inject",
-                    "$JS.API.CONSUMER.CREATE.HERD_EVENTS", "$JS.API.STREAM.MSG.GET.HERD_EVENTS"):
+    perms = operator_permissions("op-alice")
+    for subject in ("herd.api.v1.node.approve.op-alice", "herd.api.v1.status.op-alice",
+                    "herd.agent.gpu-1.inject", "$JS.API.STREAM.MSG.GET.HERD_EVENTS",
+                    "$JS.API.CONSUMER.CREATE.HERD_EVENTS.herd-feed-1.herd.>",
+                    "$JS.API.CONSUMER.MSG.NEXT.HERD_EVENTS.herd-feed-1"):
         assert allowed(perms, "publish", subject), subject
     for subject in ("herd.node.gpu-1.approved", "herd.hb.gpu-1", "herd.alloc.n.a.running",
+                    # the API only under its own name: the actor is who authenticated
+                    "herd.api.v1.node.approve", "herd.api.v1.node.approve.op-bob",
                     "$JS.API.STREAM.DELETE.HERD_EVENTS", "$JS.API.STREAM.PURGE.HERD_EVENTS",
-                    "$JS.API.CONSUMER.DELETE.HERD_EVENTS.herd-scheduler"):
+                    "$JS.API.CONSUMER.DELETE.HERD_EVENTS.herd-scheduler",
+                    # the control plane's consumer, by name in the subject or in the body
+                    "$JS.API.CONSUMER.CREATE.HERD_EVENTS.herd-scheduler",
+                    "$JS.API.CONSUMER.CREATE.HERD_EVENTS.herd-scheduler.herd.eval.>",
+                    "$JS.API.CONSUMER.CREATE.HERD_EVENTS",
+                    "$JS.API.CONSUMER.DURABLE.CREATE.HERD_EVENTS.herd-scheduler",
+                    "$JS.API.CONSUMER.MSG.NEXT.HERD_EVENTS.herd-scheduler"):
         assert not allowed(perms, "publish", subject), subject
     assert allowed(perms, "subscribe", "herd.node.gpu-1.approved")
     for subject in ("herd.api.v1.node.approve", "herd.agent.gpu-1.inject"):

@@ -1,0 +1,210 @@
+"""The subject is the authority (DESIGN §9): which event types each subject family may
+carry, who may publish them, and the one check every reader of a stream applies.
+
+NATS authenticates who may publish on a subject and nothing in the body. So a reader
+accepts an event only if
+
+- its subject belongs to a family of this table,
+- its type is one that family may carry,
+- the subject it would be appended on (``subject_of``) is exactly the subject it was
+  stored on: the type and every id the subject names (node, alloc, job, eval, instance,
+  pool) are the body's, and
+- every id in the body is a valid id (the CLI would accept it).
+
+Anything else is a ``Refused`` with its reason: the projector dead-letters it, reactors
+and agents skip it. The NATS permissions ``herd creds`` writes are generated from the
+same table (``agent_publish_subjects``), so what an agent may publish and what a reader
+accepts from it cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from herdbook.events import codec
+from herdbook.events.alloc import (
+    AllocCompleted,
+    AllocEvent,
+    AllocFailed,
+    AllocLost,
+    AllocRunning,
+    AllocStopped,
+)
+from herdbook.events.base import Event
+from herdbook.events.eval_events import EvalEvent
+from herdbook.events.health import HealthReport
+from herdbook.events.heartbeat import Heartbeat, NodeResources
+from herdbook.events.instance import InstanceEvent
+from herdbook.events.jobs import JobEvent
+from herdbook.events.node import (
+    NodeBootChecked,
+    NodeBootStarted,
+    NodeEvent,
+    NodeInfoUpdated,
+    NodeRegistered,
+    NodeWiped,
+    NodeWipeFailed,
+    NodeWipeStepReported,
+)
+from herdbook.events.pool import PoolEvent
+from herdbook.events.subjects import (
+    EVENTS_STREAM,
+    HEALTH_STREAM,
+    HEARTBEATS_STREAM,
+    InvalidIdError,
+    event_subject,
+    printable,
+    validate_id,
+)
+
+
+class Publisher(StrEnum):
+    AGENT = "agent"
+    """The node's own agent, on its own node's subjects only (``herd creds agent``)."""
+    CONTROL = "control"
+    """The control plane (``herd-control``)."""
+
+
+class Refused(ValueError):
+    """A message its subject does not vouch for; ``str()`` is the reason."""
+
+
+@dataclass(frozen=True)
+class Family:
+    """Subjects ``herd.<prefix>.<id tokens...>[.<event name>]`` in one stream."""
+
+    prefix: str
+    stream: str
+    id_tokens: tuple[str, ...]
+    """Which id each token after the prefix names, in order."""
+    base: type
+    """Every type this family may carry is a subclass of ``base``..."""
+    agent_types: tuple[type, ...] = ()
+    """...and of those, these (and only these) may come from the node's agent."""
+
+    @property
+    def carries_events(self) -> bool:
+        return issubclass(self.base, Event)
+
+    def agent_subjects(self, node_id: str) -> list[str]:
+        """The subjects of this family the agent of ``node_id`` may publish on."""
+        ids = ".".join(node_id if token == "node_id" else "*" for token in self.id_tokens)
+        if not self.carries_events:
+            return [f"herd.{self.prefix}.{ids}"] if self.agent_types else []
+        return [f"herd.{self.prefix}.{ids}.{_event_name(cls)}" for cls in self.agent_types]
+
+
+def _event_name(cls: type) -> str:
+    tag = cls.__struct_config__.tag  # type: ignore[attr-defined]
+    assert isinstance(tag, str)
+    return tag.split(".", 1)[1]
+
+
+FAMILIES: tuple[Family, ...] = (
+    Family("node", EVENTS_STREAM, ("node_id",), NodeEvent, agent_types=(
+        NodeRegistered, NodeInfoUpdated, NodeBootStarted, NodeBootChecked,
+        NodeWipeStepReported, NodeWiped, NodeWipeFailed)),
+    Family("alloc", EVENTS_STREAM, ("node_id", "alloc_id"), AllocEvent, agent_types=(
+        AllocRunning, AllocCompleted, AllocFailed, AllocStopped, AllocLost)),
+    Family("job", EVENTS_STREAM, ("job_id",), JobEvent),
+    Family("eval", EVENTS_STREAM, ("eval_id",), EvalEvent),
+    Family("instance", EVENTS_STREAM, ("instance_id",), InstanceEvent),
+    Family("pool", EVENTS_STREAM, ("pool",), PoolEvent),
+    Family("hb", HEARTBEATS_STREAM, ("node_id",), Heartbeat, agent_types=(Heartbeat,)),
+    Family("res", HEARTBEATS_STREAM, ("node_id",), NodeResources, agent_types=(NodeResources,)),
+    Family("health", HEALTH_STREAM, ("node_id",), HealthReport, agent_types=(HealthReport,)),
+)
+"""Every subject family herdbook stores, what it carries and who may write it. A type
+not listed under ``agent_types`` is written by the control plane only; operators write
+no stream subject at all (they go through the API)."""
+
+_BY_PREFIX = {family.prefix: family for family in FAMILIES}
+
+ID_FIELDS = ("node_id", "alloc_id", "job_id", "eval_id", "instance_id", "pool", "boot_id",
+             "previous_alloc", "previous_eval", "next_eval", "blocked_eval", "replaces",
+             "report_id")
+"""Body fields that hold an id: each must be a valid id (or empty/None where optional)."""
+
+
+def family_of(subject: str) -> Family | None:
+    parts = subject.split(".", 2)
+    if len(parts) < 3 or parts[0] != "herd":
+        return None
+    return _BY_PREFIX.get(parts[1])
+
+
+def publishers(cls: type) -> frozenset[Publisher]:
+    """Who may publish an event of type ``cls`` (the table above, read per type)."""
+    for family in FAMILIES:
+        if issubclass(cls, family.base):
+            if cls in family.agent_types:
+                return frozenset({Publisher.AGENT, Publisher.CONTROL})
+            return frozenset({Publisher.CONTROL})
+    return frozenset()
+
+
+def agent_publish_subjects(node_id: str) -> list[str]:
+    """Every stream subject the agent of ``node_id`` may publish on."""
+    nid = validate_id(node_id)
+    return [subject for family in FAMILIES for subject in family.agent_subjects(nid)]
+
+
+_ID_FIELDS_OF: dict[type, tuple[str, ...]] = {}
+
+
+def _id_fields(cls: type) -> tuple[str, ...]:
+    fields = _ID_FIELDS_OF.get(cls)
+    if fields is None:
+        names = set(cls.__struct_fields__)  # type: ignore[attr-defined]
+        fields = _ID_FIELDS_OF[cls] = tuple(name for name in ID_FIELDS if name in names)
+    return fields
+
+
+def check_ids(value: object) -> None:
+    """Raise ``Refused`` unless every id field of ``value`` is a valid id (or empty)."""
+    for name in _id_fields(type(value)):
+        ident = getattr(value, name)
+        if ident:
+            try:
+                validate_id(ident, name.replace("_", " "))
+            except InvalidIdError as err:
+                raise Refused(printable(str(err))) from None
+
+
+def bind_event(subject: str, data: bytes) -> codec.AnyEvent:
+    """The domain event stored on ``subject``, if the subject vouches for it; else
+    ``Refused`` with the reason (undecodable, a type the family may not carry, a body
+    naming another type or id than its subject, an invalid id)."""
+    family = family_of(subject)
+    if family is None or not family.carries_events:
+        raise Refused(f"subject {printable(subject, 120)!r} carries no domain events")
+    try:
+        event = codec.decode_event(data)
+    except (codec.DecodeError, RecursionError, ValueError) as err:
+        raise Refused(f"undecodable: {printable(str(err))}") from None
+    if not isinstance(event, family.base):
+        raise Refused(f"herd.{family.prefix}.* may not carry {codec.event_tag(type(event))}")
+    check_ids(event)
+    try:
+        expected = event_subject(type(event).aggregate, event.aggregate_id, event.event_name)
+    except InvalidIdError as err:
+        raise Refused(printable(str(err))) from None
+    if expected != subject:
+        raise Refused(f"body is {codec.event_tag(type(event))} for {printable(expected, 120)}, "
+                      f"not for its subject {printable(subject, 120)}")
+    return event
+
+
+def bind_node_report(subject: str, node_id: str) -> None:
+    """A heartbeat, resource or health report on ``herd.<hb|res|health>.<id>`` must name
+    that id (valid) as its ``node_id``; else ``Refused``."""
+    parts = subject.split(".")
+    if len(parts) != 3:
+        raise Refused(f"subject {printable(subject, 120)!r} is not herd.<kind>.<node id>")
+    try:
+        validate_id(parts[2])
+    except InvalidIdError as err:
+        raise Refused(printable(str(err))) from None
+    if node_id != parts[2]:
+        raise Refused(f"body names node {printable(node_id, 120)!r}, its subject {parts[2]!r}")
