@@ -215,7 +215,10 @@ class Agent:
             await self._stop.wait()
         finally:
             for sub in (reboots, injections, wipes, requests):
-                await sub.unsubscribe()
+                try:
+                    await sub.unsubscribe()
+                except Exception:  # noqa: BLE001 - the connection is gone already
+                    pass
             if self._wiping is not None:
                 self._wiping.cancel()
             for task in tasks:

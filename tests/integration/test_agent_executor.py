@@ -17,6 +17,7 @@ import pytest
 from herdbook.agent import procs
 from herdbook.agent.executor import StateFile
 from herdbook.agent.main import Agent, AgentOptions
+from herdbook.control.agent_sync import AgentSync
 from herdbook.events.alloc import (
     AllocCompleted,
     AllocEvent,
@@ -93,9 +94,12 @@ class Fleet:
 @pytest.fixture
 async def fleet(nats_server, nc, tmp_path) -> AsyncIterator[Fleet]:  # type: ignore[no-untyped-def]
     fleet = Fleet(nats_server.url, nc, tmp_path / "agent")
+    sync = AgentSync(nc)   # the control plane's part an agent needs: its catch-up reads
+    await sync.start()
     try:
         yield fleet
     finally:
+        await sync.stop()
         for agent, _ in list(fleet.running):
             await fleet.stop(agent)
         for pid in fleet.pids:
