@@ -169,3 +169,32 @@ async def test_a_restarted_agent_reattaches_to_the_workload_it_left_running(
     await eventually(lambda: fleet.has("a1", AllocStopped), what="alloc.stopped")
     assert not procs.is_alive(pid, None)
     assert fleet.state().allocs == []
+
+
+async def test_an_allocation_placed_while_the_agent_is_disconnected_runs_after_it_reconnects(
+        fleet: Fleet, nats_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The agent holds no consumer: its core subscription misses what is published while
+    it is away, and the catch-up read after its reconnect brings it (issue 13)."""
+    import nats
+
+    agent = await fleet.start()
+    await fleet.place("a1", ["sh", "-c", "exit 0"])
+    await eventually(lambda: fleet.has("a1", AllocCompleted), what="a1 completed")
+    await asyncio.to_thread(nats_server.stop)
+    await asyncio.to_thread(nats_server.start)
+    # Placed at once, before the agent's reconnect (it waits a second between attempts).
+    writer = await nats.connect(nats_server.url)
+    try:
+        await EventStore(writer.jetstream()).append(AllocPlaced(
+            node_id=NODE, alloc_id="a2", job_id="job-1", eval_id="eval-1", index=0,
+            command=["sh", "-c", "exit 0"]))
+        assert not agent.nc.is_connected   # type: ignore[union-attr]
+        await eventually(lambda: _has(writer, "a2", AllocCompleted), timeout=30,
+                         what="a2 run by the reconnected agent")
+    finally:
+        await writer.close()
+
+
+async def _has(nc: Any, alloc_id: str, kind: type[AllocEvent]) -> bool:
+    events = await EventStore(nc.jetstream()).load("alloc", NODE)
+    return any(isinstance(e, kind) and e.alloc_id == alloc_id for _, e in events)

@@ -333,3 +333,90 @@ async def test_control_plane_agent_and_cli_over_tls(pki: Path, tls_server: str,
         await agent.stop()
         await task
         await plane.stop()
+
+
+async def test_the_actor_is_who_authenticated_not_what_the_request_says(
+        plane: ControlPlane, tmp_path: Path) -> None:
+    creds = await issue(tmp_path, "operator", "--name", "alice")
+    errors: list[str] = []
+    nc = await connect_as(plane, creds, errors)
+    body = json.dumps({"id": "cp-auth", "actor": "bob", "reason": "claims to be bob"}).encode()
+    try:
+        reply = json.loads((await nc.request("herd.api.v1.node.cordon.op-alice", body,
+                                              timeout=10)).data)
+        assert reply["ok"], reply
+        # neither the plain subject (the claim would count) nor another operator's name
+        for subject in ("herd.api.v1.node.uncordon", "herd.api.v1.node.uncordon.op-bob"):
+            with pytest.raises(Exception):  # noqa: B017 - refused by NATS: no reply comes
+                await nc.request(subject, body, timeout=1)
+    finally:
+        await nc.close()
+    js = plane.nc.jetstream()  # type: ignore[union-attr]
+    stored = await js.get_last_msg(EVENTS_STREAM, "herd.node.cp-auth.cordoned")
+    assert json.loads(stored.data or b"{}")["actor"] == "op-alice"
+    assert plane.projector is not None and plane.projector.views["cp-auth"].intent == "CORDONED"
+    # the real CLI with the same credentials: recorded under the credential's name too
+    result = await asyncio.to_thread(herd, "--creds", str(creds), "node", "uncordon", "cp-auth",
+                                     "-m", "back")
+    assert result.returncode == 0, result.stderr
+    stored = await js.get_last_msg(EVENTS_STREAM, "herd.node.cp-auth.uncordoned")
+    assert json.loads(stored.data or b"{}")["actor"] == "op-alice"
+    audit = await asyncio.to_thread(herd, "--creds", str(creds), "audit", "list", "-o", "json")
+    assert audit.returncode == 0, audit.stderr
+    assert {"op-alice"} <= {entry.get("actor") for entry in json.loads(audit.stdout)}
+
+
+async def test_agents_and_operators_cannot_touch_consumers_that_are_not_theirs(
+        plane: ControlPlane, tmp_path: Path) -> None:
+    """Today's attack rewrote the scheduler's durable consumer through a name in the
+    request body. An agent has no consumer right at all, nor a read of another node's
+    events; an operator may create only consumers named in the API subject, never the
+    scheduler's."""
+    from nats.js.api import ConsumerConfig
+
+    control_js = plane.nc.jetstream()  # type: ignore[union-attr]
+    scheduler_before = (await control_js.consumer_info(EVENTS_STREAM, "herd-scheduler")).config
+    agent_errors: list[str] = []
+    agent = await connect_as(plane, await issue(tmp_path, "agent", "gpu-1"), agent_errors)
+    operator_errors: list[str] = []
+    operator = await connect_as(plane, await issue(tmp_path, "operator"), operator_errors)
+    try:
+        ajs, ojs = agent.jetstream(timeout=1), operator.jetstream(timeout=1)
+        hijack = ConsumerConfig(filter_subject="herd.node.>")
+        for js in (ajs, ojs):
+            for config in (ConsumerConfig(name="herd-scheduler", filter_subject="herd.node.>"),
+                           ConsumerConfig(durable_name="herd-scheduler",
+                                          filter_subject="herd.node.>")):
+                with pytest.raises(Exception):  # noqa: B017 - refused by NATS: no reply
+                    await js.add_consumer(EVENTS_STREAM, config)
+            with pytest.raises(Exception):  # noqa: B017
+                await js.delete_consumer(EVENTS_STREAM, "herd-scheduler")
+        # the body-named (legacy) create form is closed to both
+        for nc in (agent, operator):
+            with pytest.raises(Exception):  # noqa: B017
+                await nc.request(f"$JS.API.CONSUMER.CREATE.{EVENTS_STREAM}",
+                                 json.dumps({"stream_name": EVENTS_STREAM,
+                                             "config": {"name": "herd-scheduler"}}).encode(),
+                                 timeout=1)
+        # an agent creates no consumer at all and reads no other node's events
+        with pytest.raises(Exception):  # noqa: B017
+            await ajs.add_consumer(EVENTS_STREAM, hijack.evolve(name="mine"))
+        for get in (ajs.get_last_msg(EVENTS_STREAM, "herd.node.cp-auth.>"),
+                    ajs.get_last_msg(EVENTS_STREAM, "herd.node.cp-auth.>", direct=True)):
+            with pytest.raises(Exception):  # noqa: B017
+                await get
+        # ...but its own node's last event it may read (to chain the next one)
+        with pytest.raises(NotFoundError):
+            await ajs.get_last_msg(EVENTS_STREAM, "herd.node.gpu-1.>", direct=True)
+        # an operator's own, named consumer works
+        info = await ojs.add_consumer(EVENTS_STREAM, hijack.evolve(name="op-tail"))
+        assert info.name == "op-tail"
+        await ojs.delete_consumer(EVENTS_STREAM, "op-tail")
+    finally:
+        await agent.close()
+        await operator.close()
+    after = (await control_js.consumer_info(EVENTS_STREAM, "herd-scheduler")).config
+    assert (after.filter_subjects, after.filter_subject) == (
+        scheduler_before.filter_subjects, scheduler_before.filter_subject)
+    log = server_log(plane)
+    assert "Publish Violation" in log and "herd-scheduler" in log
