@@ -13,6 +13,22 @@ from herdbook.cli.output import console
 nats_app = typer.Typer(help="NATS helpers: a local nats-server cluster.", no_args_is_help=True)
 
 
+def refuse_open_listener(host: str, insecure: bool, what: str, *, auth: bool | None) -> None:
+    """Without credentials every client is trusted as any node or operator: such a server
+    listens on loopback only, unless the operator says --insecure. ``auth`` None: the
+    command has no --auth."""
+    from herdbook.control.nats_server import is_loopback
+    if auth or is_loopback(host):
+        return
+    if not insecure:
+        remedy = "--insecure" if auth is None else "--auth, or --insecure"
+        raise client.fail(f"{what} {host} is not a loopback address and the server has no "
+                          "credentials, so anyone who reaches it may act as any node or "
+                          f"operator: pass {remedy} to listen there anyway", client.EXIT_USAGE)
+    client.err_console.print(f"Warning: --insecure: listening on {host} without credentials",
+                             markup=False)
+
+
 @nats_app.command("cluster")
 def cluster(
     directory: Annotated[Path, typer.Option(
@@ -23,7 +39,11 @@ def cluster(
     base_port: Annotated[int, typer.Option(
         "--base-port", min=1, max=65535 - 4010, help="Client ports from here (P, P+1, ...); "
         "routes at P+2000.., monitoring at P+4000..")] = 4222,
-    host: Annotated[str, typer.Option("--host", help="Address every port binds to.")] = "127.0.0.1",
+    host: Annotated[str, typer.Option("--host", help="Address every port binds to; "
+                                      "not loopback: needs --insecure.")] = "127.0.0.1",
+    insecure: Annotated[bool, typer.Option("--insecure", help="Listen on a non-loopback "
+                                           "--host although the servers have no "
+                                           "credentials.")] = False,
     name: Annotated[str, typer.Option("--name", help="Cluster name.")] = "herd",
     sync_interval: Annotated[str | None, typer.Option(
         "--sync-interval", help="JetStream fsync interval, e.g. `always` (durable against an "
@@ -37,6 +57,7 @@ def cluster(
     from herdbook.control.nats_cluster import LocalCluster
     from herdbook.control.nats_server import NatsServerError
 
+    refuse_open_listener(host, insecure, "--host", auth=None)
     local = LocalCluster(directory, size=size, base_port=base_port, host=host, name=name,
                          sync_interval=sync_interval)
 

@@ -10,7 +10,7 @@ import typer
 
 from herdbook.cli import client
 from herdbook.cli.audit import audit_app
-from herdbook.cli.cluster import nats_app
+from herdbook.cli.cluster import nats_app, refuse_open_listener
 from herdbook.cli.creds import (
     CredsOption,
     PasswordOption,
@@ -82,7 +82,7 @@ def up(
     data_dir: Annotated[str | None, typer.Option("--data-dir", help="Where the view and the "
                                                  "embedded NATS store live [default: ./.herd].")] = None,
     nats_port: Annotated[int | None, typer.Option("--nats-port", help="Port of the embedded "
-                                                  "nats-server, on 127.0.0.1 [default: 4222].")] = None,
+                                                  "nats-server, on nats.host [default: 4222].")] = None,
     nats_url: Annotated[str | None, typer.Option("--nats-url", help="Use this NATS (>= 2.11, "
                                                  "JetStream on) instead of starting one.")] = None,
     auto_approve: Annotated[bool, typer.Option("--auto-approve", help="Approve new compute "
@@ -98,6 +98,10 @@ def up(
         "--metrics-host", help="Address /metrics binds to [default: 127.0.0.1].")] = None,
     auth: Annotated[bool, typer.Option("--auth", help="Embedded nats-server: require "
                                        "credentials (`herd creds agent|operator`).")] = False,
+    insecure: Annotated[bool, typer.Option("--insecure", help="Without --auth, let the "
+                                           "embedded nats-server listen on a non-loopback "
+                                           "nats.host: anyone who reaches it may act as any "
+                                           "node or operator.")] = False,
     creds: Annotated[str | None, typer.Option("--creds", help="With --nats-url: a creds "
                                               "file to connect with.")] = None,
     tls_ca: Annotated[str | None, typer.Option("--tls-ca", help="With --nats-url: CA file "
@@ -130,7 +134,9 @@ def up(
         auth=auth or cfg.nats.auth, creds=creds or cfg.nats.creds,
         tls=msgspec.structs.replace(tls, ca=tls_ca or tls.ca, cert=tls_cert or tls.cert,
                                     key=tls_key or tls.key))
-    if nats_cfg.url:
+    if not nats_cfg.url:
+        refuse_open_listener(nats_cfg.host, insecure, "nats.host", auth=nats_cfg.auth)
+    else:
         from herdbook.credentials import NatsAuth
         checked_auth(NatsAuth(creds=nats_cfg.creds, tls_ca=nats_cfg.tls.ca,
                               tls_cert=nats_cfg.tls.cert, tls_key=nats_cfg.tls.key), nats_cfg.url)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import shutil
 import signal
@@ -14,6 +15,17 @@ from pathlib import Path
 
 class NatsServerError(RuntimeError):
     pass
+
+
+def is_loopback(host: str) -> bool:
+    """127.0.0.0/8, ::1 or "localhost": only processes on this machine can connect."""
+    name = host.strip().strip("[]").lower()
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
 
 
 def find_binary() -> str:
