@@ -17,6 +17,7 @@ from typing import Any
 
 import nats
 from nats.aio.client import Client as NATS
+from nats.js.api import StreamConfig
 from nats.js.errors import BadRequestError, NotFoundError
 
 import herdbook
@@ -30,6 +31,7 @@ from herdbook.control.leader import LeaderLease
 from herdbook.control.metrics import Metrics, MetricsServer, scrape
 from herdbook.control.nats_server import EmbeddedNats, NatsServerError, port_in_use
 from herdbook.control.providers import FakeProvider, LocalProvider
+from herdbook.control.streams_guard import StreamsGuard
 from herdbook.control.users import UserRegistry
 from herdbook.credentials import CredentialsError, CredsFile, NatsAuth, redact, write_creds
 from herdbook.events.codec import encode
@@ -72,10 +74,12 @@ def check_server_version(version: str) -> None:
             "(per-aggregate optimistic concurrency, Nats-Expected-Last-Subject-Sequence-Subject)")
 
 
-async def ensure_streams(nc: NATS, replicas: int, health_max_age: float) -> None:
-    """Create or update the three streams; safe to run on every start."""
+async def ensure_streams(nc: NATS, replicas: int, health_max_age: float) -> list[StreamConfig]:
+    """Create or update the three streams; safe to run on every start. Returns their
+    configurations (what the streams guard recreates a deleted one with)."""
     js = nc.jetstream()
-    for config in all_streams(replicas, health_max_age):
+    configs = all_streams(replicas, health_max_age)
+    for config in configs:
         try:
             await js.stream_info(str(config.name))
         except NotFoundError:
@@ -85,6 +89,7 @@ async def ensure_streams(nc: NATS, replicas: int, health_max_age: float) -> None
             await js.update_stream(config)
         except BadRequestError as err:
             log.warning("stream %s kept its old config: %s", config.name, err.description)
+    return configs
 
 
 def default_requester_id() -> str:
@@ -117,6 +122,7 @@ class ControlPlane:
         self.metrics_server: MetricsServer | None = None
         self.sensitive: SensitiveReactor | None = None
         self.lease: LeaderLease | None = None
+        self.streams_guard: StreamsGuard | None = None
         self._store: Any = None
         self._lock_file: Any = None
         self._tasks: list[asyncio.Task[Any]] = []
@@ -179,12 +185,14 @@ class ControlPlane:
         except Exception as err:
             raise StartupError(f"cannot connect to NATS at {redact(self.url)}: {err}") from err
         check_server_version(str(self.nc._server_info.get("version", "")))
-        await ensure_streams(self.nc, cfg.nats.replicas, float(cfg.health.max_age))
+        streams = await ensure_streams(self.nc, cfg.nats.replicas, float(cfg.health.max_age))
         store = EventStore(self.nc.jetstream())
         self.projector = ProjectorRunner(
             self.nc, str(self.data_dir / "view.db"), batch_size=cfg.projector.batch_size,
             batch_interval=float(cfg.projector.batch_interval))
         await self.projector.start()
+        self.streams_guard = StreamsGuard(self.nc, streams, floor=self._folded)
+        await self.streams_guard.start()
         await self._catch_up()
         self.agent_sync = AgentSync(self.nc)
         await self.agent_sync.start()
@@ -235,6 +243,12 @@ class ControlPlane:
                 "node_id": self.node_id, "data_dir": str(self.data_dir),
                 "nodes": len(self.projector.views),
                 "metrics_url": self.metrics_server.url if self.metrics_server else None}
+
+    def _folded(self, stream: str) -> int:
+        """How far the projector read ``stream``: a recreated one starts after it."""
+        if stream != EVENTS_STREAM or self.projector is None:
+            return 0
+        return self.projector.folded_seq
 
     async def _start_metrics(self, metrics: Metrics) -> None:
         assert self.nc is not None and self.projector is not None and self.sweeper is not None
@@ -398,7 +412,7 @@ class ControlPlane:
             await self.fake_provider.stop_all()
         if self.lease is not None:
             await self.lease.stop()   # stops the leader's reactors through _follow
-        for part in (self.api, self.agent_sync, self.sensitive, self.scheduler,
+        for part in (self.streams_guard, self.api, self.agent_sync, self.sensitive, self.scheduler,
                      self.allocations, self.notifier, self.instances, self.classifier,
                      self.approver, self.sweeper, self.projector):
             if part is not None:

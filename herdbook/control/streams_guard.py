@@ -1,0 +1,111 @@
+"""A stream deleted from outside comes back.
+
+HERD_EVENTS denies message deletes and purges, but a whole-stream delete
+(``$JS.API.STREAM.DELETE``) by a user allowed to make one still removes it, and then every
+append and every read answers "stream not found". The guard checks the streams every
+``interval`` seconds, and at once on the server's stream-deleted advisory, and recreates a
+missing one with the configuration it was started with.
+
+What the stream held is lost; the recreated stream starts after the last sequence this
+control plane knew of (what it saw, what its projector folded), so the feeds that resume
+from their last sequence + 1 read the new messages instead of waiting for sequences the
+server hands out a second time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from nats.aio.client import Client as NATS
+from nats.js.api import StreamConfig
+from nats.js.errors import NotFoundError
+
+log = logging.getLogger(__name__)
+
+DELETED_ADVISORY = "$JS.EVENT.ADVISORY.STREAM.DELETED.*"
+
+
+class StreamsGuard:
+    def __init__(self, nc: NATS, configs: list[StreamConfig], *, interval: float = 2.0,
+                 floor: Callable[[str], int] = lambda stream: 0) -> None:
+        """``floor(stream)``: a sequence some reader of ``stream`` already reached (the
+        projector's); a recreated stream starts after it too."""
+        self.nc = nc
+        self.js = nc.jetstream()
+        self.configs = configs
+        self.interval = interval
+        self.floor = floor
+        self.last_seq: dict[str, int] = {}
+        """The last sequence seen in each stream."""
+        self.recreated = 0
+        self._wake = asyncio.Event()
+        self._sub: Any = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        await self.check()
+
+        async def on_deleted(msg: Any) -> None:
+            self._wake.set()
+
+        self._sub = await self.nc.subscribe(DELETED_ADVISORY, cb=on_deleted)
+        self._task = asyncio.create_task(self._run(), name="streams-guard")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+        sub, self._sub = self._sub, None
+        if sub is not None:
+            try:
+                await sub.unsubscribe()
+            except Exception:  # noqa: BLE001 - the connection may be gone
+                pass
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await asyncio.wait_for(self._wake.wait(), self.interval)
+            except TimeoutError:
+                pass
+            self._wake.clear()
+            try:
+                await self.check()
+            except Exception:  # noqa: BLE001 - disconnected: the next round tries again
+                log.debug("stream check failed", exc_info=True)
+
+    async def check(self) -> list[str]:
+        """Recreate the streams that are missing; returns their names."""
+        missing: list[str] = []
+        for config in self.configs:
+            name = str(config.name)
+            try:
+                info = await self.js.stream_info(name)
+            except NotFoundError:
+                if await self._recreate(config):
+                    missing.append(name)
+                continue
+            self.last_seq[name] = max(self.last_seq.get(name, 0), info.state.last_seq)
+        return missing
+
+    async def _recreate(self, config: StreamConfig) -> bool:
+        name = str(config.name)
+        after = max(self.last_seq.get(name, 0), self.floor(name))
+        fresh = dataclasses.replace(config, first_seq=after + 1) if after else config
+        try:
+            await self.js.add_stream(fresh)
+        except Exception as err:  # noqa: BLE001 - e.g. another replica recreated it first
+            log.warning("stream %s is missing and could not be recreated: %s", name, err)
+            return False
+        self.recreated += 1
+        log.error("stream %s was deleted from outside: recreated it empty, from sequence %d; "
+                  "what it held is lost", name, after + 1)
+        return True

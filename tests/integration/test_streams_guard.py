@@ -1,0 +1,103 @@
+"""A stream deleted from outside comes back: the control plane recreates it (one ERROR
+line naming it), the API keeps answering, and new registrations and appends land."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import nats
+import pytest
+
+from herdbook.agent.main import Agent, AgentOptions
+from herdbook.config import parse_config
+from herdbook.control.app import ControlPlane
+from herdbook.events.node import NodeRegistered
+from herdbook.events.store import EventStore
+from herdbook.events.subjects import EVENTS_STREAM, HEARTBEATS_STREAM
+from tests.conftest import free_port
+from tests.integration.test_agent_and_control import eventually
+
+
+@pytest.fixture
+async def plane(tmp_path: Path) -> AsyncIterator[ControlPlane]:
+    config = parse_config(f"nats: {{port: {free_port()}}}\ndata_dir: '{tmp_path / 'd'}'\n"
+                          "node_id: cp-guard\nlifecycle: {heartbeat_timeout: 5s}\n")
+    control = ControlPlane(config)
+    await control.start()
+    try:
+        yield control
+    finally:
+        await control.stop()
+
+
+async def api(nc: Any, route: str, body: dict[str, Any]) -> dict[str, Any]:
+    msg = await nc.request(f"herd.api.v1.{route}", json.dumps(body).encode(), timeout=10)
+    reply: dict[str, Any] = json.loads(msg.data)
+    return reply
+
+
+async def listed(nc: Any, node_id: str) -> bool:
+    reply = await api(nc, "node.list", {})
+    return reply["ok"] and node_id in {n["id"] for n in reply["result"]["items"]}
+
+
+async def test_deleted_streams_are_recreated_and_the_api_answers(
+        plane: ControlPlane, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    nc = await nats.connect(plane.url)
+    js = nc.jetstream()
+    agents: list[tuple[Agent, asyncio.Task[None]]] = []
+
+    def start_agent(node_id: str) -> Agent:
+        agent = Agent(AgentOptions(server=plane.url, node_id=node_id, fake_gpus=2,
+                                   state_dir=str(tmp_path / node_id), heartbeat_interval=0.2))
+        agents.append((agent, asyncio.create_task(agent.run())))
+        return agent
+
+    try:
+        await asyncio.wait_for(start_agent("gpu-1").registered.wait(), 15)
+        await eventually(lambda: listed(nc, "gpu-1"))
+        before = (await js.stream_info(EVENTS_STREAM)).state.last_seq
+
+        # given: both streams deleted from outside, with the control plane's own rights
+        with caplog.at_level(logging.ERROR, logger="herdbook.control.streams_guard"):
+            await js.delete_stream(EVENTS_STREAM)
+            await js.delete_stream(HEARTBEATS_STREAM)
+
+            # then: back within a few seconds, logged once each
+            async def back() -> bool:
+                await js.stream_info(EVENTS_STREAM)
+                await js.stream_info(HEARTBEATS_STREAM)
+                return True
+
+            await eventually(back, timeout=5)
+        errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR
+                  and r.name == "herdbook.control.streams_guard"]
+        assert sorted(e.split()[1] for e in errors) == [EVENTS_STREAM, HEARTBEATS_STREAM]
+        info = await js.stream_info(EVENTS_STREAM)
+        assert info.config.deny_delete and info.config.deny_purge and info.config.allow_atomic
+        # the sequence goes on after what was read, so the readers resume
+        assert info.state.first_seq > before
+
+        # the API answers, it does not say "internal error"
+        reply = await api(nc, "node.list", {})
+        assert reply["ok"], reply
+        assert (await api(nc, "status", {}))["ok"]
+
+        # an append lands, and a new agent registers and shows in the view
+        seq = await EventStore(js).append(NodeRegistered(node_id="late", boot_id="b"),
+                                          expected_version=0)
+        assert seq > before
+        await asyncio.wait_for(start_agent("gpu-2").registered.wait(), 15)
+        await eventually(lambda: listed(nc, "gpu-2"), timeout=30)
+        await eventually(lambda: listed(nc, "late"), timeout=5)
+    finally:
+        for agent, task in agents:
+            await agent.stop()
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        await nc.close()
