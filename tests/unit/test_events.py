@@ -89,6 +89,7 @@ from herdbook.events.subjects import (
     event_subject,
     health_subject,
     heartbeat_subject,
+    printable,
     resources_subject,
     validate_id,
 )
@@ -275,7 +276,9 @@ BAD_IDS = ["a.b", "a b", "*", ">", "", "x" * 129, "gpu/017", "gpu\t1"]
 def test_subject_builders_reject_bad_ids(build: Callable[[str], str], bad: str) -> None:
     with pytest.raises(InvalidIdError) as excinfo:
         build(bad)
-    assert repr(bad) in str(excinfo.value)
+    # shown quoted, control characters escaped, a long one cut (a log or terminal is safe)
+    assert f"'{printable(bad, 60)}'" in str(excinfo.value)
+    assert str(excinfo.value).isprintable()
 
 
 def test_subject_builders_reject_a_trailing_newline() -> None:

@@ -1,0 +1,95 @@
+"""The subject-family table (events.authority): every event belongs to one family, the
+binding refuses any body its subject does not vouch for, and the agents' NATS
+permissions are the table's agent subjects."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from herdbook.control.users import agent_permissions
+from herdbook.events.alloc import AllocLost, AllocPlaced, AllocRunning
+from herdbook.events.authority import (
+    FAMILIES,
+    Publisher,
+    Refused,
+    agent_publish_subjects,
+    bind_event,
+    family_of,
+    publishers,
+)
+from herdbook.events.codec import EVENT_TYPES, encode
+from herdbook.events.eval_events import EvalCreated
+from herdbook.events.evals import Trigger
+from herdbook.events.node import NodeApproved, NodeBootStarted, NodeRegistered
+from herdbook.events.store import subject_of
+
+ids = st.from_regex(r"[A-Za-z0-9_-]{1,12}", fullmatch=True)
+
+
+def test_every_event_type_belongs_to_exactly_one_family_and_has_a_publisher() -> None:
+    for cls in EVENT_TYPES:
+        owners = [f for f in FAMILIES if f.carries_events and issubclass(cls, f.base)]
+        assert len(owners) == 1, cls
+        assert Publisher.CONTROL in publishers(cls)
+
+
+def test_only_the_agents_own_reports_are_agent_writable() -> None:
+    assert publishers(NodeRegistered) == {Publisher.AGENT, Publisher.CONTROL}
+    assert publishers(NodeBootStarted) == {Publisher.AGENT, Publisher.CONTROL}
+    assert publishers(AllocRunning) == {Publisher.AGENT, Publisher.CONTROL}
+    for cls in (NodeApproved, AllocPlaced, EvalCreated):
+        assert publishers(cls) == {Publisher.CONTROL}
+
+
+def test_agent_permissions_are_generated_from_the_table() -> None:
+    perms = agent_permissions("n1")["publish"]["allow"]
+    table = agent_publish_subjects("n1")
+    assert set(table) <= set(perms)
+    assert [p for p in perms if p.startswith("herd.") and p not in table] == [
+        "herd.sync.n1.allocs"]
+    assert "herd.node.n1.approved" not in table and "herd.alloc.n1.*.placed" not in table
+
+
+def test_an_event_on_its_own_subject_binds() -> None:
+    event = AllocRunning(node_id="n1", alloc_id="a1", pid=7)
+    assert bind_event(subject_of(event), encode(event)) == event
+
+
+@pytest.mark.parametrize(("subject", "event", "reason"), [
+    ("herd.node.n1.registered", NodeApproved(node_id="n1"), "not for its subject"),
+    ("herd.node.n1.approved", NodeApproved(node_id="n2"), "herd.node.n2.approved"),
+    ("herd.alloc.n1.a1.running", NodeApproved(node_id="n1"), "may not carry node.approved"),
+    ("herd.alloc.n1.a1.placed", AllocPlaced(node_id="n3", alloc_id="a1", job_id="j",
+                                            eval_id="e", index=0, command=["x"]),
+     "herd.alloc.n3.a1.placed"),
+    ("herd.eval.e1.created", EvalCreated(eval_id="e1", job_id="bad id",
+                                         triggered_by=Trigger.JOB_REGISTER), "invalid job id"),
+    ("herd.hb.n1", NodeApproved(node_id="n1"), "carries no domain events"),
+    ("herd.alloc.n1.a1.lost", AllocLost(node_id="n1", alloc_id="a\x1b[31m"), "invalid alloc id"),
+])
+def test_a_body_its_subject_does_not_vouch_for_is_refused(subject: str, event: object,
+                                                           reason: str) -> None:
+    with pytest.raises(Refused, match=reason.replace("[", r"\[")):
+        bind_event(subject, encode(event))
+
+
+def test_garbage_and_deep_nesting_are_refused_not_raised() -> None:
+    for data in (b"", b"{", b"[" * 50_000 + b"]" * 50_000,
+                 b'{"type":"node.approved","node_id":"n1","x":' + b"[" * 50_000
+                 + b"]" * 50_000 + b"}"):
+        with pytest.raises(Refused, match="undecodable"):
+            bind_event("herd.node.n1.approved", data)
+    assert family_of("herd.node.n1.x") is not None and family_of("nats.x.y") is None
+
+
+@given(ids, ids, st.sampled_from([NodeApproved, NodeRegistered, NodeBootStarted]))
+def test_a_node_event_binds_only_to_its_own_nodes_subject(owner: str, other: str,
+                                                          cls: type) -> None:
+    event = cls(node_id=owner)
+    subject = subject_of(event)
+    assert bind_event(subject, encode(event)) == event
+    if other != owner:
+        with pytest.raises(Refused):
+            bind_event(subject.replace(f".{owner}.", f".{other}.", 1), encode(event))
