@@ -8,9 +8,9 @@ from herdbook.events.subjects import EVENTS_STREAM, HEALTH_STREAM, HEARTBEATS_ST
 
 DAY = 24 * 3600.0
 MAX_CONSUMERS = 1_000_000
-"""Every agent follows its allocations with its own consumer on HERD_EVENTS, and
-nats-server 2.15 caps a stream at 1000 consumers unless the stream sets a limit (-1 no
-longer means unlimited): a fleet of thousands needs an explicit, large one."""
+"""nats-server 2.15 caps a stream at 1000 consumers unless the stream sets a limit (-1 no
+longer means unlimited). Agents hold none (they catch up through the control plane), but
+operators' tails and external readers each take one: an explicit, large limit."""
 
 
 def events_stream(replicas: int = 1) -> StreamConfig:

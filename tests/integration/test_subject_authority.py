@@ -164,3 +164,31 @@ async def test_an_agent_cannot_report_on_another_nodes_allocation_by_its_id(
 
 async def _true(value: bool) -> bool:
     return value
+
+
+async def test_ids_a_terminal_or_a_log_would_choke_on_are_dead_lettered_quietly(
+        plane: ControlPlane, caplog: pytest.LogCaptureFixture) -> None:  # noqa: F811
+    """Without --auth anyone may publish anything: an id holding ANSI escapes (on its own
+    matching subject) or 200 KB long, and a 50k-deep body, reach no view and cost one
+    short log line, however many arrive."""
+    projector = plane.projector
+    assert projector is not None and plane.nc is not None
+    js = plane.nc.jetstream()
+    ansi, huge = "n\x1b[31mred", "x" * 200_000
+    bodies = [(f"herd.node.{ansi}.registered", encode(NodeRegistered(node_id=ansi)))] * 50
+    bodies += [("herd.node.n9.registered", encode(NodeRegistered(node_id=huge)))] * 50
+    bodies += [("herd.node.n9.registered",
+                b'{"type":"node.registered","node_id":"n9","x":' + b"[" * 50_000
+                + b"]" * 50_000 + b"}")] * 5
+    before = projector.deadletters
+    caplog.clear()
+    seq = 0
+    for subject, data in bodies:
+        seq = (await js.publish(subject, data)).seq
+    await projector.wait_applied(seq, timeout=30)
+    assert projector.deadletters - before == len(bodies)
+    assert ansi not in projector.views and huge not in projector.views
+    assert "n9" not in projector.views
+    lines = [r.getMessage() for r in caplog.records if r.name == "herdbook.projector.runner"]
+    assert 1 <= len(lines) <= 5, len(lines)
+    assert all(len(line) < 1000 and "\x1b" not in line for line in lines)
