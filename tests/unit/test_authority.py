@@ -93,3 +93,13 @@ def test_a_node_event_binds_only_to_its_own_nodes_subject(owner: str, other: str
     if other != owner:
         with pytest.raises(Refused):
             bind_event(subject.replace(f".{owner}.", f".{other}.", 1), encode(event))
+
+
+def test_the_expected_subject_is_the_one_the_store_appends_on() -> None:
+    from herdbook.events.authority import expected_subject
+    from herdbook.events.instance import InstanceRunning
+    from herdbook.events.pool import PoolScaled
+    for event in (NodeApproved(node_id="n1"), AllocRunning(node_id="n1", alloc_id="a", pid=1),
+                  EvalCreated(eval_id="e", job_id="j", triggered_by=Trigger.JOB_REGISTER),
+                  InstanceRunning(instance_id="i", node_id="n"), PoolScaled(pool="p", size=1)):
+        assert expected_subject(event) == subject_of(event)
