@@ -8,7 +8,7 @@ import typer
 
 from herdbook.cli import client
 from herdbook.cli.node import LOG_TIMEOUT, parse_at
-from herdbook.cli.output import Format, Output, console, render_object, render_rows
+from herdbook.cli.output import Format, Output, console, echo, render_object, render_rows
 
 audit_app = typer.Typer(help="The audit trail: actions on nodes and jobs, and the "
                         "nodes' hash chains.", no_args_is_help=True)
@@ -67,8 +67,7 @@ def verify(ctx: typer.Context, node: NodeOption = None, output: Output = Format.
                       "nodes verified", markup=False)
     else:
         for link in report["broken"]:
-            console.print(f"BROKEN: node {link['node_id']} at seq {link['seq']} (event "
-                          f"{link['event']}): prev_hash {link['found']} expected "
-                          f"{link['expected']}", markup=False)
+            echo(f"BROKEN: node {link['node_id']} at seq {link['seq']} (event "
+                 f"{link['event']}): prev_hash {link['found']} expected {link['expected']}")
     if not report["ok"]:
         raise typer.Exit(code=client.EXIT_REFUSED)

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from herdbook.cli import client
-from herdbook.cli.output import Format
+from herdbook.cli.output import Format, safe
 
 events_app = typer.Typer(help="Read herdbook's event stream.", no_args_is_help=True)
 
@@ -44,10 +44,10 @@ async def _tail(server: str, follow: bool, subject: str, since: int, output: For
         if output is Format.json:
             sys.stdout.write(json.dumps({"seq": seq, "subject": msg.subject, **event}) + "\n")
         else:
-            sys.stdout.write(f"{seq:>8}  {str(event.get('at', ''))[:23]:<23}  "
-                             f"{event.get('type', ''):<18} {_aggregate(msg.subject):<20} "
-                             f"{event.get('actor', ''):<24} {event.get('reason') or ''}".rstrip()
-                             + "\n")
+            at, kind, actor = (safe(str(event.get(k) or "")) for k in ("at", "type", "actor"))
+            sys.stdout.write(f"{seq:>8}  {at[:23]:<23}  {kind:<18} "
+                             f"{safe(_aggregate(msg.subject)):<20} {actor:<24} "
+                             f"{safe(str(event.get('reason') or ''))}".rstrip() + "\n")
         sys.stdout.flush()
 
     feed = StreamFeed(nc, EVENTS_STREAM, subject, since, on_msg, batch=500)

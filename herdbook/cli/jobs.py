@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from herdbook.cli import client
-from herdbook.cli.output import Format, Output, console, render_object, render_rows
+from herdbook.cli.output import Format, Output, console, echo, render_object, render_rows
 
 job_app = typer.Typer(help="Jobs: what to run, how many, where.", no_args_is_help=True)
 eval_app = typer.Typer(help="Evaluations (Nomad's model): why and when scheduling happens.",
@@ -38,8 +38,7 @@ def run(ctx: typer.Context, file: Annotated[Path, typer.Argument(help="A YAML jo
     result = client.call(str(ctx.obj["server"]), "job.register",
                          {"spec": msgspec.to_builtins(spec), "actor": client.actor()})
     if output is Format.table:
-        console.print(f"Ok: job {spec.id} registered, evaluation {result['eval_id']}",
-                      markup=False)
+        echo(f"Ok: job {spec.id} registered, evaluation {result['eval_id']}")
     else:
         render_object(result, output)
 
@@ -109,7 +108,7 @@ def eval_retry(ctx: typer.Context, eval_id: Annotated[str, typer.Argument(
     client.check_id(eval_id, "eval id")
     result = client.call(str(ctx.obj["server"]), "eval.retry",
                          {"id": eval_id, "reason": message, "actor": client.actor()})
-    console.print(f"Ok: eval {result['id']} is {result['status']}", markup=False)
+    echo(f"Ok: eval {result['id']} is {result['status']}")
 
 
 alloc_app = typer.Typer(help="Allocations: one running copy of a job on a node.",

@@ -25,7 +25,7 @@ from herdbook.cli.events import events_app
 from herdbook.cli.fleet import instance_app, pool_app
 from herdbook.cli.jobs import alloc_app, eval_app, job_app
 from herdbook.cli.node import node_app, parse_labels
-from herdbook.cli.output import Format, console, render_object
+from herdbook.cli.output import Format, console, echo, render_object, safe
 from herdbook.cli.sensitive import admin_app
 from herdbook.cli.sim import sim_command
 from herdbook.cli.top import top
@@ -318,8 +318,8 @@ def inject(
 
     reply = client.run(str(ctx.obj["server"]), send)
     if not reply.get("ok"):
-        raise client.fail(str(reply.get("error")), client.EXIT_REFUSED)
-    console.print(f"Ok: {reply.get('result')}", markup=False)
+        raise client.fail(safe(str(reply.get("error"))), client.EXIT_REFUSED)
+    echo(f"Ok: {reply.get('result')}")
 
 
 health_app = typer.Typer(help="GPU health policies.", no_args_is_help=True)

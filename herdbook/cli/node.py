@@ -7,7 +7,7 @@ from typing import Annotated, Any
 import typer
 
 from herdbook.cli import client
-from herdbook.cli.output import Format, Output, console, render_object, render_rows
+from herdbook.cli.output import Format, Output, console, echo, render_object, render_rows, safe
 
 node_app = typer.Typer(help="See nodes and decide their membership (Bacalhau style).",
                        no_args_is_help=True)
@@ -170,7 +170,7 @@ def history(ctx: typer.Context,
     for number, chain in enumerate(result["chains"]):
         console.print("\ncause chains:" if number == 0 else "", markup=False)
         for line in chain["lines"]:
-            console.print(line, markup=False)
+            echo(line)
 
 
 Yes = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
@@ -191,7 +191,7 @@ def _warn_if_stale(node: dict[str, Any] | None) -> None:
         return
     age = node.get("heartbeat_age")
     when = "has never heartbeated" if age is None else f"last heartbeated {age:.0f}s ago"
-    client.err_console.print(f"Warning: node {node['id']} {when}", markup=False)
+    client.err_console.print(safe(f"Warning: node {node['id']} {when}"), markup=False)
 
 
 def _confirm(question: str, yes: bool) -> None:

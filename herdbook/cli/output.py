@@ -1,9 +1,14 @@
-"""Rendering: table, json, yaml, csv."""
+"""Rendering: table, json, yaml, csv.
+
+Every string here may come from an event or an agent (labels, reasons, messages, ids,
+hostnames): table, csv and plain lines show its control characters as escapes (``safe``)
+and never read rich markup in it; json and yaml escape them by their own rules."""
 
 from __future__ import annotations
 
 import csv
 import json
+import re
 import sys
 from enum import StrEnum
 from typing import Annotated, Any
@@ -26,17 +31,34 @@ class Format(StrEnum):
 
 Output = Annotated[Format, typer.Option("--output", "-o", help="table, json, yaml or csv.")]
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def safe(text: str) -> str:
+    """``text`` with its C0 and C1 control characters and DEL written as escapes
+    (ESC -> ``\\x1b``, newline -> ``\\n``): nothing it holds moves the cursor, recolours
+    the terminal or splits a line."""
+    return _CONTROL.sub(lambda m: _NAMED.get(m[0]) or f"\\x{ord(m[0]):02x}", text)
+
+
+def echo(text: str) -> None:
+    """One line of (partly) untrusted text on stdout: escaped, no markup, no emoji."""
+    sys.stdout.write(safe(text) + "\n")
+
 
 def _cell(value: Any) -> str:
     if value is None:
         return ""
     if isinstance(value, dict):
-        return ",".join(f"{k}={v}" for k, v in value.items())
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, list):
-        return ",".join(map(str, value))
-    return str(value)
+        text = ",".join(f"{k}={v}" for k, v in value.items())
+    elif isinstance(value, bool):
+        text = "yes" if value else "no"
+    elif isinstance(value, list):
+        text = ",".join(map(str, value))
+    else:
+        text = str(value)
+    return safe(text)
 
 
 def render_rows(rows: list[dict[str, Any]], columns: list[tuple[str, str]], fmt: Format) -> None:
@@ -73,19 +95,19 @@ def render_object(obj: dict[str, Any], fmt: Format) -> None:
         for key, value in obj.items():
             writer.writerow([key, _cell(value)])
     else:
-        width = max(len(k) for k in obj) if obj else 0
+        width = max(len(safe(k)) for k in obj) if obj else 0
         for key, value in obj.items():
+            label = f"{safe(key) + ':':<{width + 1}}"
             if isinstance(value, list) and value and isinstance(value[0], dict):
-                console.print(f"{key + ':':<{width + 1}}", markup=False)
+                echo(label)
                 for item in value:
-                    console.print("  - " + ", ".join(f"{k}={v}" for k, v in item.items()),
-                                  markup=False)
+                    echo("  - " + ", ".join(f"{k}={v}" for k, v in item.items()))
             elif isinstance(value, dict) and value and all(
                     not isinstance(v, dict | list) for v in value.values()):
-                console.print(f"{key + ':':<{width + 1}} {_cell(value)}", markup=False)
+                echo(f"{label} {_cell(value)}")
             elif isinstance(value, dict):
-                console.print(f"{key + ':':<{width + 1}}", markup=False)
+                echo(label)
                 for k, v in value.items():
-                    console.print(f"  {k}: {_cell(v)}", markup=False)
+                    echo(f"  {safe(str(k))}: {_cell(v)}")
             else:
-                console.print(f"{key + ':':<{width + 1}} {_cell(value)}", markup=False)
+                echo(f"{label} {_cell(value)}")

@@ -10,7 +10,7 @@ import typer
 from herdbook.cli import client
 from herdbook.cli.jobs import alloc_app
 from herdbook.cli.node import NodeId, Reason, Yes, _command, _confirm, _server, node_app
-from herdbook.cli.output import Format, Output, console, render_rows
+from herdbook.cli.output import Format, Output, echo, render_rows
 
 admin_app = typer.Typer(help="Operator actions that bypass the usual safety checks.",
                         no_args_is_help=True)
@@ -57,7 +57,7 @@ def fingerprint(ctx: typer.Context, node_id: NodeId) -> None:
         return reply
 
     reply = asyncio.run(ask())
-    console.print(f"Ok: {node_id} fingerprint {reply.get('fingerprint')}", markup=False)
+    echo(f"Ok: {node_id} fingerprint {reply.get('fingerprint')}")
 
 
 @node_app.command("conformance")
@@ -88,4 +88,4 @@ def requeue(ctx: typer.Context, alloc_id: Annotated[str, typer.Argument(
     client.check_id(alloc_id, "allocation id")
     result = client.call(_server(ctx), "alloc.requeue",
                          {"id": alloc_id, "reason": message, "actor": client.actor()})
-    console.print(f"Ok: requeue approved, evaluation {result['eval_id']}", markup=False)
+    echo(f"Ok: requeue approved, evaluation {result['eval_id']}")

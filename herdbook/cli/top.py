@@ -49,6 +49,8 @@ def frame(summary: dict[str, Any], status: dict[str, Any], events: deque[str],
     from rich.table import Table
     from rich.text import Text
 
+    from herdbook.cli.output import safe
+
     states = summary["states"]
     head = Text.assemble(
         ("herd top", "bold"), f"  {server}  nodes {sum(states.values())}  ",
@@ -59,16 +61,17 @@ def frame(summary: dict[str, Any], status: dict[str, Any], events: deque[str],
     ordered = [s for s in STATE_ORDER if states.get(s)] + sorted(
         s for s in states if s not in STATE_ORDER)
     for state in ordered:
-        counts.add_column(state, justify="right")
+        counts.add_column(Text(safe(state)), justify="right")
     counts.add_row(*(str(states[s]) for s in ordered))
     changed = Table(title="state changes", box=None, pad_edge=False)
     changed.add_column("")
+    # Ids, actors and reasons come from events: shown as text, never read as markup.
     for line in changes:
-        changed.add_row(line)
+        changed.add_row(Text(safe(line)))
     recent = Table(title="recent events", box=None, pad_edge=False)
     recent.add_column("")
     for line in events:
-        recent.add_row(line)
+        recent.add_row(Text(safe(line)))
     return Group(head, Text(""), counts, Text(""), changed, Text(""), recent,
                  Text("\nCtrl-C to quit", style="dim"))
 
