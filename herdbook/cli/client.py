@@ -47,7 +47,8 @@ def api_subject(route: str) -> str:
 
 
 def fail(message: str, code: int) -> typer.Exit:
-    err_console.print(f"Error: {message}", markup=False)
+    from herdbook.cli.output import safe   # the message may quote what a client sent
+    err_console.print(f"Error: {safe(message)}", markup=False)
     return typer.Exit(code=code)
 
 

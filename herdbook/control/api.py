@@ -34,7 +34,7 @@ from herdbook.events.evals import Trigger as EvalTrigger
 from herdbook.events.jobs import JobDeregistered, JobRegistered, JobSpecError, parse_job_spec
 from herdbook.events.node import NodeDeclared, NodeEvent
 from herdbook.events.pool import PoolScaled
-from herdbook.events.states import NodeClass, resolve_state_filter
+from herdbook.events.states import Health, NodeClass, resolve_state_filter
 from herdbook.events.store import ConflictError, EventStore, stream_last_seq
 from herdbook.events.subjects import (
     API_PREFIX,
@@ -290,7 +290,7 @@ class Api:
             if approvals and view.approval.value not in approvals:
                 continue
             if states is not None and view.state not in states and not (
-                    "UNHEALTHY" in states and view.health.value == "UNHEALTHY"):
+                    "UNHEALTHY" in states and view.health is Health.UNHEALTHY):
                 continue
             if any(view.info.labels.get(k) != v for k, v in req.labels.items()):
                 continue

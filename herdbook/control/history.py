@@ -44,6 +44,7 @@ from herdbook.events.eval_events import EvalCreated
 from herdbook.events.health import NodeHealthChanged
 from herdbook.events.jobs import JobDeregistered, JobEvent, JobRegistered
 from herdbook.events.node import NodeBootChecked, NodeClaimed, NodeEvent, NodeReleased
+from herdbook.events.states import Health
 from herdbook.events.subjects import EVENTS_STREAM, aggregate_filter, node_id_of_subject
 from herdbook.projector.node_view import NodeView, apply
 from herdbook.reactors.health import ACTOR as HEALTH_ACTOR
@@ -634,7 +635,7 @@ class HistoryRoutes:
                  if (req.next_token is None or node_id > req.next_token)
                  and (not approvals or view.approval.value in approvals)
                  and (states is None or view.state in states
-                      or ("UNHEALTHY" in states and view.health.value == "UNHEALTHY"))
+                      or ("UNHEALTHY" in states and view.health is Health.UNHEALTHY))
                  and all(view.info.labels.get(k) == v for k, v in req.labels.items())]
         page = fitting(items, req.limit)
         more = len(page) < len(items)

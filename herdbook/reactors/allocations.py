@@ -46,7 +46,7 @@ from herdbook.events.node import (
     NodeInfoUpdated,
     NodeTerminated,
 )
-from herdbook.events.states import Intent, NodeClass
+from herdbook.events.states import Intent, Lifecycle, NodeClass
 from herdbook.events.store import ConflictError, EventStore, stream_last_seq
 from herdbook.events.subjects import EVENTS_STREAM
 from herdbook.projector.alloc_view import AllocView
@@ -84,7 +84,7 @@ class AllocationReactor:
         # Work a restart may have missed: lost allocations on nodes already gone, and
         # blocked evals that capacity may fit now.
         for node in self.projector.views.values():
-            if node.lifecycle.value == "down" or node.intent is Intent.DISABLED:
+            if node.lifecycle is Lifecycle.DOWN or node.intent is Intent.DISABLED:
                 self._queue.put_nowait(("lost", (node.id, "node is down", None)))
         self.request_unblock()
 

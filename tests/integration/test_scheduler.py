@@ -29,7 +29,7 @@ from herdbook.events.node import (
     NodeInfo,
     NodeRegistered,
 )
-from herdbook.events.states import NodeClass
+from herdbook.events.states import Lifecycle, NodeClass
 from herdbook.events.store import EventStore
 from herdbook.projector.eval_view import spawn, step
 from herdbook.projector.runner import ProjectorRunner
@@ -339,6 +339,25 @@ async def test_node_down_loses_its_allocations_and_a_node_update_eval_requeues_t
     update = [e for e in h.projector.evals.values() if e.triggered_by is Trigger.NODE_UPDATE]
     assert len(update) == 1 and update[0].node_id == "n1"
     await h.wait_status(update[0].id, S.COMPLETE)
+
+
+async def test_a_leader_that_starts_after_a_node_went_down_loses_and_requeues_its_allocations(
+        h: Harness) -> None:
+    """The node goes DOWN while no allocation reactor runs (no leader); the one that
+    starts next finds it DOWN and does what the DOWN event would have made it do."""
+    await h.add_node("n1")
+    await h.start()
+    await h.wait_status(await h.run_job(count=2), S.COMPLETE)
+    await h.run_allocs(*h.allocs(node_id="n1"))
+    await h.reactor.stop()          # the leader goes away
+    await h.add_node("n2")
+    await h.store.append(NodeDown(node_id="n1", heartbeat_age=90.0, reason="grace expired"))
+    await h.wait(lambda: h.projector.views["n1"].lifecycle is Lifecycle.DOWN)
+    h.reactor = AllocationReactor(h.store, h.projector, h.config)
+    h.reactor.start()               # a new leader
+    moved = await h.wait(lambda: len(h.allocs(node_id="n2")) == 2 and h.allocs(node_id="n2"))
+    assert {a.status for a in h.allocs(node_id="n1")} == {AllocStatus.LOST}
+    assert all(a.requeue_count == 1 for a in moved)
 
 
 async def test_allocations_on_a_down_sensitive_node_are_never_requeued_automatically(
