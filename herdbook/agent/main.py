@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import signal
 import socket
 import time
 import uuid
@@ -60,6 +59,7 @@ from herdbook.events.subjects import (
 )
 from herdbook.events.sync import SyncedEvent, SyncRequest, sync_reply_decoder
 from herdbook.projector.alloc_view import AllocView, apply_alloc
+from herdbook.signals import stop_on_signals, stopped_by_signal
 
 log = logging.getLogger(__name__)
 
@@ -227,9 +227,9 @@ class Agent:
             self.executor.shutdown()
             if self._own_nc and self.nc is not None:
                 try:
-                    await self.nc.drain()
-                except Exception:  # noqa: BLE001
-                    pass
+                    await asyncio.wait_for(self.nc.drain(), 1.0)
+                except Exception:  # noqa: BLE001 - a server that does not answer
+                    await self.nc.close()
 
     async def stop(self) -> None:
         self._stop.set()
@@ -583,8 +583,13 @@ class Agent:
 
 
 async def run_agent(options: AgentOptions) -> None:
+    """Run until SIGTERM/SIGINT; stopped within 2 s of it whatever NATS does
+    (``herdbook.signals``): workloads keep running, the state file is written."""
     agent = Agent(options)
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, lambda: asyncio.ensure_future(agent.stop()))
-    await agent.run()
+    stop_on_signals(agent._stop)
+    try:
+        await agent.run()
+    except asyncio.CancelledError as err:
+        if not stopped_by_signal(agent._stop, err):
+            raise
+        agent.executor.shutdown()

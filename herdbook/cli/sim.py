@@ -83,6 +83,7 @@ def sim_command(
     if scenario is None:
         raise client.fail("give a SCENARIO.yaml (or --chaos); see herd sim --help",
                           client.EXIT_USAGE)
+    from herdbook.signals import until_signalled
     from herdbook.sim.runner import StepResult, run_scenario
     from herdbook.sim.scenario import ScenarioError, load_scenario
     from herdbook.sim.world import DataDirError
@@ -104,10 +105,12 @@ def sim_command(
         console.print(f"scenario [bold]{_escape(loaded.name)}[/] ({len(loaded.fleet)} fleet "
                       f"group(s), {len(loaded.timeline)} steps, seed {seed})")
     try:
-        result = asyncio.run(run_scenario(loaded, source=str(scenario), data_dir=data_dir,
-                                          seed=seed, on_step=on_step))
+        result = asyncio.run(until_signalled(run_scenario(
+            loaded, source=str(scenario), data_dir=data_dir, seed=seed, on_step=on_step)))
     except DataDirError as err:
         raise client.fail(str(err), client.EXIT_USAGE) from None
+    if result is None:
+        raise client.fail("stopped by a signal", client.EXIT_REFUSED)
     _write_report(report, result.report())
     if result.failure is not None:
         client.err_console.print(f"FAIL {loaded.name}: {result.failure}", markup=False)
@@ -131,6 +134,7 @@ def _chaos(nodes: int, rate: float, duration: str, mix: str, seed: int | None,
     import asyncio
 
     from herdbook.config import parse_duration
+    from herdbook.signals import until_signalled
     from herdbook.sim.chaos import ChaosOptions, parse_mix, run_chaos
     from herdbook.sim.world import DataDirError
     try:
@@ -159,9 +163,12 @@ def _chaos(nodes: int, rate: float, duration: str, mix: str, seed: int | None,
         console.print(f"seed {seed}")
 
     try:
-        result = asyncio.run(run_chaos(options, data_dir=data_dir, on_event=say))
+        result = asyncio.run(until_signalled(run_chaos(options, data_dir=data_dir,
+                                                       on_event=say)))
     except DataDirError as err:
         raise client.fail(str(err), client.EXIT_USAGE) from None
+    if result is None:
+        raise client.fail("stopped by a signal", client.EXIT_REFUSED)
     _write_report(report, result.report())
     kinds = ", ".join(f"{k} {n}" for k, n in sorted(result.injected.items())) or "none"
     total = sum(result.injected.values())
