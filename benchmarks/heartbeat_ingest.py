@@ -17,9 +17,11 @@ import nats
 
 from benchmarks.common import report, start_server
 from herdbook.config import parse_config
-from herdbook.control.app import ControlPlane
+from herdbook.control.app import ControlPlane, ensure_streams
 from herdbook.events.codec import encode
 from herdbook.events.heartbeat import Heartbeat
+from herdbook.events.node import NodeBootChecked, NodeRegistered
+from herdbook.events.store import subject_of
 
 
 async def publish(url: str, nodes: int, rate: int, seconds: float) -> None:
@@ -47,9 +49,25 @@ async def publish(url: str, nodes: int, rate: int, seconds: float) -> None:
     print(sent)
 
 
+async def register(url: str, nodes: int) -> None:
+    """Heartbeats of nodes the control plane does not know are dropped uncounted: register
+    them (as the agents would) first."""
+    nc = await nats.connect(url)
+    await ensure_streams(nc, 1, 3600.0)
+    for i in range(nodes):
+        for event in (NodeRegistered(node_id=f"n{i}", boot_id="b"),
+                      NodeBootChecked(node_id=f"n{i}", boot_id="b", passed=True)):
+            await nc.publish(subject_of(event), encode(event))
+        if i % 10_000 == 0:
+            await nc.flush()
+    await nc.flush()
+    await nc.close()
+
+
 async def main(nodes: int, rate: int, seconds: float) -> None:
     server, tmp = start_server()
     try:
+        await register(server.url, nodes)
         config = parse_config(f"nats: {{url: '{server.url}'}}\ndata_dir: '{tmp / 'd'}'\n")
         plane = ControlPlane(config)
         await plane.start()

@@ -95,6 +95,10 @@ class LifecycleConfig(_Section, frozen=True):
     recover_down_on_heartbeat: bool = False
     """A DOWN node whose heartbeats resume from the same boot (a healed partition)
     returns to READY by itself; off: it stays DOWN, shown as heartbeating."""
+    heartbeats_max_age: Duration | None = None
+    """Retention of HERD_HEARTBEATS: the last heartbeat of a node silent this long
+    expires. At least the longest heartbeat timeout + grace period; unset: 1d, or twice
+    that if it is longer (``heartbeats_max_age()``)."""
 
 
 class ProjectorConfig(_Section, frozen=True):
@@ -283,6 +287,12 @@ def parse_config(raw: bytes | str, source: str = "config") -> Config:
                           "like SIGUSR1")
     if not 1 <= config.projector.batch_size <= 10_000:
         raise ConfigError(f"{source}: projector.batch_size: must be between 1 and 10000")
+    max_age = config.lifecycle.heartbeats_max_age
+    if max_age is not None and max_age < longest_silence(config):
+        raise ConfigError(f"{source}: lifecycle.heartbeats_max_age: must be at least "
+                          f"{longest_silence(config):g}s (the longest heartbeat timeout + "
+                          "grace period), or a restart forgets when a silent node was last "
+                          "seen")
     if not 0 <= config.metrics.port <= 65535:
         raise ConfigError(f"{source}: metrics.port: must be between 0 and 65535")
     return config
@@ -301,3 +311,17 @@ def heartbeat_timeout(config: Config, node_class: str) -> float:
     if node_class == "sensitive":
         return float(config.lifecycle.heartbeat_timeout_sensitive)
     return float(config.lifecycle.heartbeat_timeout)
+
+
+def longest_silence(config: Config) -> float:
+    """The longest a node of any class may be silent before it is DOWN."""
+    return max(heartbeat_timeout(config, cls) + grace_period(config, cls)
+               for cls in ("standard", "sensitive", "borrowed"))
+
+
+def heartbeats_max_age(config: Config) -> float:
+    """Retention of HERD_HEARTBEATS: ``lifecycle.heartbeats_max_age``, or else 1 day
+    (twice the longest silence if that is longer)."""
+    if config.lifecycle.heartbeats_max_age is not None:
+        return float(config.lifecycle.heartbeats_max_age)
+    return max(86400.0, 2 * longest_silence(config))

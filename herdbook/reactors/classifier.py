@@ -3,6 +3,11 @@ appends health changes (and DOWN on a fatal event) with optimistic concurrency.
 
 Its position in HERD_HEALTH is kept in ``<data-dir>/health.position`` so reports that
 arrive while the control plane is down are classified when it comes back.
+
+A report counts only if its subject vouches for it (``herd.health.<id>`` with a valid id
+the body names, valid ids in the body: ``events.authority``); anything else, undecodable bodies included, is
+dead-lettered to ``herd.deadletter.HERD_HEALTH`` and counted. Reports of nodes not in the
+view keep no state.
 """
 
 from __future__ import annotations
@@ -15,13 +20,15 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from herdbook.agent.state import write_atomic
-from herdbook.events.codec import AnyEvent, DecodeError, decode_health_report
+from herdbook.events.authority import bind_node_report, check_ids
+from herdbook.events.codec import AnyEvent, decode_health_report
 from herdbook.events.feed import StreamFeed, stream_seq
 from herdbook.events.states import Health
 from herdbook.events.store import ConflictError, EventStore
-from herdbook.events.subjects import HEALTH_STREAM, deadletter_subject
+from herdbook.events.subjects import HEALTH_STREAM
 from herdbook.projector.node_view import NodeView
 from herdbook.projector.runner import ProjectorRunner
+from herdbook.reactors.deadletters import DeadLetters
 from herdbook.reactors.health import decide_health
 from herdbook.reactors.health_policy import Policy
 
@@ -41,7 +48,7 @@ class HealthClassifier:
         self.position_file = position_file
         self.unhealthy_in_a_row: dict[str, int] = {}
         self.reports = 0
-        self.undecodable = 0
+        self.dead_letters = DeadLetters(nc, HEALTH_STREAM)
         self._position = 0
         self._saved = 0
         self._feed: StreamFeed | None = None
@@ -75,6 +82,10 @@ class HealthClassifier:
             await asyncio.sleep(1.0)
             self._save()
 
+    @property
+    def deadlettered(self) -> int:
+        return self.dead_letters.count
+
     def _on_view_change(self, node_id: str, view: NodeView | None, event: AnyEvent) -> None:
         # An operator cleared UNHEALTHY (uncordon/enable): counting starts again.
         if view is None or view.health is Health.UNKNOWN:
@@ -84,10 +95,10 @@ class HealthClassifier:
         seq = stream_seq(msg)
         try:
             report = decode_health_report(msg.data)
-        except DecodeError as err:
-            self.undecodable += 1
-            await self.nc.publish(deadletter_subject(HEALTH_STREAM), msg.data,
-                                  headers={"Herd-Subject": msg.subject, "Herd-Error": str(err)})
+            bind_node_report(msg.subject, report.node_id)
+            check_ids(report)
+        except Exception as err:  # noqa: BLE001 - any garbage, RecursionError included
+            await self.dead_letters.send(msg, f"{type(err).__name__}: {err}")
             self._position = seq
             return
         self.reports += 1

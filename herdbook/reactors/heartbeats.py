@@ -1,8 +1,21 @@
-"""Heartbeat acceptance: (boot_id, seq) must be newer than the last accepted."""
+"""Heartbeat acceptance (DESIGN §4, §9).
+
+A heartbeat counts only if
+
+- its subject vouches for it: ``herd.hb.<id>`` with a valid id, the body names that id
+  (``events.authority.bind_node_report``) and a valid boot id; else it is dead-lettered;
+- the node is known (in the view); else it is dropped before it costs any memory;
+- its (boot_id, seq) is newer than the last accepted one (``is_newer``); else a replay;
+- its boot was announced: a boot other than the one last accepted counts only once the
+  node's view carries it (``node.registered``, ``node.boot_started`` or
+  ``node.boot_checked`` of the agent, on the node's own subjects). So a heartbeat with a
+  made-up boot id cannot turn the real agent's heartbeats into "replays".
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 
 
 @dataclass
@@ -18,6 +31,16 @@ class NodeBeat:
     reattaching: bool = False
 
 
+class Verdict(Enum):
+    ACCEPTED = "accepted"
+    REPLAY = "replay"
+    """(boot_id, seq) is not newer than the last accepted heartbeat."""
+    UNANNOUNCED_BOOT = "unannounced_boot"
+    """A boot the node's own events have not announced (yet)."""
+    UNKNOWN_NODE = "unknown_node"
+    """No such node in the view."""
+
+
 def is_newer(beat: NodeBeat | None, boot_id: str, seq: int) -> bool:
     """Within a boot, ``seq`` must grow. A boot id never seen is a restart and is accepted
     whatever its seq (the agent's state dir may have been wiped); a heartbeat of a
@@ -27,3 +50,13 @@ def is_newer(beat: NodeBeat | None, boot_id: str, seq: int) -> bool:
     if boot_id == beat.boot_id:
         return seq > beat.seq
     return boot_id not in beat.recent_boots
+
+
+def judge(beat: NodeBeat | None, announced_boot: str, boot_id: str, seq: int) -> Verdict:
+    """Whether a heartbeat of a known node counts, given the last accepted one (``beat``)
+    and the boot its view carries (``announced_boot``)."""
+    if not is_newer(beat, boot_id, seq):
+        return Verdict.REPLAY
+    if (beat is None or boot_id != beat.boot_id) and boot_id != announced_boot:
+        return Verdict.UNANNOUNCED_BOOT
+    return Verdict.ACCEPTED

@@ -8,6 +8,12 @@ Clock (DESIGN §3): heartbeat age is measured on this process's monotonic clock 
 when the heartbeat was observed. Heartbeats stored before this process started (read
 back from HERD_HEARTBEATS) are aged against the NATS server's clock, read from the
 JetStream timestamp of a probe message, so no clock skew matters.
+
+Bounded by the fleet, not by what is published (``reactors.heartbeats``): a heartbeat
+its subject does not vouch for is dead-lettered; one of a node not in the view is only
+counted, and keeps no state; one of a boot the node has not announced is dropped, the
+latest kept per known node until its announcement is folded. A failing append is retried
+with a growing delay per node and logged once.
 """
 
 from __future__ import annotations
@@ -24,26 +30,32 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from herdbook.config import Config, grace_period, heartbeat_timeout
-from herdbook.events.codec import AnyEvent, DecodeError, decode_heartbeat
+from herdbook.events.authority import bind_node_report
+from herdbook.events.codec import AnyEvent, decode_heartbeat
 from herdbook.events.feed import StreamFeed
+from herdbook.events.heartbeat import Heartbeat
 from herdbook.events.node import NodeBootChecked, NodeEnabled, NodeEvent, NodeWiped
 from herdbook.events.states import Intent, Lifecycle
 from herdbook.events.store import ConflictError, EventStore
 from herdbook.events.subjects import (
     CLOCK_PROBE_SUBJECT,
     HEARTBEATS_STREAM,
-    deadletter_subject,
+    ID_PATTERN,
+    printable,
 )
 from herdbook.projector.node_view import NodeView
 from herdbook.projector.runner import ProjectorRunner
 from herdbook.reactors import liveness
-from herdbook.reactors.heartbeats import NodeBeat, is_newer
+from herdbook.reactors.deadletters import DeadLetters
+from herdbook.reactors.heartbeats import NodeBeat, Verdict, is_newer, judge
 from herdbook.reactors.notifier import has_drain_status
 
 log = logging.getLogger(__name__)
 
 MAX_RECENT_BOOTS = 16
-
+APPEND_RETRY_FIRST = 1.0
+APPEND_RETRY_MAX = 60.0
+"""A liveness append that fails (not a conflict) is retried after 1s, 2s, 4s ... 60s."""
 
 
 async def probe_server_clock(nc: NATS) -> datetime:
@@ -63,11 +75,19 @@ class Sweeper:
         self.projector = projector
         self.config = config
         self.clock = clock
-        self.beats: dict[str, NodeBeat] = {}
+        self.beats: dict[str, NodeBeat] = {}   # known nodes only
         self.accepted = 0
         self.replays_dropped = 0
-        self.undecodable = 0
+        self.unknown_dropped = 0        # heartbeats of nodes not in the view
+        self.unannounced_dropped = 0    # heartbeats of a boot the node has not announced
+        self.dead_letters = DeadLetters(nc, HEARTBEATS_STREAM, clock=clock)
         self.detections = 0
+        # The latest heartbeat of an unannounced boot per known node, with when it was
+        # observed: accepted if its boot's announcement is folded after it (a race).
+        self._unannounced: dict[str, tuple[Heartbeat, float]] = {}
+        # node -> (delay, not before) after its last append failed
+        self._append_backoff: dict[str, tuple[float, float]] = {}
+        self._sweep_error_logged = -float("inf")
         self._heap: list[tuple[float, str]] = []
         self._armed: dict[str, float] = {}
         self._inflight: dict[str, float] = {}
@@ -138,24 +158,25 @@ class Sweeper:
     async def _on_heartbeat(self, msg: Msg, observed: float) -> None:
         try:
             hb = decode_heartbeat(msg.data)
-        except DecodeError as err:
-            self.undecodable += 1
-            await self.nc.publish(deadletter_subject(HEARTBEATS_STREAM), msg.data,
-                                  headers={"Herd-Subject": msg.subject, "Herd-Error": str(err)})
+            bind_node_report(msg.subject, hb.node_id)
+            if not ID_PATTERN.fullmatch(hb.boot_id):
+                raise ValueError("the boot id is not a valid id")
+        except Exception as err:  # noqa: BLE001 - any garbage, RecursionError included
+            await self.dead_letters.send(msg, f"{type(err).__name__}: {err}")
             return
-        node_id = msg.subject[len("herd.hb."):]
-        if hb.node_id != node_id:
-            self.undecodable += 1
-            return
-        if self.observe(node_id, hb.boot_id, hb.seq, observed, hb.sent_at):
-            beat = self.beats[node_id]
-            # While the agent reattaches its workloads its count is not yet known: a
-            # draining node must not look empty (DRAINED) because of it.
-            beat.running_allocs = None if hb.reattaching else hb.running_allocs
-            beat.reattaching = hb.reattaching
-            beat.gpu_count = hb.gpu_count
-            if hb.fingerprint:
-                beat.fingerprint = hb.fingerprint
+        self.accept(hb, observed)
+
+    @property
+    def deadlettered(self) -> int:
+        return self.dead_letters.count
+
+    def stats(self) -> dict[str, int]:
+        """The heartbeat counters since start, for status and metrics."""
+        return {"heartbeats_accepted": self.accepted,
+                "heartbeat_replays_dropped": self.replays_dropped,
+                "heartbeat_unknown_node_dropped": self.unknown_dropped,
+                "heartbeat_unannounced_boot_dropped": self.unannounced_dropped,
+                "heartbeat_deadletters": self.deadlettered}
 
     def _observed_at(self, msg: Msg) -> float:
         now = self.clock()
@@ -168,33 +189,55 @@ class Sweeper:
         age_at_probe = (self._probe_time - stored).total_seconds()
         return self._probe_clock - age_at_probe
 
-    def observe(self, node_id: str, boot_id: str, seq: int, observed: float,
-                sent_at: float = 0.0) -> bool:
-        """Accept a heartbeat if (boot_id, seq) is newer; return whether it was."""
+    def accept(self, hb: Heartbeat, observed: float) -> Verdict:
+        """Judge a heartbeat its subject vouches for (``reactors.heartbeats``) and, if it
+        counts, record it and re-arm its node."""
+        node_id = hb.node_id
+        view = self.projector.views.get(node_id)
+        if view is None:
+            # Before any per-node state: garbage for made-up ids costs a counter. A
+            # heartbeat that beats its node's registration is lost; the node's clock
+            # starts at registration (``_on_view_change``).
+            self.unknown_dropped += 1
+            return Verdict.UNKNOWN_NODE
         beat = self.beats.get(node_id)
-        if not is_newer(beat, boot_id, seq):
+        verdict = judge(beat, view.boot_id, hb.boot_id, hb.seq)
+        if verdict is Verdict.REPLAY:
             self.replays_dropped += 1
-            return False
+            return verdict
+        if verdict is Verdict.UNANNOUNCED_BOOT:
+            self.unannounced_dropped += 1
+            self._unannounced[node_id] = (hb, observed)
+            return verdict
         self.accepted += 1
         if beat is None:
-            beat = NodeBeat(last_seen=observed, boot_id=boot_id, seq=seq, sent_at=sent_at)
+            beat = NodeBeat(last_seen=observed, boot_id=hb.boot_id, seq=hb.seq)
             self.beats[node_id] = beat
         else:
             beat.last_seen = max(beat.last_seen, observed)
-            beat.seq = seq
-            beat.sent_at = sent_at
-            if boot_id != beat.boot_id:
-                beat.recent_boots = [beat.boot_id, *beat.recent_boots][:MAX_RECENT_BOOTS]
-                beat.boot_id = boot_id
-        view = self.projector.views.get(node_id)
-        if view is not None:
-            if (view.lifecycle is Lifecycle.DEGRADED or view.intent is Intent.DRAINING
-                    or (view.lifecycle is Lifecycle.DOWN
-                        and self.config.lifecycle.recover_down_on_heartbeat)):
-                self._push(self.clock(), node_id)
-            elif node_id not in self._armed:
-                self._arm(node_id)
-        return True
+            if hb.boot_id != beat.boot_id:
+                if beat.boot_id:
+                    beat.recent_boots = [beat.boot_id, *beat.recent_boots][:MAX_RECENT_BOOTS]
+                beat.boot_id = hb.boot_id
+            beat.seq = hb.seq
+        beat.sent_at = hb.sent_at
+        # While the agent reattaches its workloads its count is not yet known: a
+        # draining node must not look empty (DRAINED) because of it.
+        beat.running_allocs = None if hb.reattaching else hb.running_allocs
+        beat.reattaching = hb.reattaching
+        beat.gpu_count = hb.gpu_count
+        if hb.fingerprint:
+            beat.fingerprint = hb.fingerprint
+        pending = self._unannounced.get(node_id)
+        if pending is not None and not is_newer(beat, pending[0].boot_id, pending[0].seq):
+            del self._unannounced[node_id]   # of this boot or an older one: stale
+        if (view.lifecycle is Lifecycle.DEGRADED or view.intent is Intent.DRAINING
+                or (view.lifecycle is Lifecycle.DOWN
+                    and self.config.lifecycle.recover_down_on_heartbeat)):
+            self._push(self.clock(), node_id)
+        elif node_id not in self._armed:
+            self._arm(node_id)
+        return verdict
 
     def heartbeat_age(self, node_id: str) -> float | None:
         beat = self.beats.get(node_id)
@@ -214,11 +257,24 @@ class Sweeper:
             # A node that just became READY (booted, wiped, enabled) gets a full heartbeat
             # timeout from now, not from the last heartbeat of its previous boot.
             self._ready_since[node_id] = self.clock()
-        if view is not None:
-            if node_id not in self.beats:
-                # Registered but never heartbeated: the clock starts at registration.
-                self.beats[node_id] = NodeBeat(last_seen=self.clock(), boot_id="", seq=0)
-            self._push(self.clock(), node_id)
+        if view is None:
+            self._forget(node_id)
+            return
+        if node_id not in self.beats:
+            # Registered but never heartbeated: the clock starts at registration.
+            self.beats[node_id] = NodeBeat(last_seen=self.clock(), boot_id="", seq=0)
+        pending = self._unannounced.get(node_id)
+        if pending is not None and pending[0].boot_id == view.boot_id:
+            # Its boot's announcement was folded after it: it counts now.
+            del self._unannounced[node_id]
+            self.accept(*pending)
+        self._push(self.clock(), node_id)
+
+    def _forget(self, node_id: str) -> None:
+        """The node left the view (deleted): nothing of it is kept."""
+        for per_node in (self.beats, self._unannounced, self._armed, self._inflight,
+                         self._append_backoff):
+            per_node.pop(node_id, None)
 
     def _arm(self, node_id: str) -> None:
         view = self.projector.views.get(node_id)
@@ -249,8 +305,8 @@ class Sweeper:
         while True:
             try:
                 self.sweep()
-            except Exception:
-                log.exception("sweep failed")
+            except Exception as err:
+                self._log_sweep_error("sweep failed", err)
             await asyncio.sleep(interval)
 
     def sweep(self) -> None:
@@ -261,11 +317,27 @@ class Sweeper:
             if self._armed.get(node_id) != deadline:
                 continue  # superseded by an earlier entry
             del self._armed[node_id]
-            self._evaluate(node_id, now)
+            try:
+                self._evaluate(node_id, now)
+            except Exception as err:
+                self._log_sweep_error(f"evaluating {printable(node_id)} failed", err)
+                self._push(now + APPEND_RETRY_MAX, node_id)
+
+    def _log_sweep_error(self, what: str, err: Exception) -> None:
+        """At most a line a minute (the sweep runs every sweep_interval), and a bounded
+        one: an error may quote whatever a node id holds."""
+        if self.clock() - self._sweep_error_logged >= 60.0:
+            self._sweep_error_logged = self.clock()
+            log.error("%s: %s (such errors are logged at most once a minute)", what,
+                      printable(f"{type(err).__name__}: {err}"))
 
     def _evaluate(self, node_id: str, now: float) -> None:
         view = self.projector.views.get(node_id)
         if view is None:
+            return
+        backoff = self._append_backoff.get(node_id)
+        if backoff is not None and now < backoff[1]:
+            self._push(backoff[1], node_id)      # its last append failed: not before then
             return
         sent = self._inflight.get(node_id)
         if sent is not None:
@@ -297,14 +369,33 @@ class Sweeper:
         task.add_done_callback(self._tasks.discard)
 
     async def _append(self, node_id: str, view: NodeView, events: list[NodeEvent]) -> None:
+        """Append one decision. A conflict is decided again at once (from the newer view);
+        any other failure is retried after a delay that doubles per failure of that node
+        (``APPEND_RETRY_FIRST`` .. ``APPEND_RETRY_MAX``), logged on the first only."""
+        retry_in = 0.0
         try:
             version = await self.store.append_decided(events, view.version)
-            self.detections += len(events)
-            await self.projector.wait_applied(version, timeout=5.0)
         except ConflictError:
-            log.debug("%s: another writer moved first; deciding again", node_id)
-        except Exception:
-            log.exception("liveness append for %s failed", node_id)
+            log.debug("%s: another writer moved first; deciding again", printable(node_id))
+        except Exception as err:
+            backoff = self._append_backoff.get(node_id)
+            if backoff is None:
+                log.error("liveness append for %s failed: %s; retrying with backoff (up to "
+                          "%gs), logged again once it succeeds", printable(node_id),
+                          printable(f"{type(err).__name__}: {err}"), APPEND_RETRY_MAX)
+            retry_in = (APPEND_RETRY_FIRST if backoff is None
+                        else min(backoff[0] * 2, APPEND_RETRY_MAX))
+            self._append_backoff[node_id] = (retry_in, self.clock() + retry_in)
+        else:
+            self.detections += len(events)
+            if self._append_backoff.pop(node_id, None) is not None:
+                log.info("liveness append for %s succeeded again", printable(node_id))
+            try:
+                await self.projector.wait_applied(version, timeout=5.0)
+            except Exception as err:  # noqa: BLE001 - decided again from the view as it is
+                log.debug("%s: the view has not folded %d yet (%s)", printable(node_id), version,
+                          type(err).__name__)
         finally:
             self._inflight.pop(node_id, None)
-            self._push(self.clock(), node_id)
+            if node_id in self.projector.views:
+                self._push(self.clock() + retry_in, node_id)

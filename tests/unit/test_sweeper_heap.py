@@ -11,6 +11,7 @@ import pytest
 
 from herdbook.config import parse_config
 from herdbook.events.codec import AnyEvent
+from herdbook.events.heartbeat import Heartbeat
 from herdbook.events.node import (
     NodeBootChecked,
     NodeDegraded,
@@ -24,6 +25,7 @@ from herdbook.events.states import Lifecycle, NodeClass
 from herdbook.events.store import ConflictError, EventStore
 from herdbook.events.subjects import aggregate_filter
 from herdbook.projector.node_view import NodeView, apply
+from herdbook.reactors.heartbeats import Verdict
 from herdbook.reactors.sweeper import Sweeper
 
 CONFIG = parse_config(b"lifecycle: {heartbeat_timeout: 30s}")  # grace standard 60s
@@ -98,7 +100,8 @@ class World:
         return self.projector.views[node_id]
 
     def heartbeat(self, node_id: str, seq: int, boot_id: str = "boot-a") -> bool:
-        return self.sweeper.observe(node_id, boot_id, seq, self.clock.now)
+        hb = Heartbeat(node_id=node_id, boot_id=boot_id, seq=seq)
+        return self.sweeper.accept(hb, self.clock.now) is Verdict.ACCEPTED
 
     async def tick(self, to: float) -> None:
         """Move the clock, sweep, and let the append tasks run."""
@@ -257,9 +260,13 @@ def test_a_replay_does_not_refresh_last_seen(world: World) -> None:
 
 
 def test_a_new_boot_is_recorded(world: World) -> None:
+    from herdbook.events.node import NodeBootStarted
+
     world.register("n1")
     world.heartbeat("n1", seq=50, boot_id="boot-a")
-    assert world.heartbeat("n1", seq=1, boot_id="boot-b")  # wiped state dir
+    # the agent restarts with a wiped state dir and announces its boot first
+    world.store.fold(NodeBootStarted(node_id="n1", boot_id="boot-b"))
+    assert world.heartbeat("n1", seq=1, boot_id="boot-b")
     beat = world.sweeper.beats["n1"]
     assert (beat.boot_id, beat.seq, beat.recent_boots) == ("boot-b", 1, ["boot-a"])
     assert not world.heartbeat("n1", seq=1, boot_id="boot-b")
@@ -328,7 +335,7 @@ async def test_a_reattaching_agent_does_not_count_as_running_nothing(world: Worl
     world.register("n1")
 
     async def beat(seq: int, reattaching: bool) -> None:
-        hb = Heartbeat(node_id="n1", boot_id="boot-b", seq=seq, running_allocs=0,
+        hb = Heartbeat(node_id="n1", boot_id="boot-a", seq=seq, running_allocs=0,
                        reattaching=reattaching)
         msg = SimpleNamespace(data=encode(hb), subject="herd.hb.n1")
         await world.sweeper._on_heartbeat(msg, world.clock.now)  # type: ignore[arg-type]
