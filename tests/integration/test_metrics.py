@@ -101,11 +101,14 @@ async def test_control_plane_serves_metrics(nats_server: EmbeddedNats, tmp_path:
                            ("herd_sweeper_detections_total", "counter"),
                            ("herd_heartbeat_replays_dropped_total", "counter"),
                            ("herd_deadletters_total", "counter"),
+                           ("herd_heartbeats_dropped_total", "counter"),
                            ("herd_sensitive_wipe_failure_total", "counter"),
                            ("herd_events_total", "counter"),
                            ("herd_api_request_duration_seconds", "histogram")]:
             assert f"# TYPE {name} {kind}\n" in text and f"# HELP {name} " in text
         assert sample(text, "herd_sensitive_wipe_failure_total") == 0
+        assert sample(text, 'herd_deadletters_total{stream="HERD_EVENTS"}') == 0
+        assert sample(text, 'herd_heartbeats_dropped_total{reason="unknown_node"}') == 0
         assert sample(text, "herd_projector_committed_sequence") == plane.projector.committed_seq
         await scrape_until(port, "herd_heartbeat_lag_seconds_count", 1)
 
