@@ -1,5 +1,6 @@
 """Talking to the control plane over NATS, with the CLI's exit codes:
-0 ok, 1 refused, 2 usage, 3 control plane unreachable."""
+0 ok, 1 refused, 2 usage, 3 control plane unreachable, 4 NATS storage full (the event
+could not be stored; retry once space is freed)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 EXIT_REFUSED = 1
 EXIT_USAGE = 2
 EXIT_UNREACHABLE = 3
+EXIT_STORAGE_FULL = 4
 DEFAULT_SERVER = "nats://127.0.0.1:4222"
 
 T = TypeVar("T")
@@ -114,7 +116,8 @@ async def request(nc: Any, route: str, payload: dict[str, Any], timeout: float =
                    EXIT_UNREACHABLE) from None
     body = msgspec.json.decode(msg.data)
     if not body.get("ok"):
-        code = EXIT_USAGE if body.get("code") == "bad_request" else EXIT_REFUSED
+        code = {"bad_request": EXIT_USAGE,
+                "storage_full": EXIT_STORAGE_FULL}.get(body.get("code"), EXIT_REFUSED)
         raise fail(body.get("error", "refused"), code)
     return body["result"]
 

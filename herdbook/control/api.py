@@ -2,7 +2,8 @@
 so several control-plane replicas share it.
 
 Requests and replies are JSON. A reply is ``{"ok": true, "result": ...}`` or
-``{"ok": false, "code": "refused|not_found|bad_request|unavailable", "error": "..."}``.
+``{"ok": false, "code": "refused|not_found|bad_request|unavailable|storage_full",
+"error": "..."}``.
 Commands decide on the current view and append with optimistic concurrency; the
 reply is sent after the view has applied the new event (read-your-writes).
 """
@@ -17,6 +18,7 @@ from contextvars import ContextVar
 from typing import Any, Protocol
 
 import msgspec
+import nats.errors
 from nats.aio.client import Client as NATS
 from nats.js.errors import NotFoundError
 from nats.micro import add_service
@@ -35,7 +37,7 @@ from herdbook.events.jobs import JobDeregistered, JobRegistered, JobSpecError, p
 from herdbook.events.node import NodeDeclared, NodeEvent
 from herdbook.events.pool import PoolScaled
 from herdbook.events.states import Health, NodeClass, resolve_state_filter
-from herdbook.events.store import ConflictError, EventStore, stream_last_seq
+from herdbook.events.store import ConflictError, EventStore, StorageFullError, stream_last_seq
 from herdbook.events.subjects import (
     API_PREFIX,
     EVENTS_STREAM,
@@ -244,6 +246,18 @@ class Api:
                 body = {"ok": False, "code": err.code, "error": str(err)}
             except Refused as err:
                 body = {"ok": False, "code": "refused", "error": str(err)}
+            except StorageFullError as err:
+                # Said once in the log by whoever noticed it, not once per request.
+                body = {"ok": False, "code": "storage_full", "error": str(err)}
+            except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as err:
+                why = self.store.storage_full() if self.store.storage_full else None
+                if why is not None:
+                    body = {"ok": False, "code": "storage_full", "error": why}
+                else:
+                    log.warning("API request on %s: NATS did not answer (%s)",
+                                request.subject, type(err).__name__)
+                    body = {"ok": False, "code": "unavailable",
+                            "error": "NATS did not answer in time; try again"}
             except (InvalidIdError, msgspec.ValidationError, msgspec.DecodeError, ValueError,
                     JobSpecError) as err:
                 body = {"ok": False, "code": "bad_request", "error": str(err)}

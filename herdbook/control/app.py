@@ -29,8 +29,9 @@ from herdbook.control.api import Api
 from herdbook.control.instances import InstanceManager
 from herdbook.control.leader import LeaderLease
 from herdbook.control.metrics import Metrics, MetricsServer, scrape
-from herdbook.control.nats_server import EmbeddedNats, NatsServerError, port_in_use
+from herdbook.control.nats_server import EmbeddedNats, NatsServerError, port_in_use, terminate
 from herdbook.control.providers import FakeProvider, LocalProvider
+from herdbook.control.storage import StorageWatch
 from herdbook.control.streams_guard import StreamsGuard
 from herdbook.control.users import UserRegistry
 from herdbook.credentials import CredentialsError, CredsFile, NatsAuth, redact, write_creds
@@ -41,6 +42,7 @@ from herdbook.events.states import NodeType
 from herdbook.events.store import ConflictError, EventStore, stream_last_seq
 from herdbook.events.streams import all_streams
 from herdbook.events.subjects import EVENTS_STREAM, heartbeat_subject, validate_id
+from herdbook.projector.integrity import ViewError
 from herdbook.projector.runner import ProjectorRunner
 from herdbook.reactors.allocations import AllocationReactor
 from herdbook.reactors.approver import AutoApprover
@@ -123,6 +125,8 @@ class ControlPlane:
         self.sensitive: SensitiveReactor | None = None
         self.lease: LeaderLease | None = None
         self.streams_guard: StreamsGuard | None = None
+        self.storage: StorageWatch | None = None
+        """With the embedded server: its disk, watched (``control/storage.py``)."""
         self._store: Any = None
         self._lock_file: Any = None
         self._tasks: list[asyncio.Task[Any]] = []
@@ -172,6 +176,8 @@ class ControlPlane:
             except NatsServerError as err:
                 raise StartupError(str(err)) from err
             self.url = self.embedded.url
+            self.storage = StorageWatch(self.embedded.store_dir, self._restart_nats)
+            await self.storage.start()
         try:
             _, options = auth.resolve(self.url)
         except CredentialsError as err:
@@ -186,11 +192,15 @@ class ControlPlane:
             raise StartupError(f"cannot connect to NATS at {redact(self.url)}: {err}") from err
         check_server_version(str(self.nc._server_info.get("version", "")))
         streams = await ensure_streams(self.nc, cfg.nats.replicas, float(cfg.health.max_age))
-        store = EventStore(self.nc.jetstream())
+        store = EventStore(self.nc.jetstream(),
+                           storage_full=self.storage.full if self.storage is not None else None)
         self.projector = ProjectorRunner(
             self.nc, str(self.data_dir / "view.db"), batch_size=cfg.projector.batch_size,
             batch_interval=float(cfg.projector.batch_interval))
-        await self.projector.start()
+        try:
+            await self.projector.start()
+        except ViewError as err:
+            raise StartupError(str(err)) from err
         self.streams_guard = StreamsGuard(self.nc, streams, floor=self._folded)
         await self.streams_guard.start()
         await self._catch_up()
@@ -243,6 +253,37 @@ class ControlPlane:
                 "node_id": self.node_id, "data_dir": str(self.data_dir),
                 "nodes": len(self.projector.views),
                 "metrics_url": self.metrics_server.url if self.metrics_server else None}
+
+    async def _restart_nats(self, timeout: float = 30.0, handover: float = 5.0) -> None:
+        """Restart the embedded nats-server (``StorageWatch``: its streams keep a write
+        error until then): stopped here, started again by ``_supervise_nats`` on the same
+        port and store, or here if nothing did within ``handover`` seconds. Then the view
+        must not be ahead of what the server kept."""
+        embedded = self.embedded
+        assert embedded is not None and self.nc is not None
+        old = embedded.proc
+        await asyncio.to_thread(terminate, old)
+        started = time.monotonic()
+        while (embedded.proc is None or embedded.proc is old or embedded.proc.poll() is not None
+               or not self.nc.is_connected):
+            waited = time.monotonic() - started
+            if waited > timeout:
+                raise RuntimeError(f"nats-server did not come back within {timeout:g}s")
+            if waited > handover and embedded.proc is old:
+                await asyncio.to_thread(embedded.start)
+            await asyncio.sleep(0.1)
+        await self._rebuild_if_ahead()
+
+    async def _rebuild_if_ahead(self) -> None:
+        """A write acknowledged just before the disk filled may not have reached it: a view
+        that folded it would take the next event given that sequence for one it has."""
+        assert self.nc is not None and self.projector is not None
+        last = await stream_last_seq(self.nc.jetstream(), EVENTS_STREAM)
+        if self.projector.folded_seq > last:
+            log.error("the view is at sequence %d but %s ends at %d after the restart: "
+                      "rebuilding it from sequence 1", self.projector.folded_seq,
+                      EVENTS_STREAM, last)
+            await self.rebuild_view()
 
     def _folded(self, stream: str) -> int:
         """How far the projector read ``stream``: a recreated one starts after it."""
@@ -348,7 +389,14 @@ class ControlPlane:
         interval = min(REQUESTER_HEARTBEAT_INTERVAL,
                        float(self.config.lifecycle.heartbeat_timeout) / 3)
         while True:
-            hb = Heartbeat(node_id=self.node_id, boot_id=self.boot_id, seq=seqs.next(),
+            try:
+                seq = seqs.next()
+            except OSError as err:
+                # A full disk: the block is reserved in memory before it is persisted, so
+                # the next call goes on from it without writing.
+                log.debug("heartbeat sequence not persisted: %s", err)
+                seq = seqs.next()
+            hb = Heartbeat(node_id=self.node_id, boot_id=self.boot_id, seq=seq,
                            sent_at=time.time())
             try:
                 await self.nc.publish(subject, encode(hb))
@@ -397,6 +445,8 @@ class ControlPlane:
                 "events_per_second": round(last / seconds) if seconds else None}
 
     async def stop(self) -> None:
+        if self.storage is not None:
+            await self.storage.stop()
         if self.metrics_server is not None:
             await self.metrics_server.stop()
         for agent in self._demo_agents:

@@ -6,6 +6,10 @@ Guarantees:
 - With ``expected_version`` (the stream sequence of the aggregate's last event the
   writer decided from, 0 for "no events yet") the server refuses the write if any
   subject of the aggregate got a newer event: ``ConflictError``.
+- NATS out of storage is ``StorageFullError``, at once: JetStream's own answer (10023
+  "insufficient resources": a write past ``max_file_store``), or, where the writer can
+  see the store's disk (``storage_full``, the embedded server), a full disk, which
+  nats-server answers with silence.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from msgspec.structs import replace
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy, Header
-from nats.js.errors import BadRequestError, NotFoundError
+from nats.js.errors import APIError, BadRequestError, NotFoundError
 
 from herdbook.events.authority import Refused, bind_event
 from herdbook.events.base import Event
@@ -36,6 +40,9 @@ EXPECTED_LAST_SUBJECT_SEQ_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject
 CONFLICT_CODES = frozenset({10071, 10164})
 CHAIN_ATTEMPTS = 20
 RETRYABLE_CODES = frozenset({10163})
+STORAGE_FULL_CODES = frozenset({10023, 10047})
+"""JetStream's "insufficient resources" (the server's storage limit reached) and
+"insufficient storage resources available" (a stream or its reservation does not fit)."""
 
 
 class ConflictError(Exception):
@@ -48,14 +55,31 @@ class ConflictError(Exception):
         self.expected = expected
 
 
+class StorageFullError(Exception):
+    """NATS cannot store anything more: its storage is full. The message is one line
+    for the operator, beginning with "NATS storage full"."""
+
+
+def storage_full_error(err: APIError) -> StorageFullError | None:
+    """The ``StorageFullError`` JetStream's error ``err`` means, if it means that."""
+    if err.err_code in STORAGE_FULL_CODES or "no space left" in (err.description or ""):
+        return StorageFullError(f"NATS storage full: JetStream answered {err.description!r} "
+                                f"(error {err.err_code}); appends resume once it has space")
+    return None
+
+
 def subject_of(event: Event) -> str:
     return event_subject(type(event).aggregate, event.aggregate_id, event.event_name)
 
 
 class EventStore:
     def __init__(self, js: JetStreamContext, stream: str = EVENTS_STREAM,
-                 timeout: float = 5.0, attempts: int = 4, *, direct: bool = False) -> None:
+                 timeout: float = 5.0, attempts: int = 4, *, direct: bool = False,
+                 storage_full: Callable[[], str | None] | None = None) -> None:
         self.js = js
+        self.storage_full = storage_full
+        """Why NATS cannot store right now (its disk is full), or None: an append then
+        fails at once instead of waiting for acknowledgements that will not come."""
         self.direct = direct
         """Read an aggregate's last event with a direct get whose subject names it (what
         an agent's credentials allow: its own node only). A replica may answer slightly
@@ -67,6 +91,7 @@ class EventStore:
     async def append(self, event: Event, expected_version: int | None = None) -> int:
         """Append one event; return its stream sequence. A node event is chained: it
         carries the SHA-256 of the node's previous event (``prev_hash``)."""
+        self._check_storage()
         if isinstance(event, NodeEvent) and event.prev_hash is None:
             return await self._append_chained(event, expected_version)
         return await self._append(event, expected_version)
@@ -111,7 +136,12 @@ class EventStore:
                 ack = await self.js.publish(subject, data, timeout=self.timeout,
                                             stream=self.stream, headers=headers)
                 return int(ack.seq)
-            except BadRequestError as err:
+            except APIError as err:
+                full = storage_full_error(err)
+                if full is not None:
+                    raise full from err
+                if not isinstance(err, BadRequestError):
+                    raise
                 if err.err_code in CONFLICT_CODES:
                     if timed_out:
                         # A resend of a write that landed: a single server checks the
@@ -126,10 +156,16 @@ class EventStore:
                 raise
             except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
                 timed_out = True
+                self._check_storage()
                 if attempt + 1 == self.attempts:
                     raise
                 await asyncio.sleep(0.2 * (attempt + 1))
         raise AssertionError("unreachable")
+
+    def _check_storage(self) -> None:
+        why = self.storage_full() if self.storage_full is not None else None
+        if why is not None:
+            raise StorageFullError(why)
 
     async def append_decided(self, events: Sequence[Event], expected_version: int) -> int:
         """Append what one decision produced, in order, each expecting the previous one:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
 import time
 from collections.abc import Callable
 from typing import Any
@@ -36,7 +37,7 @@ from herdbook.events.subjects import (
     node_id_of_subject,
     printable,
 )
-from herdbook.projector import schema
+from herdbook.projector import integrity, schema
 from herdbook.projector.alloc_view import AllocView, apply_alloc
 from herdbook.projector.eval_view import EvalView, apply_eval
 from herdbook.projector.instance_view import InstanceView, apply_instance
@@ -96,13 +97,42 @@ class ProjectorRunner:
 
     async def start(self) -> None:
         await self.load()
+        await self._check_stream()
         self._flusher = asyncio.create_task(self._flush_loop(), name="projector-flush")
         self._sub = StreamFeed(self.nc, self.stream, "herd.>", self.committed_seq + 1,
                                self._on_msg, batch=self.batch_size)
         await self._sub.start()
 
     async def load(self) -> None:
-        """Open the view database and load every table and the checkpoint."""
+        """Open the view database and load every table and the checkpoint. A file that
+        cannot be read is moved aside and the view starts empty (``start`` folds it
+        again from sequence 1), with one log line saying why: never a crash."""
+        try:
+            await self._load()
+        except integrity.CORRUPT_ERRORS as err:
+            await self._close_db()
+            await self._start_over(integrity.corrupt_reason(self.db_path, err), "corrupt")
+
+    async def _check_stream(self) -> None:
+        """A view that is not a view of the stream there now (``integrity``) starts over
+        too: never a view that silently skips new events."""
+        why = await integrity.disagreement(self.js, self.stream, self._db, self.committed_seq)
+        if why is not None:
+            await self._close_db()
+            await self._start_over(why, "stale")
+            await integrity.disagreement(self.js, self.stream, self._db, self.committed_seq)
+
+    async def _start_over(self, why: str, kind: str) -> None:
+        try:
+            aside = integrity.move_aside(self.db_path, kind)
+        except OSError as err:
+            raise integrity.ViewError(f"the view {self.db_path} {why}, and it cannot be moved "
+                                      f"aside: {err.strerror or err}") from err
+        log.error("view %s %s: moved it to %s and rebuilding it from sequence 1",
+                  self.db_path, why, aside.name)
+        await self._load()
+
+    async def _load(self) -> None:
         self._db = await schema.open_db(self.db_path)
         self.views, self.committed_seq = await schema.load(self._db, self.stream)
         self.instances = await schema.load_table(self._db, "instances",
@@ -114,6 +144,11 @@ class ProjectorRunner:
                                                       schema.DECODERS["alloc_versions"])
         self.pool_sizes = await schema.load_pool_sizes(self._db)
         self.folded_seq = self.committed_seq
+
+    async def _close_db(self) -> None:
+        db, self._db = self._db, None
+        if db is not None:
+            await db.close()
 
     async def stop(self) -> None:
         if self._sub is not None:
@@ -301,6 +336,7 @@ class ProjectorRunner:
         self._waiters = keep
 
     async def _flush_loop(self) -> None:
+        failing: str | None = None
         while True:
             try:
                 await asyncio.wait_for(self._kick.wait(), timeout=self.batch_interval)
@@ -311,9 +347,19 @@ class ProjectorRunner:
                 # Shielded: stop() cancelling this loop must not cut a transaction in
                 # half; stop() then waits for it on the lock and flushes the rest.
                 await asyncio.shield(self.flush())
+            except sqlite3.OperationalError as err:
+                # A full disk: one line until it works again, not a traceback a second.
+                if str(err) != failing:
+                    failing = str(err)
+                    log.error("projector flush failed, retrying every second: %s", err)
+                await asyncio.sleep(1.0)
             except Exception:
                 log.exception("projector flush failed")
                 await asyncio.sleep(1.0)
+            else:
+                if failing is not None and self._pending == 0:
+                    failing = None
+                    log.warning("projector flush works again")
 
     async def wait_applied(self, seq: int, timeout: float = 10.0) -> None:
         """Return once the event at ``seq`` (and all before it) is committed to the view."""

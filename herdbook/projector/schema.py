@@ -12,6 +12,7 @@ from typing import Any
 import aiosqlite
 import msgspec
 
+from herdbook.projector import integrity
 from herdbook.projector.alloc_view import AllocView
 from herdbook.projector.eval_view import EvalView
 from herdbook.projector.instance_view import InstanceView
@@ -51,6 +52,10 @@ CREATE TABLE IF NOT EXISTS checkpoints (
     stream TEXT PRIMARY KEY,
     seq    INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS stream_identity (
+    stream  TEXT PRIMARY KEY,
+    created TEXT NOT NULL
+);
 """
 
 _encoder = msgspec.json.Encoder()
@@ -67,10 +72,17 @@ TableRows = tuple[str, Mapping[str, Any], Iterable[str]]
 
 
 async def open_db(path: str) -> aiosqlite.Connection:
+    """Open (or create) the view; raises ``sqlite3.DatabaseError`` for a file that is not
+    a sound SQLite database (``integrity.quick_check``)."""
     db = await aiosqlite.connect(path, isolation_level=None)
-    await db.execute("PRAGMA journal_mode=WAL")
-    await db.execute("PRAGMA synchronous=NORMAL")
-    await db.executescript(SCHEMA)
+    try:
+        await db.execute("PRAGMA journal_mode=WAL")
+        await db.execute("PRAGMA synchronous=NORMAL")
+        await integrity.quick_check(db)
+        await db.executescript(SCHEMA)
+    except BaseException:
+        await db.close()
+        raise
     return db
 
 
