@@ -6,6 +6,11 @@ BOOTING --longer than boot_timeout--> FAILED; DRAINING --no running allocation--
 A DOWN node whose heartbeats resume (a healed partition) stays DOWN, unless
 ``recover_down_on_heartbeat``; an agent that restarted goes through BOOTING by its own
 ``boot_started`` / ``boot_checked`` events.
+
+Freshness and silence are two ages: a heartbeat is fresh by its real age, while a node is
+declared by how long it has been silent *as far as this control plane could see*, which
+starts no earlier than when it began observing (a start, a pause, a lost connection;
+DESIGN §9) or when the node became READY.
 """
 
 from __future__ import annotations
@@ -37,10 +42,14 @@ class Timeouts:
 class Observation:
     """What the sweeper knows of a node besides its view, on its own clock."""
 
-    heartbeat_age: float
+    heartbeat_age: float               # since the last heartbeat (or registration)
     boot_id: str = ""                  # of the last heartbeat; "" if none was seen
     running_allocs: int | None = None  # from the last heartbeat
     booting_for: float | None = None   # seconds since the view entered BOOTING
+    silent_for: float | None = None
+    """Seconds the node counts as silent for a declaration, at most ``heartbeat_age``:
+    since its last heartbeat, when it became READY or when this control plane began
+    observing, whichever is last. None: ``heartbeat_age``."""
 
 
 def decide(view: NodeView, seen: Observation, timeouts: Timeouts,
@@ -48,11 +57,12 @@ def decide(view: NodeView, seen: Observation, timeouts: Timeouts,
            drained_by_heartbeat: bool = True) -> list[NodeEvent]:
     """Every liveness event due for ``view`` now."""
     fresh = bool(seen.boot_id) and seen.heartbeat_age < timeouts.heartbeat_timeout
+    silent_for = seen.heartbeat_age if seen.silent_for is None else seen.silent_for
     events: list[NodeEvent] = []
     if fresh:
         events += decide_on_heartbeat(view, seen.boot_id, recover_down_on_heartbeat)
     if not events:
-        events += decide_on_age(view, seen.heartbeat_age, timeouts, seen.boot_id)
+        events += decide_on_age(view, silent_for, timeouts, seen.boot_id)
     if (view.lifecycle is Lifecycle.BOOTING and view.wipe_status != "wiping"
             and seen.booting_for is not None and seen.booting_for >= timeouts.boot_timeout):
         events.append(NodeFailed(node_id=view.id, actor=ACTOR,
@@ -95,7 +105,7 @@ def decide_on_heartbeat(view: NodeView, boot_id: str | None = None,
 def next_deadline(view: NodeView, last_seen: float, timeouts: Timeouts,
                   booting_since: float | None = None) -> float | None:
     """When ``decide`` could next produce an event by the clock alone, on the same clock
-    as ``last_seen``."""
+    as ``last_seen`` (when the node's silence began, as ``Observation.silent_for``)."""
     if view.lifecycle is Lifecycle.READY:
         return last_seen + timeouts.heartbeat_timeout
     if view.lifecycle is Lifecycle.DEGRADED:

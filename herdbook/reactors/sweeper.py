@@ -9,6 +9,13 @@ when the heartbeat was observed. Heartbeats stored before this process started (
 back from HERD_HEARTBEATS) are aged against the NATS server's clock, read from the
 JetStream timestamp of a probe message, so no clock skew matters.
 
+Observation before declaration (DESIGN §9): absence of evidence while this process could
+not see heartbeats is no evidence. So when it starts, when its loop finds its own clock
+jumped (the process was stopped, suspended or starved: it woke much later than it slept
+for) and when its NATS connection comes back, every node counts as last seen then: a
+node that heartbeats within one heartbeat timeout stays READY with no event, one that
+does not is declared DEGRADED at that instant + its timeout and DOWN after its grace.
+
 Bounded by the fleet, not by what is published (``reactors.heartbeats``): a heartbeat
 its subject does not vouch for is dead-lettered; one of a node not in the view is only
 counted, and keeps no state; one of a boot the node has not announced is dropped, the
@@ -21,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import logging
+import math
 import time
 from collections.abc import Callable
 from datetime import datetime
@@ -56,6 +64,9 @@ MAX_RECENT_BOOTS = 16
 APPEND_RETRY_FIRST = 1.0
 APPEND_RETRY_MAX = 60.0
 """A liveness append that fails (not a conflict) is retried after 1s, 2s, 4s ... 60s."""
+JUMP_FLOOR = 2.0
+"""The loop waking this much later than it slept for (or half the shortest heartbeat
+timeout, if longer) means this process was away: stopped, suspended or starved."""
 
 
 async def probe_server_clock(nc: NATS) -> datetime:
@@ -82,6 +93,10 @@ class Sweeper:
         self.unannounced_dropped = 0    # heartbeats of a boot the node has not announced
         self.dead_letters = DeadLetters(nc, HEARTBEATS_STREAM, clock=clock)
         self.detections = 0
+        self.reobservations = 0   # clock jumps and reconnections seen since start
+        # Nothing counts as silence before this (``reobserve``): set at start.
+        self._observing_since = -float("inf")
+        self._disconnected = False
         # The latest heartbeat of an unannounced boot per known node, with when it was
         # observed: accepted if its boot's announcement is folded after it (a race).
         self._unannounced: dict[str, tuple[Heartbeat, float]] = {}
@@ -124,14 +139,23 @@ class Sweeper:
             await asyncio.wait_for(snapshot.caught_up.wait(), timeout=120)
         finally:
             await snapshot.stop()
-        # Arm after the snapshot: a node's clock starts at its last stored heartbeat,
-        # or now if it never sent one.
+        self.begin_observing()
+        self._task = asyncio.create_task(self._loop(), name="sweeper")
+
+    def begin_observing(self) -> None:
+        """Arm every node once the stored heartbeats are read. A node's silence starts no
+        earlier than now: its last stored heartbeat may be old only because this control
+        plane was down, so it is declared DEGRADED at the earliest one heartbeat timeout
+        from now; a BOOTING node's boot timeout starts now."""
         now = self.clock()
+        self._observing_since = now
+        if self.projector.views:
+            log.info("observing %d nodes for one heartbeat timeout (%gs) before declaring "
+                     "any DEGRADED", len(self.projector.views), self.shortest_timeout())
         for node_id, view in self.projector.views.items():
             if view.lifecycle is Lifecycle.BOOTING:
                 self._booting_since[node_id] = now
             self._arm(node_id)
-        self._task = asyncio.create_task(self._loop(), name="sweeper")
 
     async def stop(self) -> None:
         if self._sub is not None:
@@ -176,7 +200,8 @@ class Sweeper:
                 "heartbeat_replays_dropped": self.replays_dropped,
                 "heartbeat_unknown_node_dropped": self.unknown_dropped,
                 "heartbeat_unannounced_boot_dropped": self.unannounced_dropped,
-                "heartbeat_deadletters": self.deadlettered}
+                "heartbeat_deadletters": self.deadlettered,
+                "liveness_reobservations": self.reobservations}
 
     def _observed_at(self, msg: Msg) -> float:
         now = self.clock()
@@ -276,7 +301,10 @@ class Sweeper:
                          self._append_backoff):
             per_node.pop(node_id, None)
 
-    def _arm(self, node_id: str) -> None:
+    def _arm(self, node_id: str, after: float = -math.inf) -> None:
+        """Push the node's next deadline, later than ``after``: a deadline computed as
+        ``last_seen + timeout`` can round to ``now`` while ``now - last_seen`` rounds to
+        just under ``timeout``, and re-arming at it would spin one sweep forever."""
         view = self.projector.views.get(node_id)
         if view is None:
             return
@@ -286,12 +314,13 @@ class Sweeper:
         deadline = liveness.next_deadline(view, self._silent_since(node_id, beat),
                                           self.timeouts(view), self._booting_since.get(node_id))
         if deadline is not None:
-            self._push(deadline, node_id)
+            self._push(max(deadline, math.nextafter(after, math.inf)), node_id)
 
     def _silent_since(self, node_id: str, beat: NodeBeat) -> float:
-        """Since when the node counts as silent: its last heartbeat, or when it became
-        READY if that is later."""
-        return max(beat.last_seen, self._ready_since.get(node_id, beat.last_seen))
+        """Since when the node counts as silent: its last heartbeat, when it became READY
+        or when this process began observing (``reobserve``), whichever is last."""
+        return max(beat.last_seen, self._ready_since.get(node_id, beat.last_seen),
+                   self._observing_since)
 
     def _push(self, deadline: float, node_id: str) -> None:
         armed = self._armed.get(node_id)
@@ -302,12 +331,59 @@ class Sweeper:
 
     async def _loop(self) -> None:
         interval = float(self.config.lifecycle.sweep_interval)
+        asleep_since = self.clock()
         while True:
+            await asyncio.sleep(interval)
             try:
-                self.sweep()
+                self.wake(asleep_since, interval)
             except Exception as err:
                 self._log_sweep_error("sweep failed", err)
-            await asyncio.sleep(interval)
+            asleep_since = self.clock()
+
+    # observation ------------------------------------------------------------
+    def shortest_timeout(self) -> float:
+        lifecycle = self.config.lifecycle
+        return float(min(lifecycle.heartbeat_timeout, lifecycle.heartbeat_timeout_sensitive))
+
+    def jump_threshold(self) -> float:
+        """How much later than expected the loop may wake before this process counts as
+        having been away. Half the shortest heartbeat timeout: an agent beats at least
+        twice per timeout, so a shorter absence cannot hide the beat that was due; never
+        under ``JUMP_FLOOR``, so an ordinary stall of a busy event loop is not one."""
+        return max(JUMP_FLOOR, self.shortest_timeout() / 2)
+
+    def wake(self, asleep_since: float, interval: float) -> None:
+        """One turn of the loop, which went to sleep for ``interval`` at ``asleep_since``:
+        re-observe if this process was away meanwhile, then sweep. Nothing is declared
+        while the NATS connection is down: heartbeats do not reach this process then."""
+        now = self.clock()
+        if self.nc is not None and not self.nc.is_connected:
+            self._disconnected = True
+            return
+        if self._disconnected:
+            self._disconnected = False
+            self.reobserve(now, "the connection to NATS is back")
+        away = now - asleep_since - interval
+        if away > self.jump_threshold():
+            self.reobserve(now, f"this process woke {away:.1f}s late (stopped, suspended "
+                                "or starved)")
+        self.sweep()
+
+    def reobserve(self, now: float, why: str) -> None:
+        """Count every node as last seen ``now``: what was not seen while this process
+        could not look is no evidence (DESIGN §9). Entries already in the heap pop
+        early, find nothing due and re-arm at the later deadline; a boot timeout is
+        likewise not declared before ``now`` + one heartbeat timeout."""
+        self._observing_since = max(self._observing_since, now)
+        self.reobservations += 1
+        for node_id, since in self._booting_since.items():
+            view = self.projector.views.get(node_id)
+            if view is not None:
+                t = self.timeouts(view)
+                self._booting_since[node_id] = max(
+                    since, now + t.heartbeat_timeout - t.boot_timeout)
+        log.warning("%s: observing every node for one heartbeat timeout before declaring "
+                    "any DEGRADED or DOWN", why)
 
     def sweep(self) -> None:
         now = self.clock()
@@ -347,13 +423,14 @@ class Sweeper:
             del self._inflight[node_id]
         beat = self.beats.get(node_id)
         if beat is None:
-            self._arm(node_id)
+            self._arm(node_id, after=now)
             return
         booting_since = self._booting_since.get(node_id)
         seen = liveness.Observation(
-            heartbeat_age=now - self._silent_since(node_id, beat), boot_id=beat.boot_id,
+            heartbeat_age=now - beat.last_seen, boot_id=beat.boot_id,
             running_allocs=beat.running_allocs,
-            booting_for=None if booting_since is None else now - booting_since)
+            booting_for=None if booting_since is None else now - booting_since,
+            silent_for=now - self._silent_since(node_id, beat))
         events = liveness.decide(view, seen, self.timeouts(view),
                                  self.config.lifecycle.recover_down_on_heartbeat,
                                  drained_by_heartbeat=not has_drain_status(self.config.notifier))
@@ -361,7 +438,7 @@ class Sweeper:
             self._inflight[node_id] = now
             self._spawn(self._append(node_id, view, events))
         else:
-            self._arm(node_id)
+            self._arm(node_id, after=now)
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)

@@ -169,17 +169,27 @@ async def test_a_restarted_control_plane_ages_stored_heartbeats_on_the_server_cl
                           "node_id: cp-r\nlifecycle: {heartbeat_timeout: 2s, "
                           "grace_period: {standard: 60s}}\n")
     plane = ControlPlane(config)
+    starting = time.monotonic()
     await plane.start()
     try:
-        assert plane.projector is not None
+        assert plane.projector is not None and plane.sweeper is not None
         views = plane.projector.views
-        # the stale node is past its timeout on the server's clock: DEGRADED at once
-        await eventually(lambda: _lifecycle_is(plane, "stale", "DEGRADED"), timeout=1.5)
-        assert views["fresh"].lifecycle.value == "READY"
-        # the fresh one had ~2s left; it keeps beating and never degrades
-        for seq in range(2, 12):
-            await beat("fresh", seq)
-            await asyncio.sleep(0.3)
+        # both are aged on the server's clock, not on the agent's nor from this start
+        assert plane.sweeper.heartbeat_age("stale") >= 2.5
+        assert plane.sweeper.heartbeat_age("fresh") < 1.0
+
+        async def keep_beating() -> None:
+            for seq in range(2, 22):
+                await beat("fresh", seq)
+                await asyncio.sleep(0.3)
+
+        beating = asyncio.create_task(keep_beating())
+        # the stale node is past its timeout, but a control plane that starts observes
+        # for one heartbeat timeout before it declares (DESIGN §9): DEGRADED then
+        await eventually(lambda: _lifecycle_is(plane, "stale", "DEGRADED"), timeout=4.0)
+        assert time.monotonic() - starting >= 2.0
+        # the fresh one keeps beating and never degrades
+        await beating
         assert views["fresh"].lifecycle.value == "READY"
         assert views["stale"].lifecycle.value == "DEGRADED"
     finally:

@@ -11,7 +11,9 @@ from herdbook.projector.node_view import NodeView
 from herdbook.reactors.heartbeats import NodeBeat, is_newer
 from herdbook.reactors.liveness import (
     ACTOR,
+    Observation,
     Timeouts,
+    decide,
     decide_on_age,
     decide_on_heartbeat,
     next_deadline,
@@ -120,6 +122,30 @@ def test_liveness_events_carry_the_boot_of_the_last_heartbeat() -> None:
     [down] = decide_on_age(node(Lifecycle.DEGRADED), 91.0, TIMEOUTS, "boot-a")
     assert isinstance(degraded, NodeDegraded) and degraded.boot_id == "boot-a"
     assert isinstance(down, NodeDown) and down.boot_id == "boot-a"
+
+
+# liveness: observed silence -------------------------------------------------------
+
+
+def test_a_node_is_declared_by_the_silence_observed_not_by_its_heartbeat_age() -> None:
+    # given a READY node whose last heartbeat is 100s old, observed for 29.9s (a restart)
+    stale = Observation(heartbeat_age=100.0, boot_id="b", silent_for=29.9)
+    # then nothing; at 30s of observed silence, DEGRADED with that age
+    assert decide(node(), stale, TIMEOUTS) == []
+    [event] = decide(node(), Observation(heartbeat_age=100.0, boot_id="b", silent_for=30.0),
+                     TIMEOUTS)
+    assert isinstance(event, NodeDegraded) and event.heartbeat_age == 30.0
+
+
+def test_an_old_heartbeat_observed_briefly_neither_recovers_nor_downs_a_degraded_node(
+        ) -> None:
+    # given a node DEGRADED before a restart, its last heartbeat 100s old, observed 5s
+    seen = Observation(heartbeat_age=100.0, boot_id="b", silent_for=5.0)
+    # then no RECOVERED (the heartbeat is not fresh) and no DOWN (the grace is observed)
+    assert decide(node(Lifecycle.DEGRADED), seen, TIMEOUTS) == []
+    assert [type(e) for e in decide(node(Lifecycle.DEGRADED),
+                                    Observation(heartbeat_age=100.0, boot_id="b",
+                                                silent_for=90.0), TIMEOUTS)] == [NodeDown]
 
 
 # liveness: deadlines -------------------------------------------------------------

@@ -389,3 +389,21 @@ async def test_a_node_that_boots_again_gets_a_full_timeout_from_ready(world: Wor
     assert [name for name, _ in world.store.of("n1")] == ["degraded", "down"]   # no flap
     await world.tick(531.0)   # and silence after READY is still detected
     assert [name for name, _ in world.store.of("n1")] == ["degraded", "down", "degraded"]
+
+
+@pytest.mark.timeout(10)
+async def test_a_deadline_that_rounds_below_the_age_does_not_spin_the_sweep(
+        world: World) -> None:
+    # given a node last seen at t=90.2: its DOWN deadline (90.2 + 30) + 60 is 180.2, but
+    # at t=180.2 its age 180.2 - 90.2 is 89.99999999999999, just under timeout + grace
+    world.register("n1")
+    world.clock.now = 90.2
+    world.heartbeat("n1", seq=1)
+    await world.tick(120.5)
+    assert [name for name, _ in world.store.of("n1")] == ["degraded"]
+    # when the sweep runs at exactly that deadline, then it returns (nothing is due yet)
+    await world.tick(180.2)
+    assert [name for name, _ in world.store.of("n1")] == ["degraded"]
+    # and the next sweep declares the node DOWN
+    await world.tick(180.4)
+    assert [name for name, _ in world.store.of("n1")] == ["degraded", "down"]
