@@ -612,7 +612,7 @@ class Api:
             "projector_lag": max(0, last - self.projector.committed_seq),
             "projector_failed": self.projector.failed,
             "deadletters": self.projector.deadletters,
-            "heartbeat_replays_dropped": self.sweeper.replays_dropped,
+            **self.sweeper.stats(),
             "liveness_detections": self.sweeper.detections,
             "uptime_s": round(time.monotonic() - self.started, 1),
             "leader": self.is_leader(),
