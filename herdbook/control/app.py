@@ -23,13 +23,13 @@ from nats.js.errors import BadRequestError, NotFoundError
 import herdbook
 from herdbook.agent.connection import connection_callbacks, quiet_errors, server_list
 from herdbook.agent.state import SeqAllocator
-from herdbook.config import Config
+from herdbook.config import Config, heartbeats_max_age
 from herdbook.control.agent_sync import AgentSync
 from herdbook.control.api import Api
 from herdbook.control.instances import InstanceManager
 from herdbook.control.leader import LeaderLease
 from herdbook.control.metrics import Metrics, MetricsServer, scrape
-from herdbook.control.nats_server import EmbeddedNats, NatsServerError, port_in_use, terminate
+from herdbook.control.nats_server import EmbeddedNats, NatsServerError
 from herdbook.control.providers import FakeProvider, LocalProvider
 from herdbook.control.storage import StorageWatch
 from herdbook.control.streams_guard import StreamsGuard
@@ -52,6 +52,7 @@ from herdbook.reactors.notifier import Notifier
 from herdbook.reactors.scheduler import Scheduler
 from herdbook.reactors.sensitive import SensitiveReactor
 from herdbook.reactors.sweeper import Sweeper
+from herdbook.signals import stop_on_signals, stopped_by_signal
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,11 @@ REQUESTER_HEARTBEAT_INTERVAL = 5.0
 
 class StartupError(RuntimeError):
     """Startup refused, with a message for the operator."""
+
+
+class ControlPlaneFailed(RuntimeError):
+    """A running control plane could not go on (its embedded nats-server kept dying);
+    one line for the operator, and a non-zero exit so that a supervisor restarts it."""
 
 
 def check_server_version(version: str) -> None:
@@ -76,11 +82,12 @@ def check_server_version(version: str) -> None:
             "(per-aggregate optimistic concurrency, Nats-Expected-Last-Subject-Sequence-Subject)")
 
 
-async def ensure_streams(nc: NATS, replicas: int, health_max_age: float) -> list[StreamConfig]:
+async def ensure_streams(nc: NATS, replicas: int, health_max_age: float,
+                         heartbeats_max_age: float = 86400.0) -> list[StreamConfig]:
     """Create or update the three streams; safe to run on every start. Returns their
     configurations (what the streams guard recreates a deleted one with)."""
     js = nc.jetstream()
-    configs = all_streams(replicas, health_max_age)
+    configs = all_streams(replicas, health_max_age, heartbeats_max_age)
     for config in configs:
         try:
             await js.stream_info(str(config.name))
@@ -97,6 +104,11 @@ async def ensure_streams(nc: NATS, replicas: int, health_max_age: float) -> list
 def default_requester_id() -> str:
     host = "".join(c if c.isalnum() or c in "-_" else "-" for c in socket.gethostname())
     return f"requester-{host}"[:128]
+
+
+COMMAND_ATTEMPTS = 5
+DRAIN_TIMEOUT = 1.0
+"""Seconds a stop waits for NATS to confirm the drain (DESIGN §9: stopped within 2 s)."""
 
 
 class ControlPlane:
@@ -134,6 +146,10 @@ class ControlPlane:
         self.url = ""
         self.users: UserRegistry | None = None
         """With ``nats.auth``: the embedded server's users (`herd creds`)."""
+        self.failure: str | None = None
+        """Why this control plane cannot go on (one line), once it cannot."""
+        self.on_failure: Callable[[], None] = lambda: None
+        """Called once ``failure`` is set: ``run`` stops, then raises ControlPlaneFailed."""
 
     def _lock_data_dir(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -158,10 +174,6 @@ class ControlPlane:
                                    "user:password in the URL)")
             self.url = cfg.nats.url
         else:
-            if port_in_use(cfg.nats.host, cfg.nats.port):
-                raise StartupError(
-                    f"port {cfg.nats.port} on {cfg.nats.host} is in use: pass --nats-port, "
-                    "or --nats-url to use that NATS")
             users_conf = None
             if cfg.nats.auth:
                 self.users = UserRegistry(self.data_dir / "nats")
@@ -172,10 +184,14 @@ class ControlPlane:
                                          cfg.nats.host, cfg.nats.sync_interval,
                                          users_conf=users_conf)
             try:
-                await asyncio.to_thread(self.embedded.start)
+                # Stops a server an earlier herd up of this data dir left running (this
+                # one holds the data dir's lock, so that one is gone) and refuses a port
+                # held by anything else.
+                await self.embedded.start_async()
             except NatsServerError as err:
                 raise StartupError(str(err)) from err
             self.url = self.embedded.url
+            self._tasks.append(asyncio.create_task(self._supervise_nats(self.embedded)))
             self.storage = StorageWatch(self.embedded.store_dir, self._restart_nats)
             await self.storage.start()
         try:
@@ -191,7 +207,8 @@ class ControlPlane:
         except Exception as err:
             raise StartupError(f"cannot connect to NATS at {redact(self.url)}: {err}") from err
         check_server_version(str(self.nc._server_info.get("version", "")))
-        streams = await ensure_streams(self.nc, cfg.nats.replicas, float(cfg.health.max_age))
+        streams = await ensure_streams(self.nc, cfg.nats.replicas, float(cfg.health.max_age),
+                                       heartbeats_max_age(cfg))
         store = EventStore(self.nc.jetstream(),
                            storage_full=self.storage.full if self.storage is not None else None)
         self.projector = ProjectorRunner(
@@ -254,6 +271,11 @@ class ControlPlane:
                 "nodes": len(self.projector.views),
                 "metrics_url": self.metrics_server.url if self.metrics_server else None}
 
+    async def _supervise_nats(self, embedded: EmbeddedNats) -> None:
+        """Restart the embedded server when it dies; give up (``failure``) after a few."""
+        self.failure = await embedded.supervise()
+        self.on_failure()
+
     async def _restart_nats(self, timeout: float = 30.0, handover: float = 5.0) -> None:
         """Restart the embedded nats-server (``StorageWatch``: its streams keep a write
         error until then): stopped here, started again by ``_supervise_nats`` on the same
@@ -262,7 +284,7 @@ class ControlPlane:
         embedded = self.embedded
         assert embedded is not None and self.nc is not None
         old = embedded.proc
-        await asyncio.to_thread(terminate, old)
+        await embedded.restart()
         started = time.monotonic()
         while (embedded.proc is None or embedded.proc is old or embedded.proc.poll() is not None
                or not self.nc.is_connected):
@@ -270,7 +292,7 @@ class ControlPlane:
             if waited > timeout:
                 raise RuntimeError(f"nats-server did not come back within {timeout:g}s")
             if waited > handover and embedded.proc is old:
-                await asyncio.to_thread(embedded.start)
+                await embedded.start_async()
             await asyncio.sleep(0.1)
         await self._rebuild_if_ahead()
 
@@ -363,23 +385,31 @@ class ControlPlane:
             await self.projector.wait_applied(last, timeout=timeout)
 
     async def _register_requester(self, store: EventStore) -> None:
+        """Register this control plane's own node with a new boot, announced before its
+        heartbeats (a heartbeat of an unannounced boot does not count). A writer that got
+        in between makes it catch up and register again."""
         assert self.projector is not None
-        view = self.projector.views.get(self.node_id)
         info = NodeInfo(hostname=socket.gethostname(), arch=platform.machine(),
                         os=platform.system().lower(), cpus=os.cpu_count() or 0,
                         agent_version=herdbook.__version__)
         self.boot_id = os.urandom(8).hex()
-        event = NodeRegistered(node_id=self.node_id, node_type=NodeType.REQUESTER,
-                               boot_id=self.boot_id, info=info, actor=f"control:{self.node_id}")
-        try:
-            seq = await store.append(event, expected_version=view.version if view else 0)
-            # This process is its own boot check: it is up and serving.
-            seq = await store.append(NodeBootChecked(
-                node_id=self.node_id, boot_id=self.boot_id, passed=True,
-                checks={"control_plane": "ok"}, actor=event.actor), expected_version=seq)
-            await self.projector.wait_applied(seq)
-        except ConflictError:
-            log.warning("requester node %s changed while registering; left as is", self.node_id)
+        for _ in range(COMMAND_ATTEMPTS):
+            view = self.projector.views.get(self.node_id)
+            event = NodeRegistered(node_id=self.node_id, node_type=NodeType.REQUESTER,
+                                   boot_id=self.boot_id, info=info,
+                                   actor=f"control:{self.node_id}")
+            try:
+                seq = await store.append(event, expected_version=view.version if view else 0)
+                # This process is its own boot check: it is up and serving.
+                seq = await store.append(NodeBootChecked(
+                    node_id=self.node_id, boot_id=self.boot_id, passed=True,
+                    checks={"control_plane": "ok"}, actor=event.actor), expected_version=seq)
+                await self.projector.wait_applied(seq)
+                return
+            except ConflictError:
+                await self.projector.wait_applied(
+                    await store.last_sequence("node", self.node_id))
+        raise StartupError(f"requester node {self.node_id} kept changing while registering")
 
     async def _requester_heartbeats(self) -> None:
         assert self.nc is not None
@@ -472,9 +502,9 @@ class ControlPlane:
                     log.exception("stopping %s failed", type(part).__name__)
         if self.nc is not None:
             try:
-                await self.nc.drain()
-            except Exception:  # noqa: BLE001
-                pass
+                await asyncio.wait_for(self.nc.drain(), DRAIN_TIMEOUT)
+            except Exception:  # noqa: BLE001 - a server that does not answer is not waited for
+                await self.nc.close()
         if self.embedded is not None:
             await asyncio.to_thread(self.embedded.stop)
         if self._lock_file is not None:
@@ -484,17 +514,24 @@ class ControlPlane:
 async def run(config: Config, *, demo: int = 0,
               on_ready: Callable[[dict[str, Any]], None] | None = None,
               stop: asyncio.Event | None = None) -> None:
-    """Run the control plane until ``stop`` is set (SIGINT/SIGTERM by default)."""
-    import signal
+    """Run the control plane until ``stop`` is set (SIGINT/SIGTERM by default); stopped
+    within 2 s of the signal whatever NATS does (``herdbook.signals``)."""
     plane = ControlPlane(config, demo=demo)
     stop = stop or asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    plane.on_failure = stop.set
+    stop_on_signals(stop)
     try:
         info = await plane.start()
         if on_ready is not None:
             on_ready(info)
         await stop.wait()
+    except asyncio.CancelledError as err:
+        if not stopped_by_signal(stop, err):
+            raise
     finally:
-        await plane.stop()
+        try:
+            await plane.stop()
+        finally:
+            if plane.failure is not None:
+                # The cause of whatever else went wrong meanwhile: one line, no traceback.
+                raise ControlPlaneFailed(plane.failure)  # noqa: B012

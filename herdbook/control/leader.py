@@ -64,6 +64,8 @@ class LeaderLease:
             self._task = None
         if self.leader:
             await self._step_down("stopping")
+            if not self.nc.is_connected:
+                return      # no server to hand over through (it died): not waited for
             try:   # hand over at once instead of after the TTL
                 await self._kv.delete(self.name, last=self.revision)
             except Exception:  # noqa: BLE001 - it expires anyway
