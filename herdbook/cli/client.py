@@ -49,7 +49,7 @@ def api_subject(route: str) -> str:
 
 
 def fail(message: str, code: int) -> typer.Exit:
-    from herdbook.cli.output import safe   # the message may quote what a client sent
+    from herdbook.cli.output import safe  # the message may quote what a client sent
     err_console.print(f"Error: {safe(message)}", markup=False)
     return typer.Exit(code=code)
 
@@ -59,6 +59,25 @@ def check_id(value: str, what: str = "node id") -> str:
         return validate_id(value, what)
     except InvalidIdError as err:
         raise fail(str(err), EXIT_USAGE) from None
+
+
+def check_server(server: str, option: str = "--server") -> str:
+    """A NATS URL, or several comma-separated, as nats-py takes them: refused (exit 2)
+    when one has another scheme, no host or a port outside 1-65535."""
+    from urllib.parse import urlparse
+    parts = [part.strip() for part in server.split(",") if part.strip()]
+    if not parts:
+        raise fail(f"{option} is empty: give a NATS URL, e.g. {DEFAULT_SERVER}", EXIT_USAGE)
+    for part in parts:
+        url = urlparse(part if "://" in part else f"nats://{part}")
+        try:
+            port = url.port
+        except ValueError:
+            port = 0
+        if url.scheme not in ("nats", "tls", "ws", "wss") or not url.hostname or port == 0:
+            raise fail(f"{option} {part!r} is not a NATS URL: write e.g. {DEFAULT_SERVER}",
+                       EXIT_USAGE)
+    return server
 
 
 def actor() -> str:
@@ -79,6 +98,7 @@ async def connect(server: str) -> Any:
     from herdbook.agent.connection import server_list
     from herdbook.credentials import CredentialsError, NatsAuth, redact, url_user
     global _user
+    check_server(server)
     try:
         _, options = (_auth or NatsAuth()).resolve(server)
     except CredentialsError as err:

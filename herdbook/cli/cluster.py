@@ -54,10 +54,12 @@ def cluster(
     import signal
     import time
 
+    from herdbook.cli.usage import usable_dir
     from herdbook.control.nats_cluster import LocalCluster
     from herdbook.control.nats_server import NatsServerError
 
     refuse_open_listener(host, insecure, "--host", auth=None)
+    usable_dir(directory, "--dir")
     local = LocalCluster(directory, size=size, base_port=base_port, host=host, name=name,
                          sync_interval=sync_interval)
 

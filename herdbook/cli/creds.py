@@ -38,7 +38,10 @@ def _store_dir(config: Path | None, data_dir: str | None) -> Path:
         cfg = load_config(config)
     except ConfigError as err:
         raise client.fail(str(err), client.EXIT_USAGE) from None
-    return Path(data_dir or cfg.data_dir) / "nats"
+    from herdbook.cli.usage import usable_dir
+    where = "--data-dir" if data_dir else "data_dir"
+    usable_dir(data_dir or cfg.data_dir, where)
+    return usable_dir(Path(data_dir or cfg.data_dir) / "nats", where)
 
 
 def _registry(store: Path) -> UserRegistry:
@@ -78,7 +81,9 @@ def _issue(store: Path, user: User, host: str | None, out: Path | None, what: st
 
 
 def _reloaded(store: Path) -> str:
-    if _registry(store).reload_server():
+    from herdbook.control.users import auth_enabled
+    # Every embedded server writes its pid file; one without users has none to reload.
+    if auth_enabled(store) and _registry(store).reload_server():
         return "the running nats-server reloaded its users"
     return "no nats-server runs here: it takes effect at the next `herd up --auth`"
 

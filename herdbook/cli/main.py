@@ -29,10 +29,19 @@ from herdbook.cli.output import Format, console, echo, render_object, safe
 from herdbook.cli.sensitive import admin_app
 from herdbook.cli.sim import sim_command
 from herdbook.cli.top import top
+from herdbook.cli.usage import (
+    OneLineErrors,
+    log_level_option,
+    plain_files,
+    readable_file,
+    usable_dir,
+    writable_file,
+)
+from herdbook.cli.usage import port as check_port
 from herdbook.cli.view import view_app
 
 app = typer.Typer(
-    name="herd", no_args_is_help=True, pretty_exceptions_enable=False,
+    name="herd", no_args_is_help=True, pretty_exceptions_enable=False, cls=OneLineErrors,
     help="herdbook: an event-sourced control plane for GPU and CPU compute-node fleets.",
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -81,8 +90,9 @@ def up(
     config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML config file.")] = None,
     data_dir: Annotated[str | None, typer.Option("--data-dir", help="Where the view and the "
                                                  "embedded NATS store live [default: ./.herd].")] = None,
-    nats_port: Annotated[int | None, typer.Option("--nats-port", help="Port of the embedded "
-                                                  "nats-server, on nats.host [default: 4222].")] = None,
+    nats_port: Annotated[int | None, typer.Option("--nats-port", min=1, max=65535,
+                                                  help="Port of the embedded nats-server, "
+                                                  "on nats.host [default: 4222].")] = None,
     nats_url: Annotated[str | None, typer.Option("--nats-url", help="Use this NATS (>= 2.11, "
                                                  "JetStream on) instead of starting one.")] = None,
     auto_approve: Annotated[bool, typer.Option("--auto-approve", help="Approve new compute "
@@ -110,7 +120,7 @@ def up(
                                                  "certificate file.")] = None,
     tls_key: Annotated[str | None, typer.Option("--tls-key", help="With --nats-url: client "
                                                 "private key file.")] = None,
-    log_level: Annotated[str, typer.Option("--log-level", help="debug, info, warning.")] = "info",
+    log_level: Annotated[str, log_level_option("debug, info, warning.")] = "info",
 ) -> None:
     """Run the control plane: NATS (embedded unless --nats-url), streams, projector,
     reactors and the API. Stops cleanly on Ctrl-C / SIGTERM."""
@@ -119,7 +129,7 @@ def up(
     import msgspec
 
     from herdbook.config import ConfigError, load_config
-    from herdbook.control.app import StartupError, run
+    from herdbook.control.app import ControlPlaneFailed, StartupError, run
 
     try:
         cfg = load_config(config)
@@ -136,8 +146,10 @@ def up(
                                     key=tls_key or tls.key))
     if not nats_cfg.url:
         refuse_open_listener(nats_cfg.host, insecure, "nats.host", auth=nats_cfg.auth)
+        check_port(nats_cfg.port, "nats.port")
     else:
         from herdbook.credentials import NatsAuth
+        client.check_server(nats_cfg.url, "--nats-url")
         checked_auth(NatsAuth(creds=nats_cfg.creds, tls_ca=nats_cfg.tls.ca,
                               tls_cert=nats_cfg.tls.cert, tls_key=nats_cfg.tls.key), nats_cfg.url)
     cfg = msgspec.structs.replace(
@@ -147,6 +159,11 @@ def up(
         metrics=msgspec.structs.replace(
             cfg.metrics, port=cfg.metrics.port if metrics_port is None else metrics_port,
             host=metrics_host or cfg.metrics.host))
+    from herdbook.agent.state import SEQ_FILE
+    where = "--data-dir" if data_dir else "data_dir"
+    usable_dir(cfg.data_dir, where)
+    usable_dir(Path(cfg.data_dir) / "nats", where)
+    plain_files(cfg.data_dir, (SEQ_FILE, "herd.lock", "view.db", "health.position"), where)
     _logging(log_level)
 
     def ready(info: dict[str, object]) -> None:
@@ -173,7 +190,7 @@ def up(
 
     try:
         asyncio.run(run(cfg, demo=demo, on_ready=ready))
-    except StartupError as err:
+    except (StartupError, ControlPlaneFailed) as err:
         raise client.fail(str(err), client.EXIT_REFUSED) from None
     except KeyboardInterrupt:
         pass
@@ -225,7 +242,7 @@ def agent(
         "reboot into a clean image; fakes with --fake-gpus).")] = None,
     creds: CredsOption = None, user: UserOption = None, password: PasswordOption = None,
     tls_ca: TlsCa = None, tls_cert: TlsCert = None, tls_key: TlsKey = None,
-    log_level: Annotated[str, typer.Option("--log-level")] = "info",
+    log_level: Annotated[str, log_level_option()] = "info",
 ) -> None:
     """Run the compute-node agent: register, boot check, heartbeat, health checks, info and
     resource updates, and run this node's allocations. Stopping the agent leaves them
@@ -242,6 +259,7 @@ def agent(
     checked_auth(auth, ctx.obj["server"])
     if ctx.invoked_subcommand is not None:
         return
+    client.check_server(str(ctx.obj["server"]))
     import asyncio
 
     from herdbook.agent.main import AgentOptions, default_node_id, run_agent
@@ -264,6 +282,13 @@ def agent(
         raise client.fail(str(err), client.EXIT_USAGE) from None
     if every <= 0:
         raise client.fail("--fingerprint-interval must be positive", client.EXIT_USAGE)
+    from herdbook.agent.executor import STATE_FILE
+    from herdbook.agent.state import SENTINEL, SEQ_FILE
+    usable_dir(state_dir, "--state-dir")
+    plain_files(state_dir, (SEQ_FILE, SENTINEL) + (() if state_file else (STATE_FILE,)),
+                "--state-dir")
+    if state_file:
+        writable_file(state_file, "--state-file")
     options = AgentOptions(
         server=str(ctx.obj["server"]), node_id=nid, state_dir=state_dir,
         labels=parse_labels(labels), node_class=cls, heartbeat_interval=heartbeat_interval,
@@ -330,6 +355,7 @@ app.add_typer(health_app, name="health")
 def check_policy(file: Annotated[Path, typer.Argument(help="A CEL policy YAML file.")]) -> None:
     """Compile every rule of a health policy; a bad rule is named with its CEL error."""
     from herdbook.reactors.health_policy import Policy, PolicyError
+    readable_file(file, "FILE")
     try:
         policy = Policy.load(file)
     except PolicyError as err:

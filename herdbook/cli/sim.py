@@ -11,6 +11,7 @@ import typer
 
 from herdbook.cli import client
 from herdbook.cli.output import console
+from herdbook.cli.usage import log_level_option
 
 SIM_HELP = """Run a fleet simulation: an embedded nats-server and control plane (temp data
 dir), simulated nodes (real in-process agents with fake GPUs, or lightweight ones), and
@@ -65,12 +66,17 @@ def sim_command(
         "--heartbeat-timeout", help="Chaos: lifecycle.heartbeat_timeout (and the grace "
                                     "period).")] = "2s",
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the verdict.")] = False,
-    log_level: Annotated[str, typer.Option("--log-level", help="Of the simulated control "
-                                           "plane and agents: error, warning, info.")] = "error",
+    log_level: Annotated[str, log_level_option("Of the simulated control plane and "
+                                               "agents: error, warning, info.")] = "error",
 ) -> None:
     import asyncio
     import random
 
+    from herdbook.cli.usage import usable_dir, writable_file
+    if data_dir is not None:
+        usable_dir(data_dir, "--data-dir")
+    if report is not None:
+        writable_file(report, "--report")
     logging.basicConfig(level=log_level.upper(),
                         format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
     if chaos:
