@@ -229,7 +229,10 @@ class Agent:
                 try:
                     await asyncio.wait_for(self.nc.drain(), 1.0)
                 except Exception:  # noqa: BLE001 - a server that does not answer
-                    await self.nc.close()
+                    try:
+                        await self.nc.close()
+                    except Exception:  # noqa: BLE001 - the server is gone: nothing to close
+                        pass
 
     async def stop(self) -> None:
         self._stop.set()

@@ -504,7 +504,10 @@ class ControlPlane:
             try:
                 await asyncio.wait_for(self.nc.drain(), DRAIN_TIMEOUT)
             except Exception:  # noqa: BLE001 - a server that does not answer is not waited for
-                await self.nc.close()
+                try:
+                    await self.nc.close()
+                except Exception:  # noqa: BLE001 - the server is gone: nothing to close
+                    pass
         if self.embedded is not None:
             await asyncio.to_thread(self.embedded.stop)
         if self._lock_file is not None:

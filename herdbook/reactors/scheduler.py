@@ -78,6 +78,7 @@ class Scheduler:
         self.allocations = config.allocations
         self.now = now
         self.concurrency = concurrency
+        self._stopping = False
         self.expected_alloc_version: Callable[[str], int] = (
             lambda node_id: self.projector.alloc_versions.get(node_id, 0))
         """The version a plan on ``node_id`` expects (tests make it stale to force conflicts)."""
@@ -103,6 +104,7 @@ class Scheduler:
         self._loop = asyncio.create_task(self._fetch_loop(), name="scheduler-broker")
 
     async def stop(self) -> None:
+        self._stopping = True
         if self._loop is not None:
             self._loop.cancel()
             await asyncio.gather(self._loop, return_exceptions=True)
@@ -118,7 +120,9 @@ class Scheduler:
                     pass
 
     async def _fetch_loop(self) -> None:
-        while True:
+        # Stopped by the flag too: once the connection is closed, nats-py turns the
+        # cancellation of a fetch into ConnectionClosedError, which looks like a retry.
+        while not self._stopping and not self.nc.is_closed:
             try:
                 msgs = await self._sub.fetch(batch=self.concurrency, timeout=1.0)
             except asyncio.CancelledError:
