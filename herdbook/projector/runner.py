@@ -361,6 +361,14 @@ class ProjectorRunner:
                     failing = None
                     log.warning("projector flush works again")
 
+    async def catch_up(self, timeout: float = 30.0) -> None:
+        """Return once the view has folded the stream up to its end as of now: what a
+        reactor waits for before it decides (the one catch-up every part uses)."""
+        info = await self.js.stream_info(self.stream)
+        last = int(info.state.last_seq)
+        if last:
+            await self.wait_applied(last, timeout=timeout)
+
     async def wait_applied(self, seq: int, timeout: float = 10.0) -> None:
         """Return once the event at ``seq`` (and all before it) is committed to the view."""
         if seq <= self.committed_seq:

@@ -47,8 +47,7 @@ from herdbook.events.node import (
     NodeTerminated,
 )
 from herdbook.events.states import Intent, Lifecycle, NodeClass
-from herdbook.events.store import ConflictError, EventStore, stream_last_seq
-from herdbook.events.subjects import EVENTS_STREAM
+from herdbook.events.store import ConflictError, EventStore
 from herdbook.projector.alloc_view import AllocView
 from herdbook.projector.eval_view import step
 from herdbook.projector.node_view import NodeView
@@ -154,8 +153,7 @@ class AllocationReactor:
                 self._queue.put_nowait((kind, arg))
 
     async def _catch_up(self) -> None:
-        last = await stream_last_seq(self.store.js, EVENTS_STREAM)
-        await self.projector.wait_applied(last, timeout=30.0)
+        await self.projector.catch_up()
 
     def _live_on(self, node_id: str) -> list[AllocView]:
         return sorted((a for a in self.projector.allocs.values()

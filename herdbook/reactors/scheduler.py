@@ -42,7 +42,7 @@ from herdbook.events.base import Event, new_id
 from herdbook.events.eval_events import EvalCreated, EvalEnqueued, EvalEvent
 from herdbook.events.evals import EvalStatus, Step, Trigger
 from herdbook.events.states import Intent
-from herdbook.events.store import ConflictError, EventStore, stream_last_seq
+from herdbook.events.store import ConflictError, EventStore
 from herdbook.events.subjects import EVENTS_STREAM
 from herdbook.projector.eval_view import EvalView, apply_eval, spawn, step
 from herdbook.projector.job_view import JobView
@@ -402,8 +402,7 @@ class Scheduler:
         return new
 
     async def _catch_up(self) -> None:
-        last = await stream_last_seq(self.js, EVENTS_STREAM)
-        await self.projector.wait_applied(last, timeout=30.0)
+        await self.projector.catch_up()
 
 
 def new_eval(trigger: Trigger, job: JobView, *, node_id: str | None = None,
