@@ -12,7 +12,7 @@ from typing import Any
 import msgspec
 import msgspec.yaml
 
-from herdbook.events.codec import error_path
+from herdbook.events.errors import error_path
 from herdbook.events.subjects import ID_PATTERN
 
 SIGNALS = frozenset({"SIGUSR1", "SIGUSR2", "SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT",

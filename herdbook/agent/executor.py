@@ -32,7 +32,6 @@ from pathlib import Path
 import msgspec
 
 from herdbook.agent import procs
-from herdbook.agent.state import write_atomic
 from herdbook.events.alloc import (
     AllocCompleted,
     AllocEvent,
@@ -43,6 +42,7 @@ from herdbook.events.alloc import (
     AllocStopped,
     AllocStopRequested,
 )
+from herdbook.files import write_atomic
 from herdbook.projector.alloc_view import AllocView
 
 log = logging.getLogger(__name__)

@@ -4,21 +4,13 @@ sequence high-water mark. Writes are atomic (temp file + rename)."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
+from herdbook.files import write_atomic
+
 SENTINEL = "registered.json"
 SEQ_FILE = "heartbeat-seq"
-
-
-def write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 class SeqAllocator:

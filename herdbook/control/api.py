@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from typing import Any, Protocol
 
@@ -26,6 +26,8 @@ from nats.micro.request import Request
 
 import herdbook
 from herdbook.config import Config
+from herdbook.control.history import HistoryRoutes
+from herdbook.control.lookup import ApiError, resolve
 from herdbook.control.metrics import Metrics
 from herdbook.control.present import alloc_json, eval_json, instance_json, node_json
 from herdbook.events.alloc import AllocRequeueApproved, AllocStatus
@@ -78,12 +80,6 @@ def caller(req: _Claims) -> str:
     return _CALLER.get() or req.actor
 
 
-class ApiError(Exception):
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
 class ListRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     filter_approval: list[str] = []
     filter_state: list[str] = []
@@ -127,22 +123,6 @@ class AllocListRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True)
 class EvalListRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     status: list[str] = []
     job_id: str = ""
-
-
-def resolve(views: Mapping[str, Any], ident: str, what: str) -> Any:
-    """A view by id or by a unique prefix of one; otherwise not_found or refused."""
-    if ident in views:
-        return views[ident]
-    validate_id(ident, f"{what} id")
-    matches = sorted(key for key in views if key.startswith(ident))
-    if len(matches) == 1:
-        return views[matches[0]]
-    if not matches:
-        raise ApiError("not_found", f"{what} {ident} not found")
-    shown = ", ".join(matches[:5]) + (", ..." if len(matches) > 5 else "")
-    raise ApiError("refused", f"prefix {ident!r} matches {len(matches)} {what}s: {shown}")
-
-
 
 
 Decide = Callable[[NodeView, NodeRequest], NodeEvent]
@@ -215,7 +195,6 @@ class Api:
             "alloc.status": self.alloc_status,
             "status": self.status,
         }
-        from herdbook.control.history import HistoryRoutes  # it imports this module
         routes.update(HistoryRoutes(self.nc, lambda: self.projector.views).routes())
         for route, handler in routes.items():
             wrapped = self._wrap(handler, route)

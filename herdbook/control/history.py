@@ -36,6 +36,7 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
 from herdbook.config import parse_duration
+from herdbook.control.lookup import ApiError, resolve
 from herdbook.control.present import iso, node_json
 from herdbook.events.alloc import AllocEvent, AllocLost, AllocRequeueApproved
 from herdbook.events.authority import Refused, bind_event
@@ -44,8 +45,13 @@ from herdbook.events.eval_events import EvalCreated
 from herdbook.events.health import NodeHealthChanged
 from herdbook.events.jobs import JobDeregistered, JobEvent, JobRegistered
 from herdbook.events.node import NodeBootChecked, NodeClaimed, NodeEvent, NodeReleased
-from herdbook.events.states import Health
-from herdbook.events.subjects import EVENTS_STREAM, aggregate_filter, node_id_of_subject
+from herdbook.events.states import Health, resolve_state_filter
+from herdbook.events.subjects import (
+    EVENTS_STREAM,
+    aggregate_filter,
+    node_id_of_subject,
+    validate_id,
+)
 from herdbook.projector.node_view import NodeView, apply
 from herdbook.reactors.health import ACTOR as HEALTH_ACTOR
 
@@ -570,8 +576,6 @@ class HistoryRoutes:
     async def _node_id(self, ident: str) -> str:
         """A node id with events in the log (a deleted node too), or a unique prefix of
         one in today's view."""
-        from herdbook.control.api import resolve
-        from herdbook.events.subjects import validate_id
         views = self.views()
         if ident in views or (await last_message(self.js, aggregate_filter(
                 "node", validate_id(ident))))[0]:
@@ -580,14 +584,12 @@ class HistoryRoutes:
         return view.id
 
     async def _read(self, reader: Awaitable[Any]) -> Any:
-        from herdbook.control.api import ApiError
         try:
             return await reader
         except TimeoutError as err:
             raise ApiError("unavailable", str(err)) from err
 
     async def history(self, data: bytes) -> dict[str, Any]:
-        from herdbook.control.api import ApiError
         req = msgspec.json.decode(data, type=HistoryRequest)
         node_id = await self._node_id(req.id)
         result: dict[str, Any] = await self._read(node_history(self.js, node_id))
@@ -608,7 +610,6 @@ class HistoryRoutes:
         return self._at_cache[1]
 
     async def describe_at(self, data: bytes) -> dict[str, Any]:
-        from herdbook.control.api import ApiError, resolve
         req = msgspec.json.decode(data, type=HistoryRequest)
         at = _utc(req.at or datetime.now(UTC))
         views, seq = await self._nodes_at(at)
@@ -621,8 +622,6 @@ class HistoryRoutes:
         return {**node_at_json(view), "at": iso(at), "as_of_seq": seq}
 
     async def list_at(self, data: bytes) -> dict[str, Any]:
-        from herdbook.control.api import ApiError
-        from herdbook.events.states import resolve_state_filter
         req = msgspec.json.decode(data or b"{}", type=HistoryRequest)
         at = _utc(req.at or datetime.now(UTC))
         approvals = {a.upper() for a in req.filter_approval}

@@ -126,15 +126,6 @@ def decode_health_report(data: bytes) -> HealthReport:
     return report
 
 
-def error_path(message: str) -> str:
-    """msgspec says ``reason - at `$.a.b```; operators read ``a.b: reason``."""
-    reason, sep, where = message.rpartition(" - at `")
-    if not sep:
-        return message
-    path = where.rstrip("`").removeprefix("$").lstrip(".") or "(top level)"
-    return f"{path}: {reason}"
-
-
 def encode(value: Any) -> bytes:
     return _encoder.encode(value)
 

@@ -7,6 +7,7 @@ from typing import ClassVar
 import msgspec
 
 from herdbook.events.base import Event
+from herdbook.events.errors import error_path
 
 
 class Resources(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -52,7 +53,6 @@ def parse_job_spec(text: bytes | str, source: str = "job") -> JobSpec:
     try:
         spec = msgspec.yaml.decode(text, type=JobSpec)
     except msgspec.ValidationError as err:
-        from herdbook.events.codec import error_path
         raise JobSpecError(f"{source}: {error_path(str(err))}") from err
     except msgspec.DecodeError as err:
         raise JobSpecError(f"{source}: not valid YAML: {' '.join(str(err).split())}") from err

@@ -19,13 +19,13 @@ from pathlib import Path
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
-from herdbook.agent.state import write_atomic
 from herdbook.events.authority import bind_node_report, check_ids
 from herdbook.events.codec import AnyEvent, decode_health_report
 from herdbook.events.feed import StreamFeed, stream_seq
 from herdbook.events.states import Health
 from herdbook.events.store import ConflictError, EventStore
 from herdbook.events.subjects import HEALTH_STREAM
+from herdbook.files import write_atomic
 from herdbook.projector.node_view import NodeView
 from herdbook.projector.runner import ProjectorRunner
 from herdbook.reactors.deadletters import DeadLetters

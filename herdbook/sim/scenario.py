@@ -14,7 +14,7 @@ import msgspec.yaml
 
 from herdbook.agent.gpu import FAULTS
 from herdbook.config import ConfigError, Duration, parse_config, parse_duration
-from herdbook.events.codec import error_path
+from herdbook.events.errors import error_path
 from herdbook.events.states import NodeClass
 from herdbook.events.subjects import ID_PATTERN
 

@@ -1,0 +1,216 @@
+"""The import graph of ``herdbook/``: no cycle anywhere, and DESIGN §2's direction.
+
+Every module is parsed with ``ast``, never imported, so the check has no side effects
+and sees every import: at module level, inside functions and methods (a function-level
+import that closes a loop is still a cycle; it only hides it until the call), and under
+``if TYPE_CHECKING:`` (a loop in the types is a loop in the layering).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import deque
+from collections.abc import Iterable, Mapping
+from itertools import pairwise
+from pathlib import Path
+
+import pytest
+
+import herdbook
+
+ROOT = Path(herdbook.__file__).parent
+PACKAGE = ROOT.name
+
+Graph = dict[str, dict[str, int]]
+"""module -> {imported herdbook module: line of the first import of it}"""
+
+
+def module_names(root: Path = ROOT) -> dict[str, tuple[Path, bool]]:
+    """Dotted name -> (file, is a package's ``__init__``)."""
+    found = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = list(path.relative_to(root.parent).with_suffix("").parts)
+        is_package = parts[-1] == "__init__"
+        found[".".join(parts[:-1] if is_package else parts)] = (path, is_package)
+    return found
+
+
+def imported_names(name: str, is_package: bool, source: str) -> dict[str, int]:
+    """Every dotted name ``source`` imports, relative ones made absolute. For
+    ``from a.b import c`` both ``a.b`` and ``a.b.c`` (``c`` may be a submodule)."""
+    package = name if is_package else name.rpartition(".")[0]
+    names: dict[str, int] = {}
+    for node in ast.walk(ast.parse(source, filename=name)):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                names.setdefault(alias.name, node.lineno)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                module = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                module = node.module or ""
+            names.setdefault(module, node.lineno)
+            for alias in node.names:
+                names.setdefault(f"{module}.{alias.name}", node.lineno)
+    return names
+
+
+def build_graph(sources: Mapping[str, tuple[bool, str]]) -> Graph:
+    """``sources``: module -> (is a package, its text). An imported name resolves to the
+    longest known module it starts with (``a.b.func`` -> ``a.b``); importing ``a.b.c``
+    also runs ``a/__init__.py`` and ``a/b/__init__.py`` where they exist, so those are
+    edges too (``herdbook/agent`` and others are namespace packages, with none)."""
+    graph: Graph = {}
+    for name, (is_package, source) in sources.items():
+        edges: dict[str, int] = {}
+        for imported, line in imported_names(name, is_package, source).items():
+            target = imported
+            while target and target not in sources:
+                target = target.rpartition(".")[0]
+            while target:
+                if target != name and target in sources:
+                    edges.setdefault(target, line)
+                target = target.rpartition(".")[0]
+        graph[name] = edges
+    return graph
+
+
+def herdbook_graph() -> Graph:
+    return build_graph({name: (is_package, path.read_text())
+                        for name, (path, is_package) in module_names().items()})
+
+
+def strongly_connected(graph: Graph) -> list[list[str]]:
+    """Tarjan's components, iteratively (no recursion limit on a deep chain)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+    for start in graph:
+        if start in index:
+            continue
+        work = [(start, iter(graph[start]))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, successors = work[-1]
+            for succ in successors:
+                if succ not in index:
+                    index[succ] = low[succ] = len(index)
+                    stack.append(succ)
+                    on_stack.add(succ)
+                    work.append((succ, iter(graph[succ])))
+                    break
+                if succ in on_stack:
+                    low[node] = min(low[node], index[succ])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    components.append(sorted(component))
+    return components
+
+
+def one_cycle(graph: Graph, component: Iterable[str]) -> str:
+    """The shortest loop through the component's first module, with the import lines."""
+    members = set(component)
+    start = min(members)
+    came_from: dict[str, str] = {}
+    queue = deque([start])
+    while queue:
+        node = queue.popleft()
+        for succ in sorted(graph[node]):
+            if succ not in members or succ in came_from:
+                continue
+            came_from[succ] = node
+            if succ == start:
+                queue.clear()
+                break
+            queue.append(succ)
+    path = [start]
+    while True:
+        path.append(came_from[path[-1]])
+        if path[-1] == start:
+            break
+    path.reverse()
+    return " -> ".join(f"{a} (line {graph[a][b]})" for a, b in pairwise(path)) + f" -> {start}"
+
+
+def cycles(graph: Graph) -> list[str]:
+    return [one_cycle(graph, c) for c in strongly_connected(graph) if len(c) > 1]
+
+
+def test_no_import_cycle() -> None:
+    found = cycles(herdbook_graph())
+    assert not found, "import cycles (move what both sides need into a module neither " \
+        "imports):\n" + "\n".join(found)
+
+
+def test_a_cycle_through_a_function_level_or_relative_import_is_found() -> None:
+    graph = build_graph({
+        "pkg": (True, ""),
+        "pkg.a": (False, "from pkg.b import thing\n"),
+        "pkg.b": (False, "def f():\n    from . import c\n"),
+        "pkg.c": (False, "from .a import x\n"),
+        "pkg.d": (False, "import pkg.a\n"),
+    })
+    assert cycles(graph) == ["pkg.a (line 1) -> pkg.b (line 2) -> pkg.c (line 1) -> pkg.a"]
+    assert build_graph({"p": (True, ""), "p.q": (True, "from p import r\n"),
+                        "p.r": (False, "")})["p.q"] == {"p": 1, "p.r": 1}
+
+
+def _inside(module: str, packages: Iterable[str]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+def _sub(*names: str) -> tuple[str, ...]:
+    return tuple(f"{PACKAGE}.{n}" for n in names)
+
+
+# (importer, what it must not import), from DESIGN §2: events is the vocabulary and
+# imports nothing else of herdbook; projector (folds) and reactors (deciders) import
+# events, and reactors read the projector's views; the agent imports events, and the
+# projector's alloc fold (it keeps its allocations by the same fold as the control
+# plane); control wires everything. The simulator drives the control plane and the
+# agent, so nothing under them imports it.
+FORBIDDEN = [
+    (_sub("events"), _sub("projector", "reactors", "agent", "control", "cli", "sim",
+                          "config", "credentials", "files", "signals")),
+    (_sub("projector"), _sub("reactors", "agent", "control", "cli", "sim")),
+    (_sub("reactors"), _sub("agent", "control", "cli", "sim")),
+    (_sub("agent"), _sub("reactors", "control", "cli", "sim")),
+]
+
+# Exceptions that stand today, each with why and what removes it: none.
+ALLOWED: set[tuple[str, str]] = set()
+
+
+@pytest.mark.parametrize(("importers", "forbidden"), FORBIDDEN,
+                         ids=[i[0] for i, _ in FORBIDDEN])
+def test_dependency_direction(importers: tuple[str, ...], forbidden: tuple[str, ...]) -> None:
+    graph = herdbook_graph()
+    wrong = [f"{module} imports {target} (line {line})"
+             for module, edges in sorted(graph.items()) if _inside(module, importers)
+             for target, line in sorted(edges.items())
+             if _inside(target, forbidden) and (module, target) not in ALLOWED]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_only_the_cli_imports_typer_and_rich() -> None:
+    wrong = [f"{name} imports {imported} (line {line})"
+             for name, (path, is_package) in sorted(module_names().items())
+             if not _inside(name, _sub("cli"))
+             for imported, line in imported_names(name, is_package, path.read_text()).items()
+             if _inside(imported, ("typer", "rich"))]
+    assert not wrong, "\n".join(wrong)
