@@ -28,7 +28,7 @@ from herdbook.control.agent_sync import AgentSync
 from herdbook.control.api import Api
 from herdbook.control.instances import InstanceManager
 from herdbook.control.leader import LeaderLease
-from herdbook.control.metrics import Metrics, MetricsServer, scrape
+from herdbook.control.metrics import ControlPlaneCollector, Metrics, MetricsServer, scrape
 from herdbook.control.nats_server import EmbeddedNats, NatsServerError
 from herdbook.control.providers import FakeProvider, LocalProvider
 from herdbook.control.storage import StorageWatch
@@ -317,8 +317,10 @@ class ControlPlane:
         assert self.nc is not None and self.projector is not None and self.sweeper is not None
         projector, sweeper, js = self.projector, self.sweeper, self.nc.jetstream()
         host, port = self.config.metrics.host, self.config.metrics.port
+        collector = ControlPlaneCollector(metrics, projector, sweeper)
+        metrics.registry.register(collector)
         self.metrics_server = MetricsServer(host, port,
-                                            lambda: scrape(metrics, projector, sweeper, js))
+                                            lambda: scrape(metrics.registry, collector, js))
         try:
             await self.metrics_server.start()
         except OSError as err:

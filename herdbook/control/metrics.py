@@ -1,9 +1,20 @@
-"""Prometheus text exposition (format 0.0.4) of the control plane, served on
-``GET /metrics`` by a tiny asyncio HTTP server (``herd up --metrics-port``).
+"""Prometheus ``GET /metrics`` of the control plane (``herd up --metrics-port``), written
+by prometheus-client in the text format 0.0.4.
 
-Gauges are read from the view and the sweeper at scrape time. Counters the control
-plane keeps itself (API request durations, folded node events, wipe failures) count
-since this control plane started: Prometheus expects counters to reset on a restart.
+What the view and the sweeper hold is read at scrape time by a custom collector
+(``ControlPlaneCollector``) rather than mirrored into metric objects on every change; the
+API request times are a prometheus-client ``Histogram``. Both live in a private
+``CollectorRegistry`` per control plane (several run in one test process), never the
+library's global one.
+
+Served by the small asyncio server below, not ``prometheus_client.start_http_server``: that
+one collects on its own thread while the projector and the sweeper change their dicts on
+the event loop's, and the projector lag needs an awaited NATS request. Here a scrape awaits
+that request, then collects and renders on the loop between two of its steps.
+
+Counters the control plane keeps itself (API request durations, folded node events, wipe
+failures) count since this control plane started: Prometheus expects counters to reset on
+a restart.
 """
 
 from __future__ import annotations
@@ -12,10 +23,14 @@ import asyncio
 import logging
 import math
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 
+import prometheus_client
 from nats.js.client import JetStreamContext
+from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import generate_latest
+from prometheus_client.registry import Collector
 
 from herdbook.events.base import Event
 from herdbook.events.node import NodeWipeFailed
@@ -28,6 +43,11 @@ from herdbook.reactors.sweeper import Sweeper
 
 log = logging.getLogger(__name__)
 
+# The same families as before the library: no extra ``*_created`` series. A switch of the
+# whole process, which is herd's own.
+prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
+
+# What generate_latest writes (its CONTENT_TYPE_LATEST names 1.0.0 in newer releases).
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 QUANTILES = (0.5, 0.99, 1.0)
@@ -35,55 +55,21 @@ QUANTILES = (0.5, 0.99, 1.0)
 _NOT_HEARTBEATING = frozenset({Lifecycle.DOWN, Lifecycle.TERMINATED})
 REQUEST_TIMEOUT = 10.0
 
-Sample = tuple[str, dict[str, str], float]
-"""(name suffix such as ``_count`` or ``""``, labels, value)"""
-
-
-@dataclass
-class Family:
-    name: str
-    kind: str
-    """gauge, counter, summary or histogram"""
-    help: str
-    samples: list[Sample] = field(default_factory=list)
-
-
-class Histogram:
-    def __init__(self, buckets: Sequence[float] = BUCKETS) -> None:
-        self.buckets = tuple(buckets)
-        self.counts = [0] * len(self.buckets)
-        self.sum = 0.0
-        self.count = 0
-
-    def observe(self, value: float) -> None:
-        for i, bound in enumerate(self.buckets):
-            if value <= bound:
-                self.counts[i] += 1
-        self.sum += value
-        self.count += 1
-
-    def samples(self, labels: dict[str, str]) -> list[Sample]:
-        out: list[Sample] = [("_bucket", {**labels, "le": format_value(bound)}, count)
-                             for bound, count in zip(self.buckets, self.counts, strict=True)]
-        out.append(("_bucket", {**labels, "le": "+Inf"}, self.count))
-        out.append(("_sum", labels, self.sum))
-        out.append(("_count", labels, self.count))
-        return out
-
 
 class Metrics:
-    """What the control plane observes in-process, since it started."""
+    """What the control plane observes in-process, since it started, and the registry
+    ``/metrics`` renders."""
 
     def __init__(self) -> None:
-        self.requests: dict[str, Histogram] = {}
+        self.registry = CollectorRegistry()
+        self.requests = Histogram("herd_api_request_duration_seconds",
+                                  "API request handling time by endpoint.", ["endpoint"],
+                                  buckets=BUCKETS, registry=self.registry)
         self.events: Counter[str] = Counter()
         self.wipe_failures = 0
 
     def observe_request(self, endpoint: str, seconds: float) -> None:
-        histogram = self.requests.get(endpoint)
-        if histogram is None:
-            histogram = self.requests[endpoint] = Histogram()
-        histogram.observe(seconds)
+        self.requests.labels(endpoint).observe(seconds)
 
     def on_node_event(self, node_id: str, view: NodeView | None, event: Event) -> None:
         """A projector listener: called once for every node event folded."""
@@ -99,111 +85,100 @@ def quantile(ordered: Sequence[float], q: float) -> float:
     return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
-def collect(metrics: Metrics, projector: ProjectorRunner, sweeper: Sweeper,
-            stream_last: int | None) -> list[Family]:
-    """Every family, read now. ``stream_last`` is None when NATS could not be asked."""
-    nodes = Family("herd_nodes", "gauge", "Nodes in the view by state and class.")
-    by_state = Counter((view.state, view.info.node_class.value)
-                       for view in projector.views.values())
-    nodes.samples = [("", {"state": state, "class": cls}, n)
-                     for (state, cls), n in sorted(by_state.items())]
-
-    ages = sorted(age for node_id, view in projector.views.items()
-                  if view.lifecycle not in _NOT_HEARTBEATING
-                  and (age := sweeper.heartbeat_age(node_id)) is not None)
-    lag = Family("herd_heartbeat_lag_seconds", "summary",
-                 "Seconds since each node's last heartbeat, over nodes neither DOWN nor "
-                 "TERMINATED.")
-    lag.samples = [("", {"quantile": format_value(q)}, quantile(ages, q)) for q in QUANTILES]
-    lag.samples += [("_sum", {}, sum(ages)), ("_count", {}, len(ages))]
-
-    families = [nodes, lag]
-    if stream_last is not None:
-        families.append(Family(
-            "herd_projector_lag_events", "gauge",
-            "Events in HERD_EVENTS not yet committed to the view.",
-            [("", {}, max(0, stream_last - projector.committed_seq))]))
-    families += [
-        Family("herd_projector_committed_sequence", "gauge",
-               "Last HERD_EVENTS sequence committed to the view.",
-               [("", {}, projector.committed_seq)]),
-        Family("herd_sweeper_detections_total", "counter",
-               "Events the liveness sweeper appended since start.",
-               [("", {}, sweeper.detections)]),
-        Family("herd_heartbeat_replays_dropped_total", "counter",
-               "Heartbeats dropped as replays (an old sequence number) since start.",
-               [("", {}, sweeper.replays_dropped)]),
-        Family("herd_heartbeats_dropped_total", "counter",
-               "Heartbeats dropped since start, by why: a node the view does not know, or "
-               "a boot its agent has not announced.",
-               [("", {"reason": "unknown_node"}, sweeper.unknown_dropped),
-                ("", {"reason": "unannounced_boot"}, sweeper.unannounced_dropped)]),
-        Family("herd_deadletters_total", "counter",
-               "Messages dead-lettered since start (undecodable, or a body its subject does "
-               "not vouch for), by stream.",
-               [("", {"stream": "HERD_EVENTS"}, projector.deadletters),
-                ("", {"stream": "HERD_HEARTBEATS"}, sweeper.deadlettered)]),
-        Family("herd_sensitive_wipe_failure_total", "counter",
-               "node.wipe_failed events folded since this control plane started.",
-               [("", {}, metrics.wipe_failures)]),
-        Family("herd_events_total", "counter",
-               "Node events folded since this control plane started, by type.",
-               [("", {"type": tag}, n) for tag, n in sorted(metrics.events.items())]),
-    ]
-    requests = Family("herd_api_request_duration_seconds", "histogram",
-                      "API request handling time by endpoint.")
-    for endpoint, histogram in sorted(metrics.requests.items()):
-        requests.samples += histogram.samples({"endpoint": endpoint})
-    families.append(requests)
-    return families
+def _label(q: float) -> str:
+    return str(int(q)) if q.is_integer() else repr(q)
 
 
-def escape_label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+class ControlPlaneCollector(Collector):
+    """Every family but the request histogram, read from the view, the sweeper and
+    ``Metrics`` when collected. ``stream_last`` is HERD_EVENTS' last sequence as ``scrape``
+    last asked NATS, None when it could not."""
+
+    def __init__(self, metrics: Metrics, projector: ProjectorRunner, sweeper: Sweeper) -> None:
+        self.metrics = metrics
+        self.projector = projector
+        self.sweeper = sweeper
+        self.stream_last: int | None = None
+
+    def collect(self) -> Iterator[Metric]:
+        projector, sweeper, metrics = self.projector, self.sweeper, self.metrics
+        nodes = GaugeMetricFamily("herd_nodes", "Nodes in the view by state and class.",
+                                  labels=["state", "class"])
+        by_state = Counter((view.state, view.info.node_class.value)
+                           for view in projector.views.values())
+        for (state, cls), n in sorted(by_state.items()):
+            nodes.add_metric([state, cls], n)
+        yield nodes
+
+        ages = sorted(age for node_id, view in projector.views.items()
+                      if view.lifecycle not in _NOT_HEARTBEATING
+                      and (age := sweeper.heartbeat_age(node_id)) is not None)
+        # SummaryMetricFamily has no quantiles: the samples are written out.
+        lag = Metric("herd_heartbeat_lag_seconds",
+                     "Seconds since each node's last heartbeat, over nodes neither DOWN nor "
+                     "TERMINATED.", "summary")
+        for q in QUANTILES:
+            lag.add_sample(lag.name, {"quantile": _label(q)}, quantile(ages, q))
+        lag.add_sample(f"{lag.name}_sum", {}, sum(ages))
+        lag.add_sample(f"{lag.name}_count", {}, len(ages))
+        yield lag
+
+        if self.stream_last is not None:
+            yield GaugeMetricFamily("herd_projector_lag_events",
+                                    "Events in HERD_EVENTS not yet committed to the view.",
+                                    max(0, self.stream_last - projector.committed_seq))
+        yield GaugeMetricFamily("herd_projector_committed_sequence",
+                                "Last HERD_EVENTS sequence committed to the view.",
+                                projector.committed_seq)
+        yield CounterMetricFamily("herd_sweeper_detections_total",
+                                  "Events the liveness sweeper appended since start.",
+                                  sweeper.detections)
+        yield CounterMetricFamily(
+            "herd_heartbeat_replays_dropped_total",
+            "Heartbeats dropped as replays (an old sequence number) since start.",
+            sweeper.replays_dropped)
+        dropped = CounterMetricFamily(
+            "herd_heartbeats_dropped_total",
+            "Heartbeats dropped since start, by why: a node the view does not know, or a boot "
+            "its agent has not announced.", labels=["reason"])
+        dropped.add_metric(["unknown_node"], sweeper.unknown_dropped)
+        dropped.add_metric(["unannounced_boot"], sweeper.unannounced_dropped)
+        yield dropped
+        deadletters = CounterMetricFamily(
+            "herd_deadletters_total",
+            "Messages dead-lettered since start (undecodable, or a body its subject does not "
+            "vouch for), by stream.", labels=["stream"])
+        deadletters.add_metric(["HERD_EVENTS"], projector.deadletters)
+        deadletters.add_metric(["HERD_HEARTBEATS"], sweeper.deadlettered)
+        yield deadletters
+        yield CounterMetricFamily("herd_sensitive_wipe_failure_total",
+                                  "node.wipe_failed events folded since this control plane "
+                                  "started.", metrics.wipe_failures)
+        events = CounterMetricFamily("herd_events_total",
+                                     "Node events folded since this control plane started, "
+                                     "by type.", labels=["type"])
+        for tag, n in sorted(metrics.events.items()):
+            events.add_metric([tag], n)
+        yield events
 
 
-def escape_help(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("\n", "\\n")
-
-
-def format_value(value: float) -> str:
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    if float(value).is_integer() and abs(value) < 1e15:
-        return str(int(value))
-    return repr(float(value))
-
-
-def render(families: Sequence[Family]) -> str:
-    lines: list[str] = []
-    for family in families:
-        lines.append(f"# HELP {family.name} {escape_help(family.help)}")
-        lines.append(f"# TYPE {family.name} {family.kind}")
-        for suffix, labels, value in family.samples:
-            text = ",".join(f'{key}="{escape_label(val)}"' for key, val in labels.items())
-            lines.append(f"{family.name}{suffix}{{{text}}} {format_value(value)}" if text
-                         else f"{family.name}{suffix} {format_value(value)}")
-    return "\n".join(lines) + "\n"
-
-
-async def scrape(metrics: Metrics, projector: ProjectorRunner, sweeper: Sweeper,
-                 js: JetStreamContext) -> str:
-    """One exposition; asks NATS for the stream's last sequence once."""
+async def scrape(registry: CollectorRegistry, collector: ControlPlaneCollector,
+                 js: JetStreamContext) -> bytes:
+    """One exposition; asks NATS for the stream's last sequence once, then collects
+    without awaiting, so every family is read at the same point of the loop."""
     try:
-        last: int | None = await stream_last_seq(js, EVENTS_STREAM)
+        collector.stream_last = await stream_last_seq(js, EVENTS_STREAM)
     except Exception as err:  # noqa: BLE001 - NATS away: serve the rest without the lag
         log.debug("metrics: no stream info: %s", err)
-        last = None
-    return render(collect(metrics, projector, sweeper, last))
+        collector.stream_last = None
+    return generate_latest(registry)
 
 
 class MetricsServer:
     """``GET /metrics`` answers ``scrape()``; anything else is a 404. One request per
     connection (``Connection: close``)."""
 
-    def __init__(self, host: str, port: int, scrape: Callable[[], Awaitable[str]]) -> None:
+    def __init__(self, host: str, port: int, scrape: Callable[[], Awaitable[bytes]]) -> None:
         self.host = host
         self.port = port
         self.scrape = scrape
@@ -230,7 +205,7 @@ class MetricsServer:
             path = rest.split(" ", 1)[0].split("?", 1)[0]
             if method == "GET" and path == "/metrics":
                 try:
-                    status, body = "200 OK", (await self.scrape()).encode()
+                    status, body = "200 OK", await self.scrape()
                 except Exception as err:
                     log.exception("metrics scrape failed")
                     status, body = "500 Internal Server Error", f"{err!r}\n".encode()

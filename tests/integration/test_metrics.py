@@ -6,11 +6,17 @@ import asyncio
 import math
 import re
 import time
+from collections.abc import Iterator
 from pathlib import Path
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 
 from herdbook.config import parse_config
 from herdbook.control.app import ControlPlane
-from herdbook.control.metrics import Family, Histogram, quantile, render
+from herdbook.control.metrics import Metrics, quantile
 from herdbook.control.nats_server import EmbeddedNats
 from herdbook.events.node import NodeBootChecked, NodeInfo, NodeRegistered, NodeWipeFailed
 from herdbook.events.states import NodeClass
@@ -18,27 +24,35 @@ from herdbook.events.store import EventStore
 from tests.conftest import free_port
 
 
-def test_render_writes_help_and_type_and_escapes_labels() -> None:
-    family = Family("herd_things", "gauge", "Things.\nBy kind \\ shape.",
-                    [("", {"kind": 'say "hi"\\\n'}, 2), ("", {}, 0.25)])
-    assert render([family]).splitlines() == [
+def test_exposition_writes_help_and_type_and_escapes_labels() -> None:
+    class Things(Collector):
+        def collect(self) -> Iterator[Metric]:
+            family = Metric("herd_things", "Things.\nBy kind \\ shape.", "gauge")
+            family.add_sample("herd_things", {"kind": 'say "hi"\\\n'}, 2)
+            family.add_sample("herd_things", {}, 0.25)
+            yield family
+
+    registry = CollectorRegistry()
+    registry.register(Things())
+    assert generate_latest(registry).decode().splitlines() == [
         "# HELP herd_things Things.\\nBy kind \\\\ shape.",
         "# TYPE herd_things gauge",
-        'herd_things{kind="say \\"hi\\"\\\\\\n"} 2',
+        'herd_things{kind="say \\"hi\\"\\\\\\n"} 2.0',
         "herd_things 0.25",
     ]
 
 
 def test_histogram_buckets_are_cumulative_and_end_in_inf() -> None:
-    histogram = Histogram((0.01, 0.1))
+    metrics = Metrics()
     for seconds in (0.005, 0.05, 0.05, 3.0):
-        histogram.observe(seconds)
-    text = render([Family("h", "histogram", "H.", histogram.samples({"endpoint": "status"}))])
-    assert 'h_bucket{endpoint="status",le="0.01"} 1' in text
-    assert 'h_bucket{endpoint="status",le="0.1"} 3' in text
-    assert 'h_bucket{endpoint="status",le="+Inf"} 4' in text
-    assert 'h_count{endpoint="status"} 4' in text
-    assert 'h_sum{endpoint="status"} 3.105' in text
+        metrics.observe_request("status", seconds)
+    text = generate_latest(metrics.registry).decode()
+    h = "herd_api_request_duration_seconds"
+    assert f'{h}_bucket{{endpoint="status",le="0.01"}} 1' in text
+    assert f'{h}_bucket{{endpoint="status",le="0.1"}} 3' in text
+    assert f'{h}_bucket{{endpoint="status",le="+Inf"}} 4' in text
+    assert f'{h}_count{{endpoint="status"}} 4' in text
+    assert f'{h}_sum{{endpoint="status"}} 3.105' in text
 
 
 def test_quantiles_by_nearest_rank() -> None:
@@ -61,10 +75,17 @@ async def http_get(port: int, path: str) -> tuple[int, str, str]:
     return status, content_type.group(1) if content_type else "", body
 
 
+def series_key(series: str) -> tuple[str, frozenset[tuple[str, str]]]:
+    """A series' name and label set: prometheus-client writes labels sorted by name."""
+    name, _, labels = series.partition("{")
+    return name, frozenset(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', labels))
+
+
 def sample(text: str, series: str) -> float | None:
+    wanted = series_key(series)
     for line in text.splitlines():
         name, _, value = line.rpartition(" ")
-        if name == series:
+        if not line.startswith("#") and series_key(name) == wanted:
             return float(value)
     return None
 
@@ -115,10 +136,11 @@ async def test_control_plane_serves_metrics(nats_server: EmbeddedNats, tmp_path:
         # when: an API request
         reply = await plane.nc.request("herd.api.v1.status", b"{}", timeout=10)
         assert b'"ok":true' in reply.data
-        # then: it is in the histogram, in every bucket from 5s up
+        # then: it is in the histogram, in every bucket from 5s up (prometheus-client
+        # writes the bound as a float: le="5.0")
         text = await scrape_until(
             port, 'herd_api_request_duration_seconds_count{endpoint="status"}', 1)
-        assert sample(text, 'herd_api_request_duration_seconds_bucket{endpoint="status",le="5"}') == 1
+        assert sample(text, 'herd_api_request_duration_seconds_bucket{endpoint="status",le="5.0"}') == 1
         assert sample(text,
                       'herd_api_request_duration_seconds_bucket{endpoint="status",le="+Inf"}') == 1
 
@@ -137,7 +159,7 @@ async def test_control_plane_serves_metrics(nats_server: EmbeddedNats, tmp_path:
         # (the requester's own registration came after the catch-up: it counts too)
         assert sample(text, 'herd_events_total{type="node.registered"}') == 2
         assert any(line.startswith("herd_nodes{") and 'class="sensitive"' in line
-                   and line.endswith(" 1") for line in text.splitlines()), text
+                   and float(line.rpartition(" ")[2]) == 1 for line in text.splitlines()), text
         assert sample(text, "herd_projector_lag_events") is not None
 
         # anything but GET /metrics is a 404
