@@ -7,6 +7,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from herdbook.events.agent_requests import FAULTS
 from herdbook.events.node import GpuInfo
 
 NVML_TEMPERATURE_GPU = 0
@@ -72,7 +73,6 @@ class FakeNvmlError(Exception):
     """A failed NVML call, e.g. on a GPU that fell off the bus."""
 
 
-FAULTS = ("xid", "thermal", "ecc-dbe", "ecc-sbe", "nvlink", "pcie", "driver", "clear")
 
 
 @dataclass

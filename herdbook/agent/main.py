@@ -6,11 +6,9 @@ next agent with the same state dir reattaches to them."""
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import socket
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -24,8 +22,16 @@ from herdbook.agent.connection import connection_callbacks, quiet_errors, server
 from herdbook.agent.executor import STATE_FILE, Executor
 from herdbook.agent.health import HealthMonitor
 from herdbook.agent.info import info_hash, node_info, resources
+from herdbook.agent.protocol import NodeProtocol, send_heartbeat
 from herdbook.agent.state import AgentState
 from herdbook.credentials import NatsAuth, redact
+from herdbook.events.agent_requests import (
+    FingerprintReply,
+    InjectReply,
+    decode_request,
+    fingerprint_request_decoder,
+    inject_request_decoder,
+)
 from herdbook.events.alloc import AllocEvent, AllocStopRequested
 from herdbook.events.authority import Refused, bind_event
 from herdbook.events.base import Event
@@ -33,11 +39,9 @@ from herdbook.events.codec import encode
 from herdbook.events.heartbeat import Heartbeat
 from herdbook.events.machine import Trigger
 from herdbook.events.node import (
-    NodeBootChecked,
     NodeBootStarted,
     NodeInfo,
     NodeInfoUpdated,
-    NodeRegistered,
     NodeWiped,
     NodeWipeFailed,
     NodeWipeStarted,
@@ -49,8 +53,8 @@ from herdbook.events.subjects import (
     EVENTS_STREAM,
     aggregate_filter,
     event_subject,
+    fingerprint_subject,
     health_subject,
-    heartbeat_subject,
     inject_subject,
     printable,
     resources_subject,
@@ -120,7 +124,8 @@ class Agent:
         self.options = options
         self.node_id = validate_id(options.node_id)
         self.state = AgentState(options.state_dir)
-        self.boot_id = uuid.uuid4().hex
+        self.node = NodeProtocol(self.node_id, actor=f"agent:{self.node_id}",
+                                 seqs=self.state.seq)
         self._own_nc = nc is None
         self.nc = nc
         if nvml is None and options.fake_gpus is not None:
@@ -181,9 +186,7 @@ class Agent:
         self.info = self.collect_info()
         self.fingerprint = boot.fingerprint(self.nvml)
         if not await self._register(store):
-            await self._append(store, NodeBootStarted(
-                node_id=self.node_id, boot_id=self.boot_id, actor=self.actor,
-                trigger=Trigger.AGENT_STARTED.value, reason="agent started"))
+            await self._append(store, self.node.boot_started())
         self.registered.set()
         async def on_boot_started(msg: Any) -> None:
             await self._on_boot_started(msg, store)
@@ -197,7 +200,7 @@ class Agent:
 
         wipes = await self.nc.subscribe(event_subject("node", self.node_id, "wipe_started"),
                                         cb=on_wipe)
-        requests = await self.nc.subscribe(f"herd.agent.{self.node_id}.fingerprint",
+        requests = await self.nc.subscribe(fingerprint_subject(self.node_id),
                                            cb=self._on_fingerprint_request)
         tasks = [
             asyncio.create_task(self._boot_checks(store)),
@@ -367,11 +370,9 @@ class Agent:
         expected = (self.state.sentinel() or {}).get("gpus")
         for attempt in range(1, self.options.boot_attempts + 1):
             checks = boot.boot_check(self.nvml, expected, self.state.dir)
-            passed = all(result == "ok" for result in checks.values())
-            await self._append(store, NodeBootChecked(
-                node_id=self.node_id, boot_id=self.boot_id, passed=passed, checks=checks,
-                actor=self.actor))
-            if passed:
+            report = self.node.boot_checked(checks)
+            await self._append(store, report)
+            if report.passed:
                 log.info("%s: boot check passed", self.node_id)
                 return
             log.warning("%s: boot check %d/%d failed: %s", self.node_id, attempt,
@@ -391,9 +392,15 @@ class Agent:
 
     async def _on_fingerprint_request(self, msg: Any) -> None:
         """`herd node fingerprint <id>`: recompute now and heartbeat at once."""
+        try:
+            decode_request(fingerprint_request_decoder, msg.data)
+        except ValueError as err:
+            await msg.respond(msgspec.json.encode(FingerprintReply(ok=False, error=str(err))))
+            return
         fingerprint = await self.refresh_fingerprint()
         await self.heartbeat()
-        await msg.respond(json.dumps({"ok": True, "fingerprint": fingerprint}).encode())
+        await msg.respond(msgspec.json.encode(FingerprintReply(ok=True,
+                                                               fingerprint=fingerprint)))
 
     async def _on_wipe_started(self, msg: Any, store: EventStore) -> None:
         try:
@@ -434,7 +441,7 @@ class Agent:
         if isinstance(event, NodeBootStarted) and event.trigger == Trigger.REBOOT:
             log.info("%s: reboot requested by %s; running the boot check", self.node_id,
                      event.actor)
-            self.boot_id = uuid.uuid4().hex
+            self.node.new_boot()
             self._fingerprint_sent = None
             asyncio.create_task(self._boot_checks(store))
 
@@ -454,8 +461,7 @@ class Agent:
                                               sentinel.get("gpus"))
                 log.info("%s: already registered", self.node_id)
                 return False
-        event = NodeRegistered(node_id=self.node_id, boot_id=self.boot_id, info=self.info,
-                               actor=self.actor)
+        event = self.node.registered(self.info)
         await self._append(store, event)
         self.state.write_sentinel(self.node_id, event.event_id, digest, len(self.info.gpus))
         log.info("%s: registered", self.node_id)
@@ -463,7 +469,11 @@ class Agent:
 
     @property
     def actor(self) -> str:
-        return f"agent:{self.node_id}"
+        return self.node.actor
+
+    @property
+    def boot_id(self) -> str:
+        return self.node.boot_id
 
     async def _last_event_subject(self) -> str | None:
         assert self.nc is not None
@@ -515,19 +525,15 @@ class Agent:
         except Exception:  # noqa: BLE001 - a failing NVML still heartbeats
             max_temp, gpu_count = None, 0
         ecc_sbe, ecc_dbe = self.health.totals()
-        return Heartbeat(
-            node_id=self.node_id, boot_id=self.boot_id, seq=self.state.seq.next(),
-            sent_at=time.time(), gpu_count=gpu_count, max_temp_c=max_temp,
-            ecc_sbe=ecc_sbe, ecc_dbe=ecc_dbe,
+        return self.node.heartbeat(
+            gpu_count=gpu_count, max_temp_c=max_temp, ecc_sbe=ecc_sbe, ecc_dbe=ecc_dbe,
             running_allocs=self.executor.running_count + self.options.fake_allocs,
             reattaching=self.executor.reattaching,
             fingerprint=self.fingerprint if send_fingerprint else None)
 
     async def heartbeat(self) -> None:
         assert self.nc is not None
-        # Core publish: fire and forget, the stream captures it; while disconnected the
-        # client buffers it, and a lost heartbeat is tolerated by design.
-        await self.nc.publish(heartbeat_subject(self.node_id), encode(self.make_heartbeat()))
+        await send_heartbeat(self.nc, self.make_heartbeat())
 
     async def send_health(self) -> None:
         """GPU check + health events, to HERD_HEALTH (acked, deduplicated, retried)."""
@@ -549,22 +555,21 @@ class Agent:
     async def _on_inject(self, msg: Any) -> None:
         """Fault injection into the fake NVML backend (`herd agent inject`)."""
         try:
-            request = json.loads(msg.data or b"{}")
+            request = decode_request(inject_request_decoder, msg.data)
             if not isinstance(self.nvml, gpu.FakeNvml):
                 raise ValueError(f"node {self.node_id} uses real NVML; fault injection needs "
                                  "an agent started with --fake-gpus")
-            done = self.nvml.inject(str(request.get("fault", "")), int(request.get("gpu", 0)),
-                                    request.get("value"))
-            if request.get("fault") == "driver":
+            done = self.nvml.inject(request.fault, request.gpu, request.value)
+            if request.fault == "driver":
                 await self.refresh_fingerprint()
         except (ValueError, TypeError) as err:
-            await msg.respond(json.dumps({"ok": False, "error": str(err)}).encode())
+            await msg.respond(msgspec.json.encode(InjectReply(ok=False, error=str(err))))
             return
         log.warning("%s: injected %s", self.node_id, done)
         try:
             await self.send_health()   # report at once: a fatal event must not wait a minute
         finally:
-            await msg.respond(json.dumps({"ok": True, "result": done}).encode())
+            await msg.respond(msgspec.json.encode(InjectReply(ok=True, result=done)))
 
     async def send_resources(self) -> None:
         assert self.nc is not None

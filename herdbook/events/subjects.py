@@ -64,6 +64,11 @@ def inject_subject(node_id: str) -> str:
     return f"herd.agent.{validate_id(node_id)}.inject"
 
 
+def fingerprint_subject(node_id: str) -> str:
+    """Ask one agent to recompute its conformance fingerprint (request/reply, no stream)."""
+    return f"herd.agent.{validate_id(node_id)}.fingerprint"
+
+
 def sync_subject(node_id: str) -> str:
     """An agent's catch-up request for its own allocation events (the control plane
     answers; the node id in the subject is the only one it serves)."""
