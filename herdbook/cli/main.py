@@ -315,9 +315,11 @@ def inject(
 ) -> None:
     """Inject a GPU fault into a running agent that uses fake GPUs, e.g.
     `herd agent inject --node gpu-1 xid 79 --gpu 3`; the agent reports it at once."""
-    import json as _json
+    from typing import cast
 
-    from herdbook.agent.gpu import FAULTS
+    import msgspec
+
+    from herdbook.events.agent_requests import FAULTS, Fault, InjectReply, InjectRequest
     from herdbook.events.subjects import inject_subject
     if not node:
         raise client.fail("--node is required", client.EXIT_USAGE)
@@ -328,23 +330,27 @@ def inject(
     if fault == "xid" and value is None:
         raise client.fail("xid needs a code, e.g. `xid 79`", client.EXIT_USAGE)
 
-    async def send(nc: object) -> dict[str, object]:
+    request = InjectRequest(fault=cast(Fault, fault), gpu=gpu, value=value)
+
+    async def send(nc: object) -> InjectReply:
         import nats.errors
         try:
             msg = await nc.request(inject_subject(node),  # type: ignore[attr-defined]
-                                   _json.dumps({"fault": fault, "gpu": gpu,
-                                                "value": value}).encode(), timeout=10)
+                                   msgspec.json.encode(request), timeout=10)
         except nats.errors.NoRespondersError:
             raise client.fail(f"no agent {node} is running", client.EXIT_REFUSED) from None
         except nats.errors.TimeoutError:
             raise client.fail(f"agent {node} did not answer", client.EXIT_UNREACHABLE) from None
-        reply: dict[str, object] = _json.loads(msg.data)
-        return reply
+        try:
+            return msgspec.json.decode(msg.data, type=InjectReply)
+        except msgspec.DecodeError as err:
+            raise client.fail(f"agent {node} sent a reply that does not decode: {err}",
+                              client.EXIT_REFUSED) from None
 
     reply = client.run(str(ctx.obj["server"]), send)
-    if not reply.get("ok"):
-        raise client.fail(safe(str(reply.get("error"))), client.EXIT_REFUSED)
-    echo(f"Ok: {reply.get('result')}")
+    if not reply.ok:
+        raise client.fail(safe(reply.error), client.EXIT_REFUSED)
+    echo(f"Ok: {reply.result}")
 
 
 health_app = typer.Typer(help="GPU health policies.", no_args_is_help=True)

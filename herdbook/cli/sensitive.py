@@ -10,7 +10,7 @@ import typer
 from herdbook.cli import client
 from herdbook.cli.jobs import alloc_app
 from herdbook.cli.node import NodeId, Reason, Yes, _command, _confirm, _server, node_app
-from herdbook.cli.output import Format, Output, echo, render_rows
+from herdbook.cli.output import Format, Output, echo, render_rows, safe
 
 admin_app = typer.Typer(help="Operator actions that bypass the usual safety checks.",
                         no_args_is_help=True)
@@ -40,24 +40,34 @@ def release(ctx: typer.Context, node_id: NodeId, message: Reason = "") -> None:
 def fingerprint(ctx: typer.Context, node_id: NodeId) -> None:
     """Ask the node's agent to recompute its conformance fingerprint now."""
     import asyncio
-    import json
+
+    import msgspec
+
+    from herdbook.events.agent_requests import FingerprintReply, FingerprintRequest
+    from herdbook.events.subjects import fingerprint_subject
 
     client.check_id(node_id)
 
-    async def ask() -> dict[str, object]:
+    async def ask() -> FingerprintReply:
         nc = await client.connect(_server(ctx))
         try:
-            msg = await nc.request(f"herd.agent.{node_id}.fingerprint", b"{}", timeout=10)
+            msg = await nc.request(fingerprint_subject(node_id),
+                                   msgspec.json.encode(FingerprintRequest()), timeout=10)
         except Exception:  # noqa: BLE001
             raise client.fail(f"the agent of {node_id} does not answer",
                               client.EXIT_REFUSED) from None
         finally:
             await nc.close()
-        reply: dict[str, object] = json.loads(msg.data)
-        return reply
+        try:
+            return msgspec.json.decode(msg.data, type=FingerprintReply)
+        except msgspec.DecodeError as err:
+            raise client.fail(f"the agent of {node_id} sent a reply that does not decode: "
+                              f"{err}", client.EXIT_REFUSED) from None
 
     reply = asyncio.run(ask())
-    echo(f"Ok: {node_id} fingerprint {reply.get('fingerprint')}")
+    if not reply.ok:
+        raise client.fail(safe(reply.error), client.EXIT_REFUSED)
+    echo(f"Ok: {node_id} fingerprint {reply.fingerprint}")
 
 
 @node_app.command("conformance")

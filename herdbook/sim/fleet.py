@@ -9,24 +9,26 @@ own — heartbeats and periodic health reports — is lost, as behind a broken l
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
+import msgspec
 import nats
 from nats.aio.client import Client as NATS
 
 import herdbook
 from herdbook.agent.main import Agent, AgentOptions
+from herdbook.agent.protocol import MemorySequence, NodeProtocol, send_heartbeat
+from herdbook.events.agent_requests import Fault, InjectReply, InjectRequest
 from herdbook.events.codec import encode
 from herdbook.events.health import CheckResult, GpuEvent, HealthReport
 from herdbook.events.heartbeat import Heartbeat
-from herdbook.events.node import GpuInfo, NodeBootChecked, NodeBootStarted, NodeInfo, NodeRegistered
+from herdbook.events.node import GpuInfo, NodeInfo
 from herdbook.events.store import EventStore
-from herdbook.events.subjects import health_subject, heartbeat_subject, inject_subject
+from herdbook.events.subjects import health_subject, inject_subject
 from herdbook.sim.scenario import FleetGroup, group_ids
 
 log = logging.getLogger(__name__)
@@ -120,15 +122,19 @@ async def inject_agent(nc: NATS, node_id: str, fault: str, gpu: int,
                        value: float | None) -> str:
     """Through the agent's own inject subject, as `herd agent inject` does."""
     import nats.errors
+    request = InjectRequest(fault=cast(Fault, fault), gpu=gpu, value=value)
     try:
-        msg = await nc.request(inject_subject(node_id), json.dumps(
-            {"fault": fault, "gpu": gpu, "value": value}).encode(), timeout=10)
+        msg = await nc.request(inject_subject(node_id), msgspec.json.encode(request),
+                               timeout=10)
     except nats.errors.NoRespondersError:
         raise SimError(f"no agent {node_id} is running") from None
-    reply = json.loads(msg.data)
-    if not reply.get("ok"):
-        raise SimError(f"{node_id}: {reply.get('error')}")
-    return str(reply.get("result"))
+    try:
+        reply = msgspec.json.decode(msg.data, type=InjectReply)
+    except msgspec.DecodeError as err:
+        raise SimError(f"{node_id}: a reply that does not decode: {err}") from None
+    if not reply.ok:
+        raise SimError(f"{node_id}: {reply.error}")
+    return reply.result
 
 
 class LightNode:
@@ -138,18 +144,20 @@ class LightNode:
         self.node_id = node_id
         self.group = group
         self.fleet = fleet
-        self.boot_id = uuid.uuid4().hex
-        self.seq = 0
+        self.protocol = NodeProtocol(node_id, actor=f"agent:{node_id}",
+                                     seqs=MemorySequence())
         self.running = False
         self.partitioned = False
         self.registered = False
         self.next_beat = 0.0
 
-    def heartbeat(self) -> bytes:
-        self.seq += 1
-        return encode(Heartbeat(node_id=self.node_id, boot_id=self.boot_id, seq=self.seq,
-                                sent_at=time.time(), gpu_count=self.group.gpus,
-                                max_temp_c=45.0 if self.group.gpus else None))
+    @property
+    def boot_id(self) -> str:
+        return self.protocol.boot_id
+
+    def heartbeat(self) -> Heartbeat:
+        return self.protocol.heartbeat(gpu_count=self.group.gpus,
+                                       max_temp_c=45.0 if self.group.gpus else None)
 
     def info(self) -> NodeInfo:
         gpus = tuple(GpuInfo(index=i, uuid=f"GPU-{uuid.uuid5(uuid.NAMESPACE_URL, f'{self.node_id}/{i}')}",
@@ -235,15 +243,13 @@ class LightFleet:
 
     async def boot(self, node: LightNode, passed: bool = True) -> None:
         """Register (first time) or restart (a new boot): then the boot check."""
-        actor = f"agent:{node.node_id}"
+        protocol = node.protocol
         if not node.registered:
-            await self.store.append(NodeRegistered(node_id=node.node_id, boot_id=node.boot_id,
-                                                   info=node.info(), actor=actor))
+            await self.store.append(protocol.registered(node.info()))
             node.registered = True
         else:
-            node.boot_id = uuid.uuid4().hex
-            await self.store.append(NodeBootStarted(node_id=node.node_id, boot_id=node.boot_id,
-                                                    actor=actor, reason="agent started"))
+            protocol.new_boot()
+            await self.store.append(protocol.boot_started())
         node.running = True
         # As an agent's heartbeat task, which starts with its boot check: the first
         # heartbeat of the new boot does not wait for the next round.
@@ -252,8 +258,7 @@ class LightFleet:
                   "gpu_count": "ok" if passed else "found a different GPU count"}
         # As the agent: a failing check is retried, three in a row make the node FAILED.
         for _ in range(1 if passed else BOOT_ATTEMPTS):
-            await self.store.append(NodeBootChecked(node_id=node.node_id, boot_id=node.boot_id,
-                                                    passed=passed, checks=checks, actor=actor))
+            await self.store.append(protocol.boot_checked(checks))
         if passed:
             await self._health(fault_report(node, "clear", 0, None))
 
@@ -288,7 +293,7 @@ class LightFleet:
         if node.partitioned:
             return
         try:
-            await self.nc.publish(heartbeat_subject(node.node_id), node.heartbeat())
+            await send_heartbeat(self.nc, node.heartbeat())
             self.heartbeats += 1
         except Exception as err:  # noqa: BLE001 - a lost heartbeat is tolerated
             log.debug("heartbeat of %s not sent: %s", node.node_id, err)
