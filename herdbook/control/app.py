@@ -22,6 +22,7 @@ from nats.js.errors import BadRequestError, NotFoundError
 
 import herdbook
 from herdbook.agent.connection import connection_callbacks, quiet_errors, server_list
+from herdbook.agent.protocol import NodeProtocol, send_heartbeat
 from herdbook.agent.state import SeqAllocator
 from herdbook.config import Config, heartbeats_max_age
 from herdbook.control.agent_sync import AgentSync
@@ -35,13 +36,11 @@ from herdbook.control.storage import StorageWatch
 from herdbook.control.streams_guard import StreamsGuard
 from herdbook.control.users import UserRegistry
 from herdbook.credentials import CredentialsError, CredsFile, NatsAuth, redact, write_creds
-from herdbook.events.codec import encode
-from herdbook.events.heartbeat import Heartbeat
-from herdbook.events.node import NodeBootChecked, NodeInfo, NodeRegistered
+from herdbook.events.node import NodeInfo
 from herdbook.events.states import NodeType
 from herdbook.events.store import ConflictError, EventStore, stream_last_seq
 from herdbook.events.streams import all_streams
-from herdbook.events.subjects import EVENTS_STREAM, heartbeat_subject, validate_id
+from herdbook.events.subjects import EVENTS_STREAM, validate_id
 from herdbook.projector.integrity import ViewError
 from herdbook.projector.runner import ProjectorRunner
 from herdbook.reactors.allocations import AllocationReactor
@@ -119,6 +118,9 @@ class ControlPlane:
         self.clock = clock
         self.data_dir = Path(config.data_dir)
         self.node_id = validate_id(config.node_id or default_requester_id())
+        self.requester = NodeProtocol(self.node_id, actor=f"control:{self.node_id}",
+                                      seqs=SeqAllocator(self.data_dir))
+        """This control plane's own node (``NodeType.REQUESTER``), on the agent protocol."""
         self.embedded: EmbeddedNats | None = None
         self.nc: NATS | None = None
         self.projector: ProjectorRunner | None = None
@@ -394,18 +396,16 @@ class ControlPlane:
         info = NodeInfo(hostname=socket.gethostname(), arch=platform.machine(),
                         os=platform.system().lower(), cpus=os.cpu_count() or 0,
                         agent_version=herdbook.__version__)
-        self.boot_id = os.urandom(8).hex()
+        node = self.requester
+        node.new_boot()
         for _ in range(COMMAND_ATTEMPTS):
             view = self.projector.views.get(self.node_id)
-            event = NodeRegistered(node_id=self.node_id, node_type=NodeType.REQUESTER,
-                                   boot_id=self.boot_id, info=info,
-                                   actor=f"control:{self.node_id}")
+            event = node.registered(info, NodeType.REQUESTER)
             try:
                 seq = await store.append(event, expected_version=view.version if view else 0)
                 # This process is its own boot check: it is up and serving.
-                seq = await store.append(NodeBootChecked(
-                    node_id=self.node_id, boot_id=self.boot_id, passed=True,
-                    checks={"control_plane": "ok"}, actor=event.actor), expected_version=seq)
+                seq = await store.append(node.boot_checked({"control_plane": "ok"}),
+                                         expected_version=seq)
                 await self.projector.wait_applied(seq)
                 return
             except ConflictError:
@@ -415,23 +415,12 @@ class ControlPlane:
 
     async def _requester_heartbeats(self) -> None:
         assert self.nc is not None
-        seqs = SeqAllocator(self.data_dir)
-        subject = heartbeat_subject(self.node_id)
         # Well inside the shortest timeout, so a short test config does not mark us DEGRADED.
         interval = min(REQUESTER_HEARTBEAT_INTERVAL,
                        float(self.config.lifecycle.heartbeat_timeout) / 3)
         while True:
             try:
-                seq = seqs.next()
-            except OSError as err:
-                # A full disk: the block is reserved in memory before it is persisted, so
-                # the next call goes on from it without writing.
-                log.debug("heartbeat sequence not persisted: %s", err)
-                seq = seqs.next()
-            hb = Heartbeat(node_id=self.node_id, boot_id=self.boot_id, seq=seq,
-                           sent_at=time.time())
-            try:
-                await self.nc.publish(subject, encode(hb))
+                await send_heartbeat(self.nc, self.requester.heartbeat())
             except Exception as err:  # noqa: BLE001 - disconnected: heartbeats may be lost
                 log.debug("requester heartbeat not sent: %s", err)
             await asyncio.sleep(interval)
