@@ -29,7 +29,7 @@ pytestmark = pytest.mark.timeout(120)
 
 
 class Agents:
-    def __init__(self, plane: ControlPlane, tmp_path: Path) -> None:
+    def __init__(self, plane: ControlPlane, tmp_path: Path) -> None:  # noqa: F811
         self.plane = plane
         self.tmp_path = tmp_path
         self.running: list[tuple[Agent, asyncio.Task[None]]] = []
