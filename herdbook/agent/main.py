@@ -33,7 +33,7 @@ from herdbook.events.agent_requests import (
     inject_request_decoder,
 )
 from herdbook.events.alloc import AllocEvent, AllocStopRequested
-from herdbook.events.authority import Refused, bind_event
+from herdbook.events.authority import Unvouched, bind_event
 from herdbook.events.base import Event
 from herdbook.events.codec import encode
 from herdbook.events.heartbeat import Heartbeat
@@ -282,7 +282,7 @@ class Agent:
         until a catch-up returns it (the core delivery may overtake the stream's store)."""
         try:
             event = bind_event(msg.subject, msg.data)
-        except Refused:
+        except Unvouched:
             return
         if len(self._awaiting) < MAX_AWAITING:
             self._awaiting[event.event_id] = time.monotonic()
@@ -314,7 +314,7 @@ class Agent:
                 self._awaiting.pop(self._event_id_of(synced), None)
                 try:
                     event = bind_event(synced.subject, bytes(synced.data))
-                except Refused as err:
+                except Unvouched as err:
                     log.warning("skipping %s: %s", printable(synced.subject, 120), err)
                     continue
                 if isinstance(event, AllocEvent):
@@ -405,7 +405,7 @@ class Agent:
     async def _on_wipe_started(self, msg: Any, store: EventStore) -> None:
         try:
             event = bind_event(msg.subject, msg.data)
-        except Refused:
+        except Unvouched:
             return
         if not isinstance(event, NodeWipeStarted):
             return
@@ -436,7 +436,7 @@ class Agent:
         """A reboot was requested (`herd node reboot`): boot again, i.e. check again."""
         try:
             event = bind_event(msg.subject, msg.data)
-        except Refused:
+        except Unvouched:
             return
         if isinstance(event, NodeBootStarted) and event.trigger == Trigger.REBOOT:
             log.info("%s: reboot requested by %s; running the boot check", self.node_id,

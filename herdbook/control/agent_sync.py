@@ -16,7 +16,7 @@ import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
-from herdbook.events.authority import Refused, bind_event
+from herdbook.events.authority import Unvouched, bind_event
 from herdbook.events.subjects import EVENTS_STREAM, ID_PATTERN, aggregate_filter
 from herdbook.events.sync import SyncedEvent, SyncReply, sync_request_decoder
 
@@ -91,7 +91,7 @@ class AgentSync:
             last[0] = max(last[0], seq)
             try:
                 bind_event(subject, data)
-            except Refused:
+            except Unvouched:
                 return    # dead-lettered by the projector; never served
             events.append(SyncedEvent(seq=seq, subject=subject, data=msgspec.Raw(data)))
 

@@ -39,7 +39,7 @@ from herdbook.config import parse_duration
 from herdbook.control.lookup import ApiError, resolve
 from herdbook.control.present import iso, node_json
 from herdbook.events.alloc import AllocEvent, AllocLost, AllocRequeueApproved
-from herdbook.events.authority import Refused, bind_event
+from herdbook.events.authority import Unvouched, bind_event
 from herdbook.events.codec import AnyEvent, event_tag
 from herdbook.events.eval_events import EvalCreated
 from herdbook.events.health import NodeHealthChanged
@@ -135,7 +135,7 @@ async def scan_log(js: JetStreamContext, subject: str, on_entry: Callable[[LogEn
             return
         try:
             event: AnyEvent | None = bind_event(msg.subject, msg.data)
-        except Refused:
+        except Unvouched:
             event = None   # shown as what it is: raw bytes its subject does not vouch for
         try:
             on_entry(LogEntry(seq, meta.timestamp, msg.subject, msg.data, event))

@@ -11,7 +11,7 @@ accepts an event only if
   pool) are the body's, and
 - every id in the body is a valid id (the CLI would accept it).
 
-Anything else is a ``Refused`` with its reason: the projector dead-letters it, reactors
+Anything else is a ``Unvouched`` with its reason: the projector dead-letters it, reactors
 and agents skip it. The NATS permissions ``herd creds`` writes are generated from the
 same table (``agent_publish_subjects``), so what an agent may publish and what a reader
 accepts from it cannot drift apart.
@@ -66,7 +66,7 @@ class Publisher(StrEnum):
     """The control plane (``herd-control``)."""
 
 
-class Refused(ValueError):
+class Unvouched(ValueError):
     """A message its subject does not vouch for; ``str()`` is the reason."""
 
 
@@ -162,14 +162,14 @@ def _id_fields(cls: type) -> tuple[str, ...]:
 
 
 def check_ids(value: object) -> None:
-    """Raise ``Refused`` unless every id field of ``value`` is a valid id (or empty)."""
+    """Raise ``Unvouched`` unless every id field of ``value`` is a valid id (or empty)."""
     for name in _id_fields(type(value)):
         ident = getattr(value, name)
         if ident and not (isinstance(ident, str) and ID_PATTERN.fullmatch(ident)):
             try:
                 validate_id(ident, name.replace("_", " "))
             except InvalidIdError as err:
-                raise Refused(str(err)) from None
+                raise Unvouched(str(err)) from None
 
 
 _SHAPES: dict[type, tuple[str, tuple[str, ...], str]] = {}
@@ -196,34 +196,34 @@ def expected_subject(event: Event) -> str:
 
 def bind_event(subject: str, data: bytes) -> codec.AnyEvent:
     """The domain event stored on ``subject``, if the subject vouches for it; else
-    ``Refused`` with the reason (undecodable, a type the family may not carry, a body
+    ``Unvouched`` with the reason (undecodable, a type the family may not carry, a body
     naming another type or id than its subject, an invalid id)."""
     family = family_of(subject)
     if family is None or not family.carries_events:
-        raise Refused(f"subject {printable(subject, 120)!r} carries no domain events")
+        raise Unvouched(f"subject {printable(subject, 120)!r} carries no domain events")
     try:
         event = codec.decode_event(data)
     except (codec.DecodeError, RecursionError, ValueError) as err:
-        raise Refused(f"undecodable: {printable(str(err))}") from None
+        raise Unvouched(f"undecodable: {printable(str(err))}") from None
     if not isinstance(event, family.base):
-        raise Refused(f"herd.{family.prefix}.* may not carry {codec.event_tag(type(event))}")
+        raise Unvouched(f"herd.{family.prefix}.* may not carry {codec.event_tag(type(event))}")
     check_ids(event)
     expected = expected_subject(event)
     if expected != subject:
-        raise Refused(f"body is {codec.event_tag(type(event))} for {printable(expected, 120)}, "
+        raise Unvouched(f"body is {codec.event_tag(type(event))} for {printable(expected, 120)}, "
                       f"not for its subject {printable(subject, 120)}")
     return event
 
 
 def bind_node_report(subject: str, node_id: str) -> None:
     """A heartbeat, resource or health report on ``herd.<hb|res|health>.<id>`` must name
-    that id (valid) as its ``node_id``; else ``Refused``."""
+    that id (valid) as its ``node_id``; else ``Unvouched``."""
     parts = subject.split(".")
     if len(parts) != 3:
-        raise Refused(f"subject {printable(subject, 120)!r} is not herd.<kind>.<node id>")
+        raise Unvouched(f"subject {printable(subject, 120)!r} is not herd.<kind>.<node id>")
     try:
         validate_id(parts[2])
     except InvalidIdError as err:
-        raise Refused(printable(str(err))) from None
+        raise Unvouched(printable(str(err))) from None
     if node_id != parts[2]:
-        raise Refused(f"body names node {printable(node_id, 120)!r}, its subject {parts[2]!r}")
+        raise Unvouched(f"body names node {printable(node_id, 120)!r}, its subject {parts[2]!r}")

@@ -27,7 +27,7 @@ from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy, Header
 from nats.js.errors import APIError, BadRequestError, NotFoundError
 
-from herdbook.events.authority import Refused, bind_event
+from herdbook.events.authority import Unvouched, bind_event
 from herdbook.events.base import Event
 from herdbook.events.codec import AnyEvent, encode
 from herdbook.events.feed import StreamFeed
@@ -208,7 +208,7 @@ class EventStore:
             seq = msg.metadata.sequence.stream
             try:
                 out.append((seq, bind_event(msg.subject, msg.data)))
-            except Refused as err:
+            except Unvouched as err:
                 log.warning("skipping %s seq %d: %s", printable(msg.subject, 120), seq, err)
             if seq >= last and not done.done():
                 done.set_result(None)

@@ -23,7 +23,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from herdbook.events.alloc import AllocEvent
-from herdbook.events.authority import Refused, bind_event, family_of
+from herdbook.events.authority import Unvouched, bind_event, family_of
 from herdbook.events.codec import AnyEvent
 from herdbook.events.eval_events import EvalEvent
 from herdbook.events.feed import StreamFeed, stream_seq
@@ -178,7 +178,7 @@ class ProjectorRunner:
         try:
             event = bind_event(msg.subject, msg.data)
             self._check_owner(event)
-        except Refused as err:
+        except Unvouched as err:
             await self._deadletter(msg, seq, str(err))
             self._skip(msg.subject, seq)
         else:
@@ -252,7 +252,7 @@ class ProjectorRunner:
         if isinstance(event, AllocEvent):
             placed = self.allocs.get(event.alloc_id)
             if placed is not None and placed.node_id != event.node_id:
-                raise Refused(f"allocation {event.alloc_id} is on node {placed.node_id}, "
+                raise Unvouched(f"allocation {event.alloc_id} is on node {placed.node_id}, "
                               f"not {event.node_id}")
 
     def _skip(self, subject: str, seq: int) -> None:

@@ -37,7 +37,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from herdbook.config import Config
 from herdbook.events.alloc import AllocEvent, AllocPlaced, AllocStopRequested
-from herdbook.events.authority import Refused, bind_event
+from herdbook.events.authority import Unvouched, bind_event
 from herdbook.events.base import Event, new_id
 from herdbook.events.eval_events import EvalCreated, EvalEnqueued, EvalEvent
 from herdbook.events.evals import EvalStatus, Step, Trigger
@@ -144,7 +144,7 @@ class Scheduler:
     async def _deliver(self, msg: Msg) -> None:
         try:
             event = bind_event(msg.subject, msg.data)
-        except Refused:
+        except Unvouched:
             await msg.term()   # dead-lettered by the projector; never scheduled
             return
         if not isinstance(event, EvalCreated | EvalEnqueued):

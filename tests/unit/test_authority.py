@@ -13,7 +13,7 @@ from herdbook.events.alloc import AllocLost, AllocPlaced, AllocRunning
 from herdbook.events.authority import (
     FAMILIES,
     Publisher,
-    Refused,
+    Unvouched,
     agent_publish_subjects,
     bind_event,
     family_of,
@@ -71,7 +71,7 @@ def test_an_event_on_its_own_subject_binds() -> None:
 ])
 def test_a_body_its_subject_does_not_vouch_for_is_refused(subject: str, event: object,
                                                            reason: str) -> None:
-    with pytest.raises(Refused, match=reason.replace("[", r"\[")):
+    with pytest.raises(Unvouched, match=reason.replace("[", r"\[")):
         bind_event(subject, encode(event))
 
 
@@ -79,7 +79,7 @@ def test_garbage_and_deep_nesting_are_refused_not_raised() -> None:
     for data in (b"", b"{", b"[" * 50_000 + b"]" * 50_000,
                  b'{"type":"node.approved","node_id":"n1","x":' + b"[" * 50_000
                  + b"]" * 50_000 + b"}"):
-        with pytest.raises(Refused, match="undecodable"):
+        with pytest.raises(Unvouched, match="undecodable"):
             bind_event("herd.node.n1.approved", data)
     assert family_of("herd.node.n1.x") is not None and family_of("nats.x.y") is None
 
@@ -91,7 +91,7 @@ def test_a_node_event_binds_only_to_its_own_nodes_subject(owner: str, other: str
     subject = subject_of(event)
     assert bind_event(subject, encode(event)) == event
     if other != owner:
-        with pytest.raises(Refused):
+        with pytest.raises(Unvouched):
             bind_event(subject.replace(f".{owner}.", f".{other}.", 1), encode(event))
 
 
