@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from benchmarks.common import report, start_server
+from benchmarks.common import report, start_server, stop_server
 
 
 def cpu_seconds(pid: int) -> float:
@@ -51,7 +51,7 @@ def main(seconds: float, gpus: int) -> None:
                "<= 50 MB RSS, <= 1% CPU at 10s interval",
                f"python -m benchmarks.agent_footprint --seconds {seconds:g}")
     finally:
-        server.stop()
+        stop_server(server, tmp)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import platform
+import shutil
 import socket
 import sys
 import tempfile
@@ -22,6 +23,14 @@ def start_server() -> tuple[EmbeddedNats, Path]:
     server = EmbeddedNats(tmp / "nats", port=free_port())
     server.start()
     return server, tmp
+
+
+def stop_server(server: EmbeddedNats, tmp: Path) -> None:
+    """Stop the server and delete everything the benchmark created under ``tmp``."""
+    try:
+        server.stop()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def machine() -> str:

@@ -17,7 +17,7 @@ import time
 
 import nats
 
-from benchmarks.common import report, start_server
+from benchmarks.common import report, start_server, stop_server
 from herdbook.config import parse_config
 from herdbook.control.app import ControlPlane, ensure_streams
 from herdbook.events.codec import encode
@@ -111,7 +111,7 @@ async def main(nodes: int, dead: int, timeout: float, interval: float) -> None:
                f"python -m benchmarks.detection_latency --nodes {nodes} --dead {dead} "
                f"--timeout {timeout:g} --interval {interval:g}")
     finally:
-        server.stop()
+        stop_server(server, tmp)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import time
 
 import nats
 
-from benchmarks.common import report, start_server
+from benchmarks.common import report, start_server, stop_server
 from herdbook.config import parse_config
 from herdbook.control.app import ControlPlane, ensure_streams
 from herdbook.events.codec import encode
@@ -91,7 +91,7 @@ async def main(nodes: int, rate: int, seconds: float) -> None:
                f"python -m benchmarks.heartbeat_ingest --nodes {nodes} --rate {rate} "
                f"--seconds {seconds:g}")
     finally:
-        server.stop()
+        stop_server(server, tmp)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ import time
 
 import nats
 
-from benchmarks.common import report, start_server
+from benchmarks.common import report, start_server, stop_server
 from herdbook.config import parse_config
 from herdbook.control.app import ControlPlane, ensure_streams
 from herdbook.events.codec import encode
@@ -49,7 +49,7 @@ async def main(nodes: int, runs: int, output: str) -> None:
                f"median {walls[len(walls) // 2]:.2f}s, best {walls[0]:.2f}s", "<= 0.5 s",
                f"python -m benchmarks.node_list --nodes {nodes} --output {output}")
     finally:
-        server.stop()
+        stop_server(server, tmp)
 
 
 if __name__ == "__main__":

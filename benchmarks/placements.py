@@ -9,7 +9,7 @@ import time
 
 import nats
 
-from benchmarks.common import report, start_server
+from benchmarks.common import report, start_server, stop_server
 from herdbook.config import Config
 from herdbook.control.app import ensure_streams
 from herdbook.events.evals import EvalStatus, Trigger
@@ -59,7 +59,7 @@ async def main(nodes: int, count: int, gpus: int) -> None:
                f"{nodes} nodes, eval {e.status.value} in {elapsed:.2f}s)", ">= 4,000 allocations/s",
                f"python -m benchmarks.placements --nodes {nodes} --count {count} --gpus {gpus}")
     finally:
-        server.stop()
+        stop_server(server, tmp)
 
 
 if __name__ == "__main__":

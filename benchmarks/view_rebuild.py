@@ -9,7 +9,7 @@ import time
 
 import nats
 
-from benchmarks.common import report, start_server
+from benchmarks.common import report, start_server, stop_server
 from herdbook.control.app import ensure_streams
 from herdbook.events.codec import encode
 from herdbook.events.node import NodeApproved, NodeDegraded, NodeInfo, NodeRecovered, NodeRegistered
@@ -53,7 +53,7 @@ async def main(events: int, nodes: int) -> None:
                f"{len(runner.views)} nodes, {elapsed:.2f}s)", ">= 100,000 events/s",
                f"python -m benchmarks.view_rebuild --events {events} --nodes {nodes}")
     finally:
-        server.stop()
+        stop_server(server, tmp)
 
 
 if __name__ == "__main__":
