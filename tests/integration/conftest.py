@@ -3,13 +3,28 @@ the real projector, broker, scheduler and allocation reactor."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from herdbook.config import parse_config
+from herdbook.control.app import ControlPlane
 from tests.integration.test_scheduler import Harness
+
+
+@contextlib.asynccontextmanager
+async def running_plane(config_yaml: str) -> AsyncIterator[ControlPlane]:
+    """A control plane in-process (`herd up` without the process), started from a YAML
+    config and stopped at the end."""
+    control = ControlPlane(parse_config(config_yaml))
+    await control.start()
+    try:
+        yield control
+    finally:
+        await control.stop()
 
 
 @pytest.fixture

@@ -25,21 +25,17 @@ from herdbook.events.node import NodeApproved
 from herdbook.events.store import EventStore
 from herdbook.events.subjects import EVENTS_STREAM, HEARTBEATS_STREAM
 from tests.conftest import free_port, herd
+from tests.integration.conftest import running_plane
 from tests.integration.test_agent_and_control import eventually
 
 
 @pytest.fixture
 async def plane(tmp_path: Path) -> AsyncIterator[ControlPlane]:
     """`herd up --auth` in-process, on a free port."""
-    config = parse_config(f"nats: {{port: {free_port()}, auth: true}}\n"
-                          f"data_dir: '{tmp_path / 'd'}'\nnode_id: cp-auth\n"
-                          "lifecycle: {heartbeat_timeout: 5s}\n")
-    control = ControlPlane(config)
-    await control.start()
-    try:
+    async with running_plane(f"nats: {{port: {free_port()}, auth: true}}\n"
+                             f"data_dir: '{tmp_path / 'd'}'\nnode_id: cp-auth\n"
+                             "lifecycle: {heartbeat_timeout: 5s}\n") as control:
         yield control
-    finally:
-        await control.stop()
 
 
 async def issue(tmp_path: Path, kind: str, *args: str) -> Path:

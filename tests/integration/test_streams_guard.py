@@ -14,25 +14,20 @@ import nats
 import pytest
 
 from herdbook.agent.main import Agent, AgentOptions
-from herdbook.config import parse_config
 from herdbook.control.app import ControlPlane
 from herdbook.events.node import NodeRegistered
 from herdbook.events.store import EventStore
 from herdbook.events.subjects import EVENTS_STREAM, HEARTBEATS_STREAM
 from tests.conftest import free_port
+from tests.integration.conftest import running_plane
 from tests.integration.test_agent_and_control import eventually
 
 
 @pytest.fixture
 async def plane(tmp_path: Path) -> AsyncIterator[ControlPlane]:
-    config = parse_config(f"nats: {{port: {free_port()}}}\ndata_dir: '{tmp_path / 'd'}'\n"
-                          "node_id: cp-guard\nlifecycle: {heartbeat_timeout: 5s}\n")
-    control = ControlPlane(config)
-    await control.start()
-    try:
+    async with running_plane(f"nats: {{port: {free_port()}}}\ndata_dir: '{tmp_path / 'd'}'\n"
+                             "node_id: cp-guard\nlifecycle: {heartbeat_timeout: 5s}\n") as control:
         yield control
-    finally:
-        await control.stop()
 
 
 async def api(nc: Any, route: str, body: dict[str, Any]) -> dict[str, Any]:

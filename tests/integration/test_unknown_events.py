@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from herdbook.agent.main import Agent, AgentOptions
-from herdbook.config import parse_config
 from herdbook.control.app import ControlPlane
 from herdbook.control.history import verify
 from herdbook.events.states import Approval, Lifecycle
 from herdbook.events.subjects import EVENTS_STREAM
+from tests.integration.conftest import running_plane
 from tests.integration.test_agent_executor import eventually
 
 pytestmark = pytest.mark.timeout(120)
@@ -27,15 +27,11 @@ TIMEOUT, GRACE = 1.0, 1.5
 
 @pytest.fixture
 async def plane(nats_server, tmp_path: Path) -> AsyncIterator[ControlPlane]:  # type: ignore[no-untyped-def]
-    config = parse_config(
-        f"nats: {{url: '{nats_server.url}'}}\ndata_dir: '{tmp_path / 'd'}'\nnode_id: cp\n"
-        f"lifecycle: {{heartbeat_timeout: {TIMEOUT}s, grace_period: {{standard: {GRACE}s}}}}\n")
-    control = ControlPlane(config)
-    await control.start()
-    try:
+    async with running_plane(
+            f"nats: {{url: '{nats_server.url}'}}\ndata_dir: '{tmp_path / 'd'}'\nnode_id: cp\n"
+            f"lifecycle: {{heartbeat_timeout: {TIMEOUT}s, grace_period: {{standard: {GRACE}s}}}}\n"
+    ) as control:
         yield control
-    finally:
-        await control.stop()
 
 
 async def test_an_unknown_event_type_on_a_node_subject_does_not_wedge_the_node(
