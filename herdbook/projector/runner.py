@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -25,6 +24,7 @@ from nats.aio.msg import Msg
 from herdbook.events.alloc import AllocEvent
 from herdbook.events.authority import Unvouched, bind_event, family_of
 from herdbook.events.codec import AnyEvent
+from herdbook.events.deadletters import DeadLetters
 from herdbook.events.eval_events import EvalEvent
 from herdbook.events.feed import StreamFeed, stream_seq
 from herdbook.events.instance import InstanceEvent
@@ -33,9 +33,7 @@ from herdbook.events.pool import PoolScaled
 from herdbook.events.subjects import (
     EVENTS_STREAM,
     ID_PATTERN,
-    deadletter_subject,
     node_id_of_subject,
-    printable,
 )
 from herdbook.projector import integrity, schema
 from herdbook.projector.alloc_view import AllocView, apply_alloc
@@ -80,9 +78,7 @@ class ProjectorRunner:
         self.instance_listeners: list[InstanceListener] = []
         self.folded_seq = 0          # last sequence folded into memory
         self.committed_seq = 0       # last sequence committed to SQLite
-        self.deadletters = 0
-        self._deadletter_logged = -1.0
-        self._deadletters_logged = 0
+        self.dead_letters = DeadLetters(nc, stream, logger=log)
         self.failed: str | None = None
         self.listeners: list[ChangeListener] = []
         self._dirty: set[str] = set()
@@ -274,20 +270,12 @@ class ProjectorRunner:
             self.views[node_id] = replace(view, version=seq)
             self._dirty.add(node_id)
 
+    @property
+    def deadletters(self) -> int:
+        return self.dead_letters.count
+
     async def _deadletter(self, msg: Msg, seq: int, reason: str) -> None:
-        self.deadletters += 1
-        now = time.monotonic()
-        if now - self._deadletter_logged >= 1.0:
-            # At most one line a second: a flood of garbage must not become a log flood.
-            suppressed = self.deadletters - self._deadletters_logged - 1
-            log.warning("dead-lettered event at %s seq %d (%s): %s%s",
-                        printable(msg.subject, 120), seq, self.stream, printable(reason),
-                        f" (and {suppressed} more since the last line)" if suppressed else "")
-            self._deadletter_logged = now
-            self._deadletters_logged = self.deadletters
-        headers = {"Herd-Subject": printable(msg.subject, 1000), "Herd-Stream-Seq": str(seq),
-                   "Herd-Error": printable(reason)}
-        await self.nc.publish(deadletter_subject(self.stream), msg.data, headers=headers)
+        await self.dead_letters.send(msg, reason, seq)
 
     async def flush(self) -> None:
         async with self._lock:

@@ -21,6 +21,7 @@ from nats.aio.msg import Msg
 
 from herdbook.events.authority import bind_node_report, check_ids
 from herdbook.events.codec import AnyEvent, decode_health_report
+from herdbook.events.deadletters import DeadLetters
 from herdbook.events.feed import StreamFeed, stream_seq
 from herdbook.events.states import Health
 from herdbook.events.store import ConflictError, EventStore
@@ -28,7 +29,6 @@ from herdbook.events.subjects import HEALTH_STREAM
 from herdbook.files import write_atomic
 from herdbook.projector.node_view import NodeView
 from herdbook.projector.runner import ProjectorRunner
-from herdbook.reactors.deadletters import DeadLetters
 from herdbook.reactors.health import decide_health
 from herdbook.reactors.health_policy import Policy
 
@@ -48,7 +48,7 @@ class HealthClassifier:
         self.position_file = position_file
         self.unhealthy_in_a_row: dict[str, int] = {}
         self.reports = 0
-        self.dead_letters = DeadLetters(nc, HEALTH_STREAM)
+        self.dead_letters = DeadLetters(nc, HEALTH_STREAM, logger=log)
         self._position = 0
         self._saved = 0
         self._feed: StreamFeed | None = None

@@ -40,6 +40,7 @@ from nats.aio.msg import Msg
 from herdbook.config import Config, grace_period, heartbeat_timeout
 from herdbook.events.authority import bind_node_report
 from herdbook.events.codec import AnyEvent, decode_heartbeat
+from herdbook.events.deadletters import DeadLetters
 from herdbook.events.feed import StreamFeed
 from herdbook.events.heartbeat import Heartbeat
 from herdbook.events.node import NodeBootChecked, NodeEnabled, NodeEvent, NodeWiped
@@ -54,7 +55,6 @@ from herdbook.events.subjects import (
 from herdbook.projector.node_view import NodeView
 from herdbook.projector.runner import ProjectorRunner
 from herdbook.reactors import liveness
-from herdbook.reactors.deadletters import DeadLetters
 from herdbook.reactors.heartbeats import NodeBeat, Verdict, is_newer, judge
 from herdbook.reactors.notifier import has_drain_status
 
@@ -91,7 +91,7 @@ class Sweeper:
         self.replays_dropped = 0
         self.unknown_dropped = 0        # heartbeats of nodes not in the view
         self.unannounced_dropped = 0    # heartbeats of a boot the node has not announced
-        self.dead_letters = DeadLetters(nc, HEARTBEATS_STREAM, clock=clock)
+        self.dead_letters = DeadLetters(nc, HEARTBEATS_STREAM, clock=clock, logger=log)
         self.detections = 0
         self.reobservations = 0   # clock jumps and reconnections seen since start
         # Nothing counts as silence before this (``reobserve``): set at start.
