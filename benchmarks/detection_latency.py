@@ -82,7 +82,7 @@ async def main(nodes: int, dead: int, timeout: float, interval: float) -> None:
         plane = ControlPlane(config)
         await plane.start()
         assert plane.projector is not None
-        while len(plane.projector.views) < nodes:
+        while len(plane.projector.nodes) < nodes:
             await asyncio.sleep(0.2)
         kill_after = 2 * interval
         proc = await asyncio.create_subprocess_exec(

@@ -32,7 +32,7 @@ async def main(nodes: int, runs: int, output: str) -> None:
         plane = ControlPlane(config)
         await plane.start()
         assert plane.projector is not None
-        while len(plane.projector.views) < nodes:
+        while len(plane.projector.nodes) < nodes:
             await asyncio.sleep(0.1)
         walls = []
         for _ in range(runs):

@@ -50,7 +50,7 @@ async def main(events: int, nodes: int) -> None:
         await runner.stop()
         await nc.close()
         report("view rebuild", f"{last / elapsed:,.0f} events/s ({last} events, "
-               f"{len(runner.views)} nodes, {elapsed:.2f}s)", ">= 100,000 events/s",
+               f"{len(runner.nodes)} nodes, {elapsed:.2f}s)", ">= 100,000 events/s",
                f"python -m benchmarks.view_rebuild --events {events} --nodes {nodes}")
     finally:
         stop_server(server, tmp)

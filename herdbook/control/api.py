@@ -195,7 +195,7 @@ class Api:
             "alloc.status": self.alloc_status,
             "status": self.status,
         }
-        routes.update(HistoryRoutes(self.nc, lambda: self.projector.views).routes())
+        routes.update(HistoryRoutes(self.nc, lambda: self.projector.nodes).routes())
         for route, handler in routes.items():
             wrapped = self._wrap(handler, route)
             name = route.replace(".", "-")
@@ -276,10 +276,10 @@ class Api:
         items: list[dict[str, Any]] = []
         size = 0
         next_token = None
-        for node_id in sorted(self.projector.views):
+        for node_id in sorted(self.projector.nodes):
             if req.next_token is not None and node_id <= req.next_token:
                 continue
-            view = self.projector.views[node_id]
+            view = self.projector.nodes[node_id]
             if approvals and view.approval.value not in approvals:
                 continue
             if states is not None and view.state not in states and not (
@@ -296,7 +296,7 @@ class Api:
         return {"items": items, "next_token": next_token}
 
     def _resolve(self, ident: str) -> NodeView:
-        view: NodeView = resolve(self.projector.views, ident, "node")
+        view: NodeView = resolve(self.projector.nodes, ident, "node")
         return view
 
     async def node_describe(self, data: bytes) -> dict[str, Any]:
@@ -322,7 +322,7 @@ class Api:
             req = msgspec.json.decode(data, type=NodeRequest)
             validate_id(req.id)
             for _ in range(COMMAND_ATTEMPTS):
-                view = self.projector.views.get(req.id)
+                view = self.projector.nodes.get(req.id)
                 if view is None:
                     raise ApiError("not_found", f"node {req.id} not found")
                 event = decide(view, req)
@@ -334,7 +334,7 @@ class Api:
                     await self.projector.wait_applied(latest)
                     continue
                 await self.projector.wait_applied(seq)
-                after = self.projector.views.get(req.id)
+                after = self.projector.nodes.get(req.id)
                 return {"event": event.event_name, "event_id": event.event_id, "seq": seq,
                         "node": None if after is None else self._json(after)}
             raise ApiError("unavailable", f"node {req.id} kept changing; try again")
@@ -352,7 +352,7 @@ class Api:
         """Declare a node that has never reported (UNKNOWN) — Lattice's inventory."""
         req = msgspec.json.decode(data, type=NodeRequest)
         validate_id(req.id)
-        if req.id in self.projector.views:
+        if req.id in self.projector.nodes:
             raise Refused(f"node {req.id} already exists")
         event = NodeDeclared(node_id=req.id, actor=caller(req), reason=req.reason,
                              node_class=req.node_class, labels=req.labels)
@@ -362,7 +362,7 @@ class Api:
         except ConflictError as err:
             raise Refused(f"node {req.id} changed meanwhile; try again") from err
         await self.projector.wait_applied(seq)
-        after = self.projector.views.get(req.id)
+        after = self.projector.nodes.get(req.id)
         return {"event": event.event_name, "event_id": event.event_id, "seq": seq,
                 "node": None if after is None else self._json(after)}
 
@@ -380,8 +380,8 @@ class Api:
         pool = self.config.pools[name]
         instances = [i for i in self.projector.instances.values() if i.pool == name]
         by_state = Counter(inst.state.value for inst in instances)
-        nodes = [self.projector.views[i.node_id] for i in instances
-                 if i.state in LIVE and i.node_id in self.projector.views]
+        nodes = [self.projector.nodes[i.node_id] for i in instances
+                 if i.state in LIVE and i.node_id in self.projector.nodes]
         desired = self.projector.pool_sizes.get(name)
         return {"name": name, "provider": pool.provider, "min_nodes": pool.min_nodes,
                 "max_nodes": pool.max_nodes, "desired": desired,
@@ -525,7 +525,7 @@ class Api:
         if bad:
             raise ApiError("bad_request", f"unknown allocation status {sorted(bad)[0]!r}; "
                            "choose from " + ", ".join(s.value for s in AllocStatus))
-        node_id = resolve(self.projector.views, req.node_id, "node").id if req.node_id else ""
+        node_id = resolve(self.projector.nodes, req.node_id, "node").id if req.node_id else ""
         job_id = resolve(self.projector.jobs, req.job_id, "job").id if req.job_id else ""
         items = [alloc_json(a) for a in sorted(self.projector.allocs.values(),
                                                key=lambda a: (a.job_id, a.index, a.version))
@@ -536,7 +536,7 @@ class Api:
     async def node_conformance(self, data: bytes) -> dict[str, Any]:
         """The fleet grouped by conformance fingerprint, per pool, with what drifted."""
         groups: dict[tuple[str, str], list[NodeView]] = {}
-        for view in self.projector.views.values():
+        for view in self.projector.nodes.values():
             if view.fingerprint:
                 key = (view.info.labels.get("pool", ""), view.fingerprint)
                 groups.setdefault(key, []).append(view)
@@ -585,7 +585,7 @@ class Api:
         return {
             "instance": self.instance,
             "version": herdbook.__version__,
-            "nodes": len(self.projector.views),
+            "nodes": len(self.projector.nodes),
             "stream_last_seq": last,
             "projector_seq": self.projector.committed_seq,
             "projector_lag": max(0, last - self.projector.committed_seq),

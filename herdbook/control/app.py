@@ -228,7 +228,7 @@ class ControlPlane:
         if cfg.metrics.port:
             # Counted from here on: what the catch-up folded happened before this start.
             self.metrics = Metrics()
-            self.projector.listeners.append(self.metrics.on_node_event)
+            self.projector.nodes.subscribe(self.metrics.on_node_event)
         # This control plane's own node first: registered and heartbeating before the
         # sweeper reads the stored heartbeats, so a restart does not find itself silent.
         await self._register_requester(store)
@@ -270,7 +270,7 @@ class ControlPlane:
         return {"nats_url": redact(self.url), "embedded": self.embedded is not None,
                 "auth": self.users is not None,
                 "node_id": self.node_id, "data_dir": str(self.data_dir),
-                "nodes": len(self.projector.views),
+                "nodes": len(self.projector.nodes),
                 "metrics_url": self.metrics_server.url if self.metrics_server else None}
 
     async def _supervise_nats(self, embedded: EmbeddedNats) -> None:
@@ -399,7 +399,7 @@ class ControlPlane:
         node = self.requester
         node.new_boot()
         for _ in range(COMMAND_ATTEMPTS):
-            view = self.projector.views.get(self.node_id)
+            view = self.projector.nodes.get(self.node_id)
             event = node.registered(info, NodeType.REQUESTER)
             try:
                 seq = await store.append(event, expected_version=view.version if view else 0)
@@ -454,15 +454,13 @@ class ControlPlane:
             await fresh.wait_applied(last, timeout=600.0)
         await fresh.stop()
         old = self.projector
-        listeners = old.listeners
         await old.stop()
         os.replace(tmp, db)
         for suffix in ("-wal", "-shm"):
             Path(f"{db}{suffix}").unlink(missing_ok=True)
-        old.listeners = listeners
         await old.start()
         seconds = time.monotonic() - started
-        return {"events": last, "nodes": len(old.views), "seconds": round(seconds, 3),
+        return {"events": last, "nodes": len(old.nodes), "seconds": round(seconds, 3),
                 "events_per_second": round(last / seconds) if seconds else None}
 
     async def stop(self) -> None:

@@ -80,7 +80,7 @@ class InstanceManager:
         """Nodes that run allocations and are reachable: they are drained first."""
         out = {}
         for node_id, beat in self.sweeper.beats.items():
-            view = self.projector.views.get(node_id)
+            view = self.projector.nodes.get(node_id)
             age = self.sweeper.heartbeat_age(node_id)
             out[node_id] = (bool(beat.running_allocs) and view is not None and age is not None
                             and age < self.sweeper.timeouts(view).heartbeat_timeout)
@@ -100,7 +100,7 @@ class InstanceManager:
             instances = [i for i in self.projector.instances.values()
                          if i.pool == name and i.id not in self._busy]
             plan = plan_pool(pool, self.projector.pool_sizes.get(name), instances,
-                             self.projector.views, busy, now, timeout)
+                             self.projector.nodes, busy, now, timeout)
             for instance_id in plan.running:
                 inst = self.projector.instances[instance_id]
                 await self._append(InstanceRunning(instance_id=instance_id, actor=ACTOR,
@@ -111,7 +111,7 @@ class InstanceManager:
                                                   reason=reason), inst.version)
                 self._spawn(self._terminate(instance_id, f"failed: {reason}", fail=True))
             for node_id in plan.drain:
-                view = self.projector.views.get(node_id)
+                view = self.projector.nodes.get(node_id)
                 if view is not None:
                     await self._append(NodeDrainStarted(
                         node_id=node_id, actor=ACTOR,
@@ -193,7 +193,7 @@ class InstanceManager:
             if not fail:
                 seq = await self.store.append(InstanceTerminated(
                     instance_id=instance_id, reason=reason, actor=ACTOR))
-            node = self.projector.views.get(inst.node_id)
+            node = self.projector.nodes.get(inst.node_id)
             if node is not None and node.lifecycle is not Lifecycle.TERMINATED:
                 seq = await self._append(NodeTerminated(
                     node_id=node.id, instance_id=instance_id, actor=ACTOR,

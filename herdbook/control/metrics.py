@@ -105,12 +105,12 @@ class ControlPlaneCollector(Collector):
         nodes = GaugeMetricFamily("herd_nodes", "Nodes in the view by state and class.",
                                   labels=["state", "class"])
         by_state = Counter((view.state, view.info.node_class.value)
-                           for view in projector.views.values())
+                           for view in projector.nodes.values())
         for (state, cls), n in sorted(by_state.items()):
             nodes.add_metric([state, cls], n)
         yield nodes
 
-        ages = sorted(age for node_id, view in projector.views.items()
+        ages = sorted(age for node_id, view in projector.nodes.items()
                       if view.lifecycle not in _NOT_HEARTBEATING
                       and (age := sweeper.heartbeat_age(node_id)) is not None)
         # SummaryMetricFamily has no quantiles: the samples are written out.

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
-from collections.abc import Callable
 from typing import Any
 
 from msgspec.structs import replace
@@ -29,6 +28,7 @@ from herdbook.events.eval_events import EvalEvent
 from herdbook.events.feed import StreamFeed, stream_seq
 from herdbook.events.instance import InstanceEvent
 from herdbook.events.jobs import JobEvent
+from herdbook.events.node import NodeEvent
 from herdbook.events.pool import PoolScaled
 from herdbook.events.subjects import (
     EVENTS_STREAM,
@@ -36,18 +36,15 @@ from herdbook.events.subjects import (
     node_id_of_subject,
 )
 from herdbook.projector import integrity, schema
-from herdbook.projector.alloc_view import AllocView, apply_alloc
-from herdbook.projector.eval_view import EvalView, apply_eval
-from herdbook.projector.instance_view import InstanceView, apply_instance
-from herdbook.projector.job_view import JobView, apply_job
-from herdbook.projector.node_view import NodeView, apply
+from herdbook.projector.alloc_view import AllocView
+from herdbook.projector.eval_view import EvalView
+from herdbook.projector.instance_view import InstanceView
+from herdbook.projector.job_view import JobView
+from herdbook.projector.node_view import NodeView
+from herdbook.projector.tables import ReadModel, Table
 
 log = logging.getLogger(__name__)
 
-ChangeListener = Callable[[str, NodeView | None, AnyEvent], None]
-InstanceListener = Callable[[str, InstanceView | None, InstanceEvent], None]
-AllocListener = Callable[[AllocView | None, AllocEvent], None]
-EvalListener = Callable[[str, EvalView | None, AnyEvent], None]
 
 
 class ProjectorRunner:
@@ -59,30 +56,11 @@ class ProjectorRunner:
         self.batch_size = batch_size
         self.batch_interval = batch_interval
         self.stream = stream
-        self.views: dict[str, NodeView] = {}
-        self.instances: dict[str, InstanceView] = {}
-        self.pool_sizes: dict[str, int] = {}
-        self.evals: dict[str, EvalView] = {}
-        self.jobs: dict[str, JobView] = {}
-        self.allocs: dict[str, AllocView] = {}
-        self.alloc_versions: dict[str, int] = {}
-        """The last sequence of each node's allocation aggregate (``herd.alloc.<node>.>``)
-        folded here: the expected version of a plan decided from this view."""
-        self._dirty_allocs: set[str] = set()
-        self._dirty_alloc_nodes: set[str] = set()
-        self.alloc_listeners: list[AllocListener] = []
-        self.eval_listeners: list[EvalListener] = []
-        self._dirty_jobs: set[str] = set()
-        self._dirty_evals: set[str] = set()
-        self._dirty_pools = False
-        self.instance_listeners: list[InstanceListener] = []
+        self.model = ReadModel()
         self.folded_seq = 0          # last sequence folded into memory
         self.committed_seq = 0       # last sequence committed to SQLite
         self.dead_letters = DeadLetters(nc, stream, logger=log)
         self.failed: str | None = None
-        self.listeners: list[ChangeListener] = []
-        self._dirty: set[str] = set()
-        self._dirty_instances: set[str] = set()
         self._pending = 0
         self._db: Any = None
         self._sub: Any = None
@@ -90,6 +68,34 @@ class ProjectorRunner:
         self._lock = asyncio.Lock()
         self._kick = asyncio.Event()
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+
+    @property
+    def nodes(self) -> Table[NodeView, NodeEvent]:
+        return self.model.nodes
+
+    @property
+    def allocs(self) -> Table[AllocView, AllocEvent]:
+        return self.model.allocs
+
+    @property
+    def alloc_versions(self) -> Table[int, AllocEvent]:
+        return self.model.alloc_versions
+
+    @property
+    def evals(self) -> Table[EvalView, EvalEvent]:
+        return self.model.evals
+
+    @property
+    def jobs(self) -> Table[JobView, JobEvent]:
+        return self.model.jobs
+
+    @property
+    def instances(self) -> Table[InstanceView, InstanceEvent]:
+        return self.model.instances
+
+    @property
+    def pool_sizes(self) -> Table[int, PoolScaled]:
+        return self.model.pool_sizes
 
     async def start(self) -> None:
         await self.load()
@@ -130,15 +136,13 @@ class ProjectorRunner:
 
     async def _load(self) -> None:
         self._db = await schema.open_db(self.db_path)
-        self.views, self.committed_seq = await schema.load(self._db, self.stream)
-        self.instances = await schema.load_table(self._db, "instances",
-                                                 schema.DECODERS["instances"])
-        self.evals = await schema.load_table(self._db, "evals", schema.DECODERS["evals"])
-        self.jobs = await schema.load_table(self._db, "jobs", schema.DECODERS["jobs"])
-        self.allocs = await schema.load_table(self._db, "allocs", schema.DECODERS["allocs"])
-        self.alloc_versions = await schema.load_table(self._db, "alloc_versions",
-                                                      schema.DECODERS["alloc_versions"])
-        self.pool_sizes = await schema.load_pool_sizes(self._db)
+        nodes, self.committed_seq = await schema.load(self._db, self.stream)
+        self.model.nodes.load(nodes)
+        for table in (self.model.instances, self.model.evals, self.model.jobs,
+                      self.model.allocs, self.model.alloc_versions):
+            table.load(await schema.load_table(self._db, table.name,
+                                               schema.DECODERS[table.name]))
+        self.model.pool_sizes.load(await schema.load_pool_sizes(self._db))
         self.folded_seq = self.committed_seq
 
     async def _close_db(self) -> None:
@@ -190,63 +194,13 @@ class ProjectorRunner:
             await self.flush()
 
     def fold(self, seq: int, event: AnyEvent) -> None:
-        if isinstance(event, InstanceEvent):
-            self._fold_instance(seq, event)
-            return
-        if isinstance(event, AllocEvent):
-            new_alloc = apply_alloc(self.allocs.get(event.alloc_id), event, seq)
-            self._fold_other(self.allocs, self._dirty_allocs, event.alloc_id, new_alloc)
-            self.alloc_versions[event.node_id] = seq
-            self._dirty_alloc_nodes.add(event.node_id)
-            for alloc_listener in self.alloc_listeners:
-                alloc_listener(new_alloc, event)
-            return
-        if isinstance(event, EvalEvent):
-            new_eval = apply_eval(self.evals.get(event.eval_id), event, seq)
-            self._fold_other(self.evals, self._dirty_evals, event.eval_id, new_eval)
-            for eval_listener in self.eval_listeners:
-                eval_listener(event.eval_id, new_eval, event)
-            return
-        if isinstance(event, JobEvent):
-            new_job = apply_job(self.jobs.get(event.job_id), event, seq)
-            self._fold_other(self.jobs, self._dirty_jobs, event.job_id, new_job)
-            for eval_listener in self.eval_listeners:
-                eval_listener(event.job_id, None, event)
-            return
-        if isinstance(event, PoolScaled):
-            self.pool_sizes[event.pool] = event.size
-            self._dirty_pools = True
-            return
-        node_id = event.node_id
-        new = apply(self.views.get(node_id), event, seq)
-        if new is None:
-            self.views.pop(node_id, None)
-        else:
-            self.views[node_id] = new
-        self._dirty.add(node_id)
-        for listener in self.listeners:
-            listener(node_id, new, event)
-
-    @staticmethod
-    def _fold_other(views: dict[str, Any], dirty: set[str], key: str, new: Any) -> None:
-        if new is None:
-            views.pop(key, None)
-        else:
-            views[key] = new
-        dirty.add(key)
-
-    def _fold_instance(self, seq: int, event: InstanceEvent) -> None:
-        instance_id = event.instance_id
-        new = apply_instance(self.instances.get(instance_id), event, seq)
-        self._fold_other(self.instances, self._dirty_instances, instance_id, new)
-        for listener in self.instance_listeners:
-            listener(instance_id, new, event)
+        self.model.fold(seq, event)
 
     def _check_owner(self, event: AnyEvent) -> None:
         """An allocation event counts only on the subjects of the node the allocation
         was placed on: n1's agent may not report on n2's allocation by its id."""
         if isinstance(event, AllocEvent):
-            placed = self.allocs.get(event.alloc_id)
+            placed = self.model.allocs.get(event.alloc_id)
             if placed is not None and placed.node_id != event.node_id:
                 raise Unvouched(f"allocation {event.alloc_id} is on node {placed.node_id}, "
                               f"not {event.node_id}")
@@ -262,13 +216,11 @@ class ProjectorRunner:
         if not ID_PATTERN.fullmatch(node_id):
             return
         if family.prefix == "alloc":
-            self.alloc_versions[node_id] = seq
-            self._dirty_alloc_nodes.add(node_id)
+            self.model.alloc_versions.put(node_id, seq)
             return
-        view = self.views.get(node_id)
+        view = self.model.nodes.get(node_id)
         if view is not None:
-            self.views[node_id] = replace(view, version=seq)
-            self._dirty.add(node_id)
+            self.model.nodes.put(node_id, replace(view, version=seq))
 
     @property
     def deadletters(self) -> int:
@@ -282,32 +234,19 @@ class ProjectorRunner:
             if self._pending == 0 or self._db is None:
                 return
             seq = self.folded_seq
-            dirty, self._dirty = self._dirty, set()
-            dirty_instances, self._dirty_instances = self._dirty_instances, set()
             self._pending = 0
-            pools = self.pool_sizes if self._dirty_pools else None
-            dirty_evals, self._dirty_evals = self._dirty_evals, set()
-            dirty_jobs, self._dirty_jobs = self._dirty_jobs, set()
-            dirty_allocs, self._dirty_allocs = self._dirty_allocs, set()
-            dirty_alloc_nodes, self._dirty_alloc_nodes = self._dirty_alloc_nodes, set()
-            self._dirty_pools = False
+            model = self.model
+            tables = [(table, table.take_dirty()) for table in model.tables()]
+            (_, nodes_changed), *others, (_, pools_changed) = tables
             try:
                 await schema.write_batch(
-                    self._db, self.stream, self.views, dirty, seq,
-                    [("instances", self.instances, dirty_instances),
-                     ("evals", self.evals, dirty_evals), ("jobs", self.jobs, dirty_jobs),
-                     ("allocs", self.allocs, dirty_allocs),
-                     ("alloc_versions", self.alloc_versions, dirty_alloc_nodes)],
-                    pools)
+                    self._db, self.stream, model.nodes.rows, nodes_changed, seq,
+                    [(table.name, table.rows, dirty) for table, dirty in others],
+                    dict(model.pool_sizes.rows) if pools_changed else None)
             except BaseException:
                 # Nothing was committed: the next flush writes these rows again.
-                self._dirty |= dirty
-                self._dirty_instances |= dirty_instances
-                self._dirty_evals |= dirty_evals
-                self._dirty_jobs |= dirty_jobs
-                self._dirty_allocs |= dirty_allocs
-                self._dirty_alloc_nodes |= dirty_alloc_nodes
-                self._dirty_pools = self._dirty_pools or pools is not None
+                for table, dirty in tables:
+                    table.mark_dirty(dirty)
                 self._pending += max(1, seq - self.committed_seq)
                 raise
             self.committed_seq = seq

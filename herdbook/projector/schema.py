@@ -119,7 +119,7 @@ def _rows(views: Mapping[str, Any], changed: Iterable[str]) -> tuple[list[Any], 
     return upserts, deletes
 
 
-async def write_batch(db: aiosqlite.Connection, stream: str, views: dict[str, NodeView],
+async def write_batch(db: aiosqlite.Connection, stream: str, views: Mapping[str, NodeView],
                       changed: Iterable[str], seq: int,
                       others: Sequence[TableRows] = (),
                       pool_sizes: dict[str, int] | None = None) -> None:

@@ -43,6 +43,7 @@ from herdbook.events.node import (
     NodeDisabled,
     NodeDown,
     NodeDrainStarted,
+    NodeEvent,
     NodeInfoUpdated,
     NodeTerminated,
 )
@@ -65,6 +66,7 @@ class AllocationReactor:
     def __init__(self, store: EventStore, projector: ProjectorRunner, config: Config, *,
                  now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
         self.store = store
+        self._unsubscribe: list[Callable[[], None]] = []
         self.projector = projector
         self.config = config
         self.now = now
@@ -75,14 +77,14 @@ class AllocationReactor:
         self._deadlines: dict[str, asyncio.TimerHandle] = {}
 
     def start(self) -> None:
-        self._schedulable = {n.id: n.schedulable for n in self.projector.views.values()}
-        self.projector.listeners.append(self._on_node)
-        self.projector.alloc_listeners.append(self._on_alloc)
+        self._schedulable = {n.id: n.schedulable for n in self.projector.nodes.values()}
+        self._unsubscribe = [self.projector.nodes.subscribe(self._on_node),
+                             self.projector.allocs.subscribe(self._on_alloc)]
         self._tasks = [asyncio.create_task(self._work(), name="allocations"),
                        asyncio.create_task(self._gc_loop(), name="eval-gc")]
         # Work a restart may have missed: lost allocations on nodes already gone, and
         # blocked evals that capacity may fit now.
-        for node in self.projector.views.values():
+        for node in self.projector.nodes.values():
             if node.lifecycle is Lifecycle.DOWN or node.intent is Intent.DISABLED:
                 self._queue.put_nowait(("lost", (node.id, "node is down", None)))
         self.request_unblock()
@@ -93,13 +95,12 @@ class AllocationReactor:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        for listeners, cb in ((self.projector.listeners, self._on_node),
-                              (self.projector.alloc_listeners, self._on_alloc)):
-            if cb in listeners:
-                listeners.remove(cb)  # type: ignore[arg-type]
+        for unsubscribe in self._unsubscribe:
+            unsubscribe()
+        self._unsubscribe = []
 
     # -------------------------------------------------------------- listeners (sync)
-    def _on_node(self, node_id: str, view: NodeView | None, event: AnyEvent) -> None:
+    def _on_node(self, node_id: str, view: NodeView | None, event: NodeEvent) -> None:
         if isinstance(event, LOSING):
             self._queue.put_nowait(("lost", (node_id, f"node {event.event_name}: "
                                               f"{getattr(event, 'reason', '')}".rstrip(": "),
@@ -113,7 +114,7 @@ class AllocationReactor:
         if now and (not before or isinstance(event, NodeInfoUpdated)):
             self.request_unblock()
 
-    def _on_alloc(self, view: AllocView | None, event: AllocEvent) -> None:
+    def _on_alloc(self, alloc_id: str, view: AllocView | None, event: AllocEvent) -> None:
         if view is None:
             return
         if isinstance(event, AllocFailed | AllocLost) and event.actor.startswith("agent:"):
@@ -177,7 +178,7 @@ class AllocationReactor:
 
     async def lose_allocations(self, node_id: str, reason: str,
                                cause: str | None = None) -> None:
-        node = self.projector.views.get(node_id)
+        node = self.projector.nodes.get(node_id)
         sensitive = node is not None and node.info.node_class is NodeClass.SENSITIVE
 
         def decide() -> list[AllocEvent]:
@@ -223,7 +224,7 @@ class AllocationReactor:
     async def drain_deadline(self, node_id: str) -> None:
         """The drain's deadline passed: kill whatever still runs on the node."""
         self._deadlines.pop(node_id, None)
-        node = self.projector.views.get(node_id)
+        node = self.projector.nodes.get(node_id)
         if node is None or node.intent is not Intent.DRAINING:
             return
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
-from herdbook.events.codec import AnyEvent
 from herdbook.events.node import NodeEvent
 from herdbook.events.store import ConflictError, EventStore
 from herdbook.projector.node_view import NodeView
@@ -18,6 +18,7 @@ log = logging.getLogger(__name__)
 class AutoApprover:
     def __init__(self, store: EventStore, projector: ProjectorRunner, enabled: bool) -> None:
         self.store = store
+        self._unsubscribe: Callable[[], None] | None = None
         self.projector = projector
         self.enabled = enabled
         self._tasks: set[asyncio.Task[None]] = set()
@@ -26,11 +27,11 @@ class AutoApprover:
     def start(self) -> None:
         if not self.enabled:
             return
-        self.projector.listeners.append(self._on_change)
-        for node_id, view in list(self.projector.views.items()):
+        self._unsubscribe = self.projector.nodes.subscribe(self._on_change)
+        for node_id, view in list(self.projector.nodes.items()):
             self._on_change(node_id, view, None)
 
-    def _on_change(self, node_id: str, view: NodeView | None, event: AnyEvent | None) -> None:
+    def _on_change(self, node_id: str, view: NodeView | None, event: NodeEvent | None) -> None:
         if view is None or node_id in self._inflight:
             return
         events = decide_auto_approve(view, self.enabled)
@@ -45,7 +46,7 @@ class AutoApprover:
         meanwhile, say) catch up and decide again."""
         try:
             for _ in range(10):
-                view = self.projector.views.get(node_id)
+                view = self.projector.nodes.get(node_id)
                 events: list[NodeEvent] = (decide_auto_approve(view, self.enabled)
                                            if view is not None else [])
                 if not events or view is None:
@@ -62,5 +63,8 @@ class AutoApprover:
             self._inflight.discard(node_id)
 
     async def stop(self) -> None:
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
         for task in list(self._tasks):
             task.cancel()

@@ -14,15 +14,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from herdbook.events.authority import bind_node_report, check_ids
-from herdbook.events.codec import AnyEvent, decode_health_report
+from herdbook.events.codec import decode_health_report
 from herdbook.events.deadletters import DeadLetters
 from herdbook.events.feed import StreamFeed, stream_seq
+from herdbook.events.node import NodeEvent
 from herdbook.events.states import Health
 from herdbook.events.store import ConflictError, EventStore
 from herdbook.events.subjects import HEALTH_STREAM
@@ -40,6 +42,7 @@ class HealthClassifier:
                  threshold: int, position_file: Path,
                  pool_thresholds: dict[str, int] | None = None) -> None:
         self.nc = nc
+        self._unsubscribe: Callable[[], None] | None = None
         self.store = store
         self.projector = projector
         self.policy = policy
@@ -59,13 +62,16 @@ class HealthClassifier:
             self._position = self._saved = int(self.position_file.read_text().strip() or 0)
         except (FileNotFoundError, ValueError):
             self._position = self._saved = 0
-        self.projector.listeners.append(self._on_view_change)
+        self._unsubscribe = self.projector.nodes.subscribe(self._on_view_change)
         self._feed = StreamFeed(self.nc, HEALTH_STREAM, "herd.health.*", self._position + 1,
                                 self._on_report, batch=500)
         await self._feed.start()
         self._saver = asyncio.create_task(self._save_loop())
 
     async def stop(self) -> None:
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
         if self._feed is not None:
             await self._feed.stop()
         if self._saver is not None:
@@ -86,7 +92,7 @@ class HealthClassifier:
     def deadlettered(self) -> int:
         return self.dead_letters.count
 
-    def _on_view_change(self, node_id: str, view: NodeView | None, event: AnyEvent) -> None:
+    def _on_view_change(self, node_id: str, view: NodeView | None, event: NodeEvent) -> None:
         # An operator cleared UNHEALTHY (uncordon/enable): counting starts again.
         if view is None or view.health is Health.UNKNOWN:
             self.unhealthy_in_a_row.pop(node_id, None)
@@ -104,7 +110,7 @@ class HealthClassifier:
         self.reports += 1
         verdict = self.policy.classify(report)
         for _ in range(5):
-            view = self.projector.views.get(report.node_id)
+            view = self.projector.nodes.get(report.node_id)
             if view is None:
                 break
             count = self.unhealthy_in_a_row.get(report.node_id, 0)

@@ -12,6 +12,7 @@ import asyncio
 import logging
 import shlex
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -21,6 +22,7 @@ from herdbook.events.node import (
     NodeCordoned,
     NodeDrained,
     NodeDrainStarted,
+    NodeEvent,
     NodeNotificationFailed,
     NodeUncordoned,
 )
@@ -36,7 +38,7 @@ ACTIONS: dict[type, str] = {NodeCordoned: "cordon", NodeUncordoned: "uncordon",
                             NodeDrainStarted: "drain"}
 
 
-def action_for(event: AnyEvent) -> str | None:
+def action_for(event: AnyEvent | NodeEvent) -> str | None:
     """Which notification an event calls for, if any."""
     return ACTIONS.get(type(event))
 
@@ -50,6 +52,7 @@ class Notifier:
     def __init__(self, config: NotifierConfig, store: EventStore,
                  projector: ProjectorRunner) -> None:
         self.config = config
+        self._unsubscribe: Callable[[], None] | None = None
         self.store = store
         self.projector = projector
         self.sent = 0
@@ -65,17 +68,20 @@ class Notifier:
             import httpx
             self._client = httpx.AsyncClient(timeout=float(self.config.webhook.timeout),
                                              headers=dict(self.config.webhook.headers))
-        self.projector.listeners.append(self._on_change)
+        self._unsubscribe = self.projector.nodes.subscribe(self._on_change)
         if has_drain_status(self.config):
             self._poller = asyncio.create_task(self._poll_drain_status())
 
     async def stop(self) -> None:
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
         for task in [*self._tasks, *([self._poller] if self._poller else [])]:
             task.cancel()
         if self._client is not None:
             await self._client.aclose()
 
-    def _on_change(self, node_id: str, view: NodeView | None, event: AnyEvent) -> None:
+    def _on_change(self, node_id: str, view: NodeView | None, event: NodeEvent) -> None:
         action = action_for(event)
         if action is None or view is None:
             return
@@ -154,7 +160,7 @@ class Notifier:
         while True:
             await asyncio.sleep(float(self.config.drain_status_interval))
             started = time.monotonic()
-            for view in [v for v in self.projector.views.values()
+            for view in [v for v in self.projector.nodes.values()
                          if v.intent is Intent.DRAINING]:
                 try:
                     done, message = await self.drained(view.id)

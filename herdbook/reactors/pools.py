@@ -4,6 +4,7 @@ come in, a plan comes out."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -26,7 +27,7 @@ class PoolPlan:
 
 
 def plan_pool(pool: PoolConfig, desired: int | None, instances: list[InstanceView],
-              nodes: dict[str, NodeView], busy: dict[str, bool], now: datetime,
+              nodes: Mapping[str, NodeView], busy: dict[str, bool], now: datetime,
               registration_timeout: float) -> PoolPlan:
     """``busy``: node id -> whether it runs allocations and is reachable (drain first)."""
     plan = PoolPlan()
@@ -72,7 +73,7 @@ def plan_pool(pool: PoolConfig, desired: int | None, instances: list[InstanceVie
     return plan
 
 
-def _scale_down(live: list[InstanceView], nodes: dict[str, NodeView], busy: dict[str, bool],
+def _scale_down(live: list[InstanceView], nodes: Mapping[str, NodeView], busy: dict[str, bool],
                 excess: int, plan: PoolPlan) -> list[tuple[str, str]]:
     """Cordoned (or drained) nodes first, then idle ones, then the rest; a node that runs
     allocations is drained before its instance is terminated."""

@@ -296,9 +296,9 @@ class Scheduler:
         allocs = self.projector.allocs.values()
         mine = [a for a in allocs if a.job_id == job.id]
         wanted = reconcile(job, mine)
-        caps = capacities(self.projector.views.values(), allocs)
+        caps = capacities(self.projector.nodes.values(), allocs)
         # draining nodes, and nodes whose conformance drifted, are used last
-        draining = frozenset(n.id for n in self.projector.views.values()
+        draining = frozenset(n.id for n in self.projector.nodes.values()
                              if n.intent is Intent.DRAINING or n.drift)
         placed, unplaced = place(job.spec, wanted.place, caps, draining)
         return placed, unplaced, wanted.stop

@@ -25,7 +25,6 @@ from datetime import UTC, datetime
 
 from herdbook.config import Config
 from herdbook.events.alloc import LIVE
-from herdbook.events.codec import AnyEvent
 from herdbook.events.node import (
     NodeConformanceChanged,
     NodeDrained,
@@ -91,6 +90,7 @@ class SensitiveReactor:
                  fingerprints: Callable[[], Mapping[str, str]], *,
                  now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
         self.store = store
+        self._unsubscribe: Callable[[], None] | None = None
         self.projector = projector
         self.config = config
         self.fingerprints = fingerprints
@@ -100,11 +100,11 @@ class SensitiveReactor:
         self._tasks: list[asyncio.Task[None]] = []
 
     def start(self) -> None:
-        self.projector.listeners.append(self._on_node)
+        self._unsubscribe = self.projector.nodes.subscribe(self._on_node)
         self._tasks = [asyncio.create_task(self._work(), name="sensitive"),
                        asyncio.create_task(self._conformance_loop(), name="conformance")]
         loop = asyncio.get_running_loop()
-        for view in self.projector.views.values():   # wipes in flight across a restart
+        for view in self.projector.nodes.values():   # wipes in flight across a restart
             if view.wipe_status == "wiping" and view.wipe_started_at is not None:
                 left = view.wipe_timeout_s - (self.now() - view.wipe_started_at).total_seconds()
                 self._arm(loop, view.id, view.wipe_attempt, max(0.0, left))
@@ -117,10 +117,11 @@ class SensitiveReactor:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self._on_node in self.projector.listeners:
-            self.projector.listeners.remove(self._on_node)
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
 
-    def _on_node(self, node_id: str, view: NodeView | None, event: AnyEvent) -> None:
+    def _on_node(self, node_id: str, view: NodeView | None, event: NodeEvent) -> None:
         if isinstance(event, NodeReleased) or (isinstance(event, NodeDrained) and view is not None
                                                and view.release_pending):
             self._queue.put_nowait(("released", node_id, 0))
@@ -160,7 +161,7 @@ class SensitiveReactor:
 
     async def after_release(self, node_id: str) -> None:
         """Drain while other allocations run, else wipe."""
-        view = self.projector.views.get(node_id)
+        view = self.projector.nodes.get(node_id)
         if view is None or not view.release_pending or view.wipe_status == "wiping":
             return
         running = [a for a in self.projector.allocs.values()
@@ -177,7 +178,7 @@ class SensitiveReactor:
 
     async def wipe_timed_out(self, node_id: str, attempt: int) -> None:
         self._timers.pop(node_id, None)
-        view = self.projector.views.get(node_id)
+        view = self.projector.nodes.get(node_id)
         if view is None or view.wipe_status != "wiping" or view.wipe_attempt != attempt:
             return
         limit = view.wipe_timeout_s
@@ -198,7 +199,7 @@ class SensitiveReactor:
     async def check_conformance(self) -> int:
         """Record what changed; return how many events were appended."""
         expected = {name: pool.expected_fingerprint for name, pool in self.config.pools.items()}
-        views = self.projector.views
+        views = self.projector.nodes
         events = decide_conformance(views, self.fingerprints(), expected)
         by_node: dict[str, list[NodeEvent]] = defaultdict(list)
         for event in events:

@@ -39,7 +39,7 @@ from nats.aio.msg import Msg
 
 from herdbook.config import Config, grace_period, heartbeat_timeout
 from herdbook.events.authority import bind_node_report
-from herdbook.events.codec import AnyEvent, decode_heartbeat
+from herdbook.events.codec import decode_heartbeat
 from herdbook.events.deadletters import DeadLetters
 from herdbook.events.feed import StreamFeed
 from herdbook.events.heartbeat import Heartbeat
@@ -82,6 +82,7 @@ class Sweeper:
     def __init__(self, nc: NATS, store: EventStore, projector: ProjectorRunner,
                  config: Config, clock: Callable[[], float] = time.monotonic) -> None:
         self.nc = nc
+        self._unsubscribe: Callable[[], None] | None = None
         self.store = store
         self.projector = projector
         self.config = config
@@ -124,7 +125,7 @@ class Sweeper:
     async def start(self) -> None:
         self._probe_time = await probe_server_clock(self.nc)
         self._probe_clock = self.clock()
-        self.projector.listeners.append(self._on_view_change)
+        self._unsubscribe = self.projector.nodes.subscribe(self._on_view_change)
         # Live heartbeats on a core subscription (the cheapest path: no consumer state;
         # a heartbeat lost to overload is tolerated by design), opened before the
         # snapshot so nothing falls between the two.
@@ -149,15 +150,18 @@ class Sweeper:
         from now; a BOOTING node's boot timeout starts now."""
         now = self.clock()
         self._observing_since = now
-        if self.projector.views:
+        if self.projector.nodes:
             log.info("observing %d nodes for one heartbeat timeout (%gs) before declaring "
-                     "any DEGRADED", len(self.projector.views), self.shortest_timeout())
-        for node_id, view in self.projector.views.items():
+                     "any DEGRADED", len(self.projector.nodes), self.shortest_timeout())
+        for node_id, view in self.projector.nodes.items():
             if view.lifecycle is Lifecycle.BOOTING:
                 self._booting_since[node_id] = now
             self._arm(node_id)
 
     async def stop(self) -> None:
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
         if self._sub is not None:
             try:
                 await self._sub.unsubscribe()
@@ -218,7 +222,7 @@ class Sweeper:
         """Judge a heartbeat its subject vouches for (``reactors.heartbeats``) and, if it
         counts, record it and re-arm its node."""
         node_id = hb.node_id
-        view = self.projector.views.get(node_id)
+        view = self.projector.nodes.get(node_id)
         if view is None:
             # Before any per-node state: garbage for made-up ids costs a counter. A
             # heartbeat that beats its node's registration is lost; the node's clock
@@ -271,7 +275,7 @@ class Sweeper:
         return max(0.0, self.clock() - beat.last_seen)
 
     # deadlines --------------------------------------------------------------
-    def _on_view_change(self, node_id: str, view: NodeView | None, event: AnyEvent) -> None:
+    def _on_view_change(self, node_id: str, view: NodeView | None, event: NodeEvent) -> None:
         if view is not None and view.lifecycle is Lifecycle.BOOTING:
             self._booting_since.setdefault(node_id, self.clock())
         else:
@@ -305,7 +309,7 @@ class Sweeper:
         """Push the node's next deadline, later than ``after``: a deadline computed as
         ``last_seen + timeout`` can round to ``now`` while ``now - last_seen`` rounds to
         just under ``timeout``, and re-arming at it would spin one sweep forever."""
-        view = self.projector.views.get(node_id)
+        view = self.projector.nodes.get(node_id)
         if view is None:
             return
         beat = self.beats.get(node_id)
@@ -377,7 +381,7 @@ class Sweeper:
         self._observing_since = max(self._observing_since, now)
         self.reobservations += 1
         for node_id, since in self._booting_since.items():
-            view = self.projector.views.get(node_id)
+            view = self.projector.nodes.get(node_id)
             if view is not None:
                 t = self.timeouts(view)
                 self._booting_since[node_id] = max(
@@ -408,7 +412,7 @@ class Sweeper:
                       printable(f"{type(err).__name__}: {err}"))
 
     def _evaluate(self, node_id: str, now: float) -> None:
-        view = self.projector.views.get(node_id)
+        view = self.projector.nodes.get(node_id)
         if view is None:
             return
         backoff = self._append_backoff.get(node_id)
@@ -474,5 +478,5 @@ class Sweeper:
                           type(err).__name__)
         finally:
             self._inflight.pop(node_id, None)
-            if node_id in self.projector.views:
+            if node_id in self.projector.nodes:
                 self._push(self.clock() + retry_in, node_id)

@@ -160,7 +160,7 @@ class World:
         self.loop_lag.start()
         await self.plane.start()
         assert self.plane.projector is not None
-        self.plane.projector.listeners.append(self.detections.on_event)
+        self.plane.projector.nodes.subscribe(self.detections.on_event)
         self.nc = await nats.connect(self.plane.url, name="herd-sim-control",
                                      max_reconnect_attempts=-1)
         self.fleet = Fleet(self.plane.url, self.data_dir / "agents")
@@ -181,7 +181,7 @@ class World:
 
     def nodes(self) -> FleetFacts:
         assert self.plane.projector is not None and self.plane.sweeper is not None
-        return FleetFacts(self.plane.projector.views, self.plane.sweeper)
+        return FleetFacts(self.plane.projector.nodes, self.plane.sweeper)
 
     def instances(self) -> list[dict[str, Any]]:
         assert self.plane.projector is not None

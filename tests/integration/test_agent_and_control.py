@@ -137,7 +137,7 @@ async def test_list_pages_under_max_payload_and_the_cli_follows_them(nc, nats_se
         rebuilt = await asyncio.to_thread(herd, "view", "rebuild", server=nats_server.url,
                                           timeout=60)
         assert rebuilt.returncode == 0 and "Ok" in rebuilt.stdout, rebuilt.stderr
-        assert len(plane.projector.views) == count + 1
+        assert len(plane.projector.nodes) == count + 1
         js = nc.jetstream()
         assert plane.projector.committed_seq == (await js.stream_info(EVENTS_STREAM)).state.last_seq
     finally:
@@ -146,7 +146,7 @@ async def test_list_pages_under_max_payload_and_the_cli_follows_them(nc, nats_se
 
 async def _count(plane: ControlPlane, n: int) -> bool:
     assert plane.projector is not None
-    return len(plane.projector.views) >= n
+    return len(plane.projector.nodes) >= n
 
 
 async def test_a_restarted_control_plane_ages_stored_heartbeats_on_the_server_clock(  # type: ignore[no-untyped-def]
@@ -173,7 +173,7 @@ async def test_a_restarted_control_plane_ages_stored_heartbeats_on_the_server_cl
     await plane.start()
     try:
         assert plane.projector is not None and plane.sweeper is not None
-        views = plane.projector.views
+        views = plane.projector.nodes
         # both are aged on the server's clock, not on the agent's nor from this start
         assert plane.sweeper.heartbeat_age("stale") >= 2.5
         assert plane.sweeper.heartbeat_age("fresh") < 1.0
@@ -198,4 +198,4 @@ async def test_a_restarted_control_plane_ages_stored_heartbeats_on_the_server_cl
 
 async def _lifecycle_is(plane: ControlPlane, node_id: str, lifecycle: str) -> bool:
     assert plane.projector is not None
-    return plane.projector.views[node_id].lifecycle.value == lifecycle
+    return plane.projector.nodes[node_id].lifecycle.value == lifecycle

@@ -74,7 +74,7 @@ async def test_an_agent_with_its_own_credentials_registers_heartbeats_and_is_app
         await asyncio.wait_for(agent.registered.wait(), 15)
 
         async def ready() -> bool:
-            view = plane.projector.views.get("gpu-1") if plane.projector else None
+            view = plane.projector.nodes.get("gpu-1") if plane.projector else None
             return view is not None and str(view.state) == "READY"
 
         await eventually(ready, timeout=20)
@@ -350,7 +350,7 @@ async def test_the_actor_is_who_authenticated_not_what_the_request_says(
     js = plane.nc.jetstream()  # type: ignore[union-attr]
     stored = await js.get_last_msg(EVENTS_STREAM, "herd.node.cp-auth.cordoned")
     assert json.loads(stored.data or b"{}")["actor"] == "op-alice"
-    assert plane.projector is not None and plane.projector.views["cp-auth"].intent == "CORDONED"
+    assert plane.projector is not None and plane.projector.nodes["cp-auth"].intent == "CORDONED"
     # the real CLI with the same credentials: recorded under the credential's name too
     result = await asyncio.to_thread(herd, "--creds", str(creds), "node", "uncordon", "cp-auth",
                                      "-m", "back")

@@ -69,7 +69,7 @@ async def test_control_plane_and_agents_survive_the_loss_of_one_server(tmp_path:
             agents.append((agent, asyncio.create_task(agent.run())))
 
         def state(node_id: str) -> str:
-            view = projector.views.get(node_id)
+            view = projector.nodes.get(node_id)
             return view.state if view is not None else ""
 
         await until(lambda: all(state(n) == "READY" for n in NODES), 30, "both nodes READY")
@@ -183,7 +183,7 @@ async def test_control_plane_and_agents_survive_the_loss_of_one_server(tmp_path:
             if degraded:
                 assert any(isinstance(e, NodeRecovered) for e in events[degraded[-1]:])
         for node_id in NODES:
-            view = projector.views[node_id]
+            view = projector.nodes[node_id]
             assert view.lifecycle is Lifecycle.READY, (node_id, view.lifecycle)
         print(f"\nkilled {cluster.members[victim].name} (consumers of {EVENTS_STREAM} on "
               f"{placement}): control plane reconnected in {plane_back:.3f}s, agents by "

@@ -84,7 +84,7 @@ async def test_a_forged_boot_with_a_huge_seq_does_not_silence_a_node(
         assert sweeper.unannounced_dropped == 2
         assert sweeper.beats["n1"].boot_id == "b1" and sweeper.beats["n1"].recent_boots == []
         assert plane.projector is not None
-        assert plane.projector.views["n1"].lifecycle.value == "READY"
+        assert plane.projector.nodes["n1"].lifecycle.value == "READY"
         history = await EventStore(nc.jetstream()).load("node", "n1")
         assert [e.event_name for _, e in history] == ["registered", "boot_checked"]
     finally:

@@ -114,7 +114,7 @@ async def test_the_history_of_a_node_killed_by_xid_79_shows_the_whole_cause_chai
     await h.add_node("n2", gpus=2)
 
     # as the classifier does with a report carrying XID 79
-    view = h.projector.views["n1"]
+    view = h.projector.nodes["n1"]
     events, _ = decide_health(view, Verdict("fatal", ("fatal-xid: XID 79 on GPU 3",)), 0, 3,
                               report_id="r-79")
     await h.store.append_decided(events, view.version)

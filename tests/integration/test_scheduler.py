@@ -352,7 +352,7 @@ async def test_a_leader_that_starts_after_a_node_went_down_loses_and_requeues_it
     await h.reactor.stop()          # the leader goes away
     await h.add_node("n2")
     await h.store.append(NodeDown(node_id="n1", heartbeat_age=90.0, reason="grace expired"))
-    await h.wait(lambda: h.projector.views["n1"].lifecycle is Lifecycle.DOWN)
+    await h.wait(lambda: h.projector.nodes["n1"].lifecycle is Lifecycle.DOWN)
     h.reactor = AllocationReactor(h.store, h.projector, h.config)
     h.reactor.start()               # a new leader
     moved = await h.wait(lambda: len(h.allocs(node_id="n2")) == 2 and h.allocs(node_id="n2"))

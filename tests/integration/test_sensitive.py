@@ -61,7 +61,7 @@ class World:
 
     def node(self, node_id: str) -> dict[str, Any]:
         assert self.plane.projector is not None
-        view = self.plane.projector.views.get(node_id)
+        view = self.plane.projector.nodes.get(node_id)
         if view is None:
             return {}
         return {"state": view.state, "approval": view.approval.value, "view": view}

@@ -67,7 +67,7 @@ async def test_bodies_claiming_another_type_or_node_change_nothing_anywhere(
     assert projector is not None and plane.nc is not None
     victims = {node: await agents.start(node) for node in ("n2", "n3")}
     n1 = await agents.start("n1")
-    await eventually(lambda: _true(all(n in projector.views for n in ("n1", "n2", "n3"))),
+    await eventually(lambda: _true(all(n in projector.nodes for n in ("n1", "n2", "n3"))),
                      what="three nodes registered")
     dead: list[Any] = []
 
@@ -75,7 +75,7 @@ async def test_bodies_claiming_another_type_or_node_change_nothing_anywhere(
         dead.append(msg)
 
     await plane.nc.subscribe("herd.deadletter.HERD_EVENTS", cb=on_dead)
-    before = {n: projector.views[n] for n in ("n1", "n2", "n3")}
+    before = {n: projector.nodes[n] for n in ("n1", "n2", "n3")}
     evals_before, jobs_before = dict(projector.evals), dict(projector.jobs)
     marker = tmp_path / "pwned"
 
@@ -118,9 +118,9 @@ async def test_bodies_claiming_another_type_or_node_change_nothing_anywhere(
     assert "herd.alloc.n2.a4.lost" in reasons[5]
 
     # Nothing changed: n1 is still pending, n2 and n3 as they were, no job, eval or alloc.
-    assert projector.views["n1"].approval is Approval.PENDING
+    assert projector.nodes["n1"].approval is Approval.PENDING
     for node in ("n2", "n3"):
-        view = projector.views[node]
+        view = projector.nodes[node]
         assert (view.approval, view.intent, view.info) == (
             before[node].approval, before[node].intent, before[node].info)
     assert "evil" not in projector.jobs and dict(projector.jobs) == jobs_before
@@ -137,7 +137,7 @@ async def test_bodies_claiming_another_type_or_node_change_nothing_anywhere(
                                       json.dumps({"id": "n1", "reason": "checked"}).encode(),
                                       timeout=10)
     assert json.loads(approved.data)["ok"], approved.data
-    assert projector.views["n1"].approval is Approval.APPROVED
+    assert projector.nodes["n1"].approval is Approval.APPROVED
 
 
 async def test_an_agent_cannot_report_on_another_nodes_allocation_by_its_id(
@@ -187,8 +187,8 @@ async def test_ids_a_terminal_or_a_log_would_choke_on_are_dead_lettered_quietly(
         seq = (await js.publish(subject, data)).seq
     await projector.wait_applied(seq, timeout=30)
     assert projector.deadletters - before == len(bodies)
-    assert ansi not in projector.views and huge not in projector.views
-    assert "n9" not in projector.views
+    assert ansi not in projector.nodes and huge not in projector.nodes
+    assert "n9" not in projector.nodes
     lines = [r.getMessage() for r in caplog.records if r.name == "herdbook.projector.runner"]
     assert 1 <= len(lines) <= 5, len(lines)
     assert all(len(line) < 1000 and "\x1b" not in line for line in lines)

@@ -33,7 +33,7 @@ async def test_the_cli_escapes_what_events_carry(nc: Any, nats_server: Any,
     await plane.start()
     try:
         assert plane.projector is not None
-        views = plane.projector.views
+        views = plane.projector.nodes
         await eventually(lambda: _cordoned(views))
 
         async def cli(*args: str) -> str:

@@ -42,8 +42,8 @@ async def test_an_unknown_event_type_on_a_node_subject_does_not_wedge_the_node(
                                state_dir=str(tmp_path / "n1"), heartbeat_interval=0.2,
                                fake_gpus=1))
     task = asyncio.create_task(agent.run())
-    await eventually(lambda: _true("n1" in projector.views
-                                   and projector.views["n1"].lifecycle is Lifecycle.READY),
+    await eventually(lambda: _true("n1" in projector.nodes
+                                   and projector.nodes["n1"].lifecycle is Lifecycle.READY),
                      what="n1 READY")
     js = plane.nc.jetstream()
     before = projector.deadletters
@@ -52,15 +52,15 @@ async def test_an_unknown_event_type_on_a_node_subject_does_not_wedge_the_node(
     ack = await js.publish("herd.node.n1.quantum_entangled", future)
     await js.publish("herd.node.n1.quantum_entangled", b"\x00not json")
     await eventually(lambda: _true(projector.deadletters - before == 2), what="dead-lettered")
-    assert projector.views["n1"].version > ack.seq   # the subject's last sequence
+    assert projector.nodes["n1"].version > ack.seq   # the subject's last sequence
 
     await agent.stop()
     await task
     stopped = time.monotonic()
-    await eventually(lambda: _true(projector.views["n1"].lifecycle is Lifecycle.DEGRADED),
+    await eventually(lambda: _true(projector.nodes["n1"].lifecycle is Lifecycle.DEGRADED),
                      timeout=TIMEOUT + 3, what="DEGRADED")
     assert time.monotonic() - stopped < TIMEOUT + 2
-    await eventually(lambda: _true(projector.views["n1"].lifecycle is Lifecycle.DOWN),
+    await eventually(lambda: _true(projector.nodes["n1"].lifecycle is Lifecycle.DOWN),
                      timeout=GRACE + 3, what="DOWN")
     assert time.monotonic() - stopped < TIMEOUT + GRACE + 3
 
@@ -68,7 +68,7 @@ async def test_an_unknown_event_type_on_a_node_subject_does_not_wedge_the_node(
         "herd.api.v1.node.approve", json.dumps({"id": "n1", "reason": "ok"}).encode(),
         timeout=10)).data)
     assert reply["ok"], reply
-    assert projector.views["n1"].approval is Approval.APPROVED
+    assert projector.nodes["n1"].approval is Approval.APPROVED
     # The hash chain names what it could not read, and goes on after it.
     report = await verify(js, "n1")
     assert [b["event"] for b in report["broken"]] == ["undecodable"]

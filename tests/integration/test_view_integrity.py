@@ -152,7 +152,7 @@ async def test_a_view_of_another_history_of_the_stream_is_rebuilt(
         runner = await fold(nc, db)
     lines = rebuild_lines(caplog)
     assert len(lines) == 1 and f"was folded from another {EVENTS_STREAM}" in lines[0], lines
-    assert set(runner.views) == {f"n{i}" for i in range(5)}
+    assert set(runner.nodes) == {f"n{i}" for i in range(5)}
 
 
 async def test_a_stream_the_guard_recreated_after_a_loss_keeps_the_view(
@@ -170,7 +170,7 @@ async def test_a_stream_the_guard_recreated_after_a_loss_keeps_the_view(
         runner = await fold(nc, db)
     # then: what the view folded before stays; nothing is rebuilt; the next start is quiet
     assert rebuild_lines(caplog) == []
-    assert set(runner.views) == {"a", "b", "c", "d"}
+    assert set(runner.nodes) == {"a", "b", "c", "d"}
     caplog.clear()
     with caplog.at_level(logging.WARNING):
         await fold(nc, db)
@@ -190,7 +190,7 @@ async def test_a_truncated_view_file_is_rebuilt(
         runner = await fold(nc, db)
     lines = rebuild_lines(caplog)
     assert len(lines) == 1 and "cannot be read" in lines[0], lines
-    assert set(runner.views) == set(nodes)
+    assert set(runner.nodes) == set(nodes)
 
 
 @pytest.fixture

@@ -96,7 +96,7 @@ def test_the_mutation_strategy_reaches_the_fold() -> None:
     runner = ProjectorRunner(_NoNats(), ":memory:")  # type: ignore[arg-type]
     for i, sample in enumerate(_samples(), start=1):
         runner.fold(i, decode_event(json.dumps(sample, default=str).encode()))
-    assert runner.views and runner.evals and runner.allocs and runner.jobs
+    assert runner.nodes and runner.evals and runner.allocs and runner.jobs
 
 
 @FAST

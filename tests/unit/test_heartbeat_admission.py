@@ -30,7 +30,8 @@ from herdbook.reactors.classifier import HealthClassifier
 from herdbook.reactors.health_policy import Policy
 from herdbook.reactors.heartbeats import NodeBeat, Verdict, judge
 from herdbook.reactors.sweeper import Sweeper
-from tests.unit.test_sweeper_heap import CONFIG, Clock, FakeProjector, FakeStore
+from tests.fakes import Clock, FakeNats, FakeProjector, FakeStore
+from tests.unit.test_sweeper_heap import CONFIG
 
 DEEP = b"[" * 50_000 + b"]" * 50_000
 
@@ -41,17 +42,6 @@ def deep_body(**fields: str) -> bytes:
     return b"{" + head.encode() + b',"x":' + DEEP + b"}"
 
 
-class FakeNats:
-    """Records core publishes (dead letters)."""
-
-    def __init__(self) -> None:
-        self.published: list[tuple[str, bytes, dict[str, str]]] = []
-
-    async def publish(self, subject: str, data: bytes = b"",
-                      headers: dict[str, str] | None = None) -> None:
-        self.published.append((subject, data, headers or {}))
-
-
 class World:
     def __init__(self, store_type: type[FakeStore] = FakeStore) -> None:
         self.clock = Clock()
@@ -60,13 +50,11 @@ class World:
         self.store = store_type(self.projector)
         self.sweeper = Sweeper(self.nc, self.store, self.projector, CONFIG,  # type: ignore[arg-type]
                                clock=self.clock)
-        self.projector.listeners.append(self.sweeper._on_view_change)
+        self.projector.nodes.subscribe(self.sweeper._on_view_change)
 
     def fold(self, event: AnyEvent) -> None:
         """An event folded by the projector, listeners told (as the real runner does)."""
         self.store.fold(event)
-        for listener in self.projector.listeners:
-            listener(event.node_id, self.projector.views.get(event.node_id), event)
 
     def register(self, node_id: str, boot_id: str = "boot-a") -> None:
         self.fold(NodeRegistered(node_id=node_id, boot_id=boot_id, info=NodeInfo()))
@@ -272,7 +260,7 @@ async def test_a_restart_heartbeat_ahead_of_its_boot_started_counts_once_announc
         assert world.accept("n1", seq=seq, boot_id="boot-b") is Verdict.ACCEPTED
     await world.tick(71.9)
     assert world.appended("n1") == []
-    assert world.projector.views["n1"].lifecycle is Lifecycle.READY
+    assert world.projector.nodes["n1"].lifecycle is Lifecycle.READY
     # and boot-a's heartbeats are replays from now on
     assert world.accept("n1", seq=100) is Verdict.REPLAY
 
@@ -285,7 +273,7 @@ async def test_after_an_operator_reboot_the_boot_check_announces_the_new_boot(
     await world.tick(30.0)
     await world.tick(90.0)
     world.fold(NodeBootStarted(node_id="n1", trigger="reboot", actor="operator"))
-    assert world.projector.views["n1"].lifecycle is Lifecycle.BOOTING
+    assert world.projector.nodes["n1"].lifecycle is Lifecycle.BOOTING
     # when the agent's first heartbeat of its new boot comes before its boot check
     world.clock.now = 100.0
     assert world.accept("n1", seq=2, boot_id="boot-b") is Verdict.UNANNOUNCED_BOOT
@@ -298,7 +286,7 @@ async def test_after_an_operator_reboot_the_boot_check_announces_the_new_boot(
         assert world.accept("n1", seq=seq, boot_id="boot-b") is Verdict.ACCEPTED
     await world.tick(159.0)
     assert world.appended("n1") == ["degraded", "down"]
-    assert world.projector.views["n1"].lifecycle is Lifecycle.READY
+    assert world.projector.nodes["n1"].lifecycle is Lifecycle.READY
 
 
 def test_only_the_latest_unannounced_heartbeat_is_kept_and_only_its_boot_promotes(

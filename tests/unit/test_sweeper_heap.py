@@ -5,84 +5,26 @@ from __future__ import annotations
 
 import asyncio
 import random
-from typing import Any
 
 import pytest
 
 from herdbook.config import parse_config
-from herdbook.events.codec import AnyEvent
 from herdbook.events.heartbeat import Heartbeat
 from herdbook.events.node import (
     NodeBootChecked,
     NodeDegraded,
     NodeDown,
-    NodeEvent,
     NodeInfo,
     NodeRecovered,
     NodeRegistered,
 )
 from herdbook.events.states import Lifecycle, NodeClass
-from herdbook.events.store import ConflictError, EventStore
-from herdbook.events.subjects import aggregate_filter
 from herdbook.projector.node_view import NodeView, apply
 from herdbook.reactors.heartbeats import Verdict
 from herdbook.reactors.sweeper import Sweeper
+from tests.fakes import Clock, FakeProjector, FakeStore
 
 CONFIG = parse_config(b"lifecycle: {heartbeat_timeout: 30s}")  # grace standard 60s
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class FakeProjector:
-    def __init__(self) -> None:
-        self.views: dict[str, NodeView] = {}
-        self.listeners: list[Any] = []
-        self.waited: list[int] = []
-
-    async def wait_applied(self, seq: int, timeout: float = 10.0) -> None:
-        self.waited.append(seq)
-
-
-class FakeStore:
-    """An in-memory event log: checks the expected version against its own last sequence
-    per node (as the server does), and folds each event into the projector at once (as
-    the real pair has done by the time ``wait_applied`` returns)."""
-
-    def __init__(self, projector: FakeProjector, last_seq: int = 100) -> None:
-        self.projector = projector
-        self.seq = last_seq
-        self.last: dict[str, int] = {}
-        self.appended: list[tuple[NodeEvent, int | None]] = []
-
-    def fold(self, event: AnyEvent) -> int:
-        """Store one event (from anyone) and fold it into the projector."""
-        self.seq += 1
-        self.last[event.node_id] = self.seq
-        new = apply(self.projector.views.get(event.node_id), event, self.seq)
-        if new is None:
-            self.projector.views.pop(event.node_id, None)
-        else:
-            self.projector.views[event.node_id] = new
-        return self.seq
-
-    # the real sequencing of one decision's events, over this fake's append
-    append_decided = EventStore.append_decided
-
-    async def append(self, event: NodeEvent, expected_version: int | None = None) -> int:
-        current = self.last.get(event.node_id, 0)
-        if expected_version is not None and expected_version != current:
-            raise ConflictError(aggregate_filter("node", event.node_id), expected_version)
-        self.appended.append((event, expected_version))
-        return self.fold(event)  # type: ignore[arg-type]
-
-    def of(self, node_id: str) -> list[tuple[str, int | None]]:
-        return [(e.event_name, v) for e, v in self.appended if e.node_id == node_id]
 
 
 class World:
@@ -97,7 +39,7 @@ class World:
         self.store.fold(NodeRegistered(node_id=node_id, boot_id="boot-a",
                                        info=NodeInfo(node_class=node_class)))
         self.store.fold(NodeBootChecked(node_id=node_id, boot_id="boot-a", passed=True))
-        return self.projector.views[node_id]
+        return self.projector.nodes[node_id]
 
     def heartbeat(self, node_id: str, seq: int, boot_id: str = "boot-a") -> bool:
         hb = Heartbeat(node_id=node_id, boot_id=boot_id, seq=seq)
@@ -134,14 +76,14 @@ async def test_nothing_before_the_deadline_then_degraded_once(world: World) -> N
     for t in (30.5, 31.0, 45.0, 89.9):
         await world.tick(t)
     assert world.store.of("n1") == [("degraded", view.version)]
-    assert world.projector.views["n1"].lifecycle is Lifecycle.DEGRADED
+    assert world.projector.nodes["n1"].lifecycle is Lifecycle.DEGRADED
 
 
 async def test_degraded_node_goes_down_when_grace_expires(world: World) -> None:
     world.register("n1")
     world.heartbeat("n1", seq=1)
     await world.tick(30.0)
-    degraded_version = world.projector.views["n1"].version
+    degraded_version = world.projector.nodes["n1"].version
     await world.tick(89.9)
     assert [name for name, _ in world.store.of("n1")] == ["degraded"]
     await world.tick(90.0)
@@ -156,7 +98,7 @@ async def test_degraded_node_that_heartbeats_recovers(world: World) -> None:
     world.register("n1")
     world.heartbeat("n1", seq=1)
     await world.tick(31.0)
-    degraded_version = world.projector.views["n1"].version
+    degraded_version = world.projector.nodes["n1"].version
     # when a heartbeat arrives within grace
     world.clock.now = 50.0
     assert world.heartbeat("n1", seq=2)
@@ -164,7 +106,7 @@ async def test_degraded_node_that_heartbeats_recovers(world: World) -> None:
     # then NodeRecovered, and the node is READY with a fresh 30s deadline
     assert world.store.of("n1")[-1] == ("recovered", degraded_version)
     assert isinstance(world.store.appended[-1][0], NodeRecovered)
-    assert world.projector.views["n1"].lifecycle is Lifecycle.READY
+    assert world.projector.nodes["n1"].lifecycle is Lifecycle.READY
     await world.tick(79.9)
     assert len(world.store.appended) == 2
     await world.tick(80.0)
@@ -223,13 +165,13 @@ async def test_another_writer_first_means_no_duplicate(world: World) -> None:
     world.heartbeat("n1", seq=1)
     # and another control-plane replica that degrades it first, after we decided
     world.store.fold(NodeDegraded(node_id="n1", heartbeat_age=30.0, actor="replica-2"))
-    world.projector.views["n1"] = view  # our projector has not folded it yet
+    world.projector.nodes.put("n1", view)  # our projector has not folded it yet
     await world.tick(31.0)
     # then our append is refused and nothing is recorded
     assert world.store.appended == []
     # when our projector catches up, the sweeper decides again and adds nothing
-    world.projector.views["n1"] = apply(view, NodeDegraded(node_id="n1", heartbeat_age=30.0),
-                                        world.store.seq)  # type: ignore[assignment]
+    world.projector.nodes.put("n1", apply(view, NodeDegraded(node_id="n1", heartbeat_age=30.0),
+                                        world.store.seq))  # type: ignore[arg-type]
     for t in (31.0, 40.0, 60.0):
         await world.tick(t)
     assert world.store.appended == []
@@ -382,8 +324,8 @@ async def test_a_node_that_boots_again_gets_a_full_timeout_from_ready(world: Wor
                   NodeBootChecked(node_id="n1", boot_id="boot-b", passed=True)):
         world.store.fold(event)
         world.clock.now += 0.5
-        world.sweeper._on_view_change("n1", world.projector.views["n1"], event)
-    assert world.projector.views["n1"].lifecycle is Lifecycle.READY
+        world.sweeper._on_view_change("n1", world.projector.nodes["n1"], event)
+    assert world.projector.nodes["n1"].lifecycle is Lifecycle.READY
     await world.tick(501.0)
     await world.tick(529.0)
     assert [name for name, _ in world.store.of("n1")] == ["degraded", "down"]   # no flap

@@ -127,7 +127,7 @@ async def test_a_restart_after_a_long_outage_declares_no_node_that_heartbeats_in
     await fleet.run(until=1300.0)
     # then none of them has a liveness event, and all are READY
     assert [e for e in fleet.events() if not e.startswith("n4:")] == []
-    assert all(fleet.projector.views[n].lifecycle is Lifecycle.READY for n in LIVE)
+    assert all(fleet.projector.nodes[n].lifecycle is Lifecycle.READY for n in LIVE)
 
 
 async def test_a_restart_declares_a_silent_node_degraded_at_start_plus_timeout() -> None:
