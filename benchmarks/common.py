@@ -9,7 +9,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from herdbook.control.nats_server import EmbeddedNats
+from herdbook.natsd.server import EmbeddedNats
 
 
 def free_port() -> int:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from herdbook.control.nats_server import EmbeddedNats
+from herdbook.natsd.server import EmbeddedNats
 
 
 def free_port() -> int:

@@ -17,7 +17,7 @@ def refuse_open_listener(host: str, insecure: bool, what: str, *, auth: bool | N
     """Without credentials every client is trusted as any node or operator: such a server
     listens on loopback only, unless the operator says --insecure. ``auth`` None: the
     command has no --auth."""
-    from herdbook.control.nats_server import is_loopback
+    from herdbook.natsd.server import is_loopback
     if auth or is_loopback(host):
         return
     if not insecure:
@@ -55,8 +55,8 @@ def cluster(
     import time
 
     from herdbook.cli.usage import usable_dir
-    from herdbook.control.nats_cluster import LocalCluster
-    from herdbook.control.nats_server import NatsServerError
+    from herdbook.natsd.cluster import LocalCluster
+    from herdbook.natsd.server import NatsServerError
 
     refuse_open_listener(host, insecure, "--host", auth=None)
     usable_dir(directory, "--dir")

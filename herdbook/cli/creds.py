@@ -15,8 +15,8 @@ from herdbook.cli import client
 from herdbook.cli.output import Format, Output, console, render_rows
 
 if TYPE_CHECKING:
-    from herdbook.control.users import User, UserRegistry
     from herdbook.credentials import NatsAuth
+    from herdbook.natsd.users import User, UserRegistry
 
 creds_app = typer.Typer(help="Issue and revoke NATS credentials for agents and operators "
                         "(with `herd up --auth`; run where `herd up` runs).",
@@ -45,12 +45,12 @@ def _store_dir(config: Path | None, data_dir: str | None) -> Path:
 
 
 def _registry(store: Path) -> UserRegistry:
-    from herdbook.control.users import UserRegistry
+    from herdbook.natsd.users import UserRegistry
     return UserRegistry(store)
 
 
 def _url(store: Path, host: str | None, user: User | None = None) -> str:
-    from herdbook.control.users import server_address
+    from herdbook.natsd.users import server_address
     address = server_address(store) or ("127.0.0.1", 4222)
     shown = host or (socket.gethostname() if address[0] in ("0.0.0.0", "::") else address[0])
     auth = f"{user.user}:{user.password}@" if user is not None else ""
@@ -58,8 +58,8 @@ def _url(store: Path, host: str | None, user: User | None = None) -> str:
 
 
 def _issue(store: Path, user: User, host: str | None, out: Path | None, what: str) -> None:
-    from herdbook.control.users import auth_enabled
     from herdbook.credentials import CredsFile, write_creds
+    from herdbook.natsd.users import auth_enabled
     path = out or Path(f"{user.user}.creds")
     try:
         write_creds(path, CredsFile(user=user.user, password=user.password,
@@ -81,7 +81,7 @@ def _issue(store: Path, user: User, host: str | None, out: Path | None, what: st
 
 
 def _reloaded(store: Path) -> str:
-    from herdbook.control.users import auth_enabled
+    from herdbook.natsd.users import auth_enabled
     # Every embedded server writes its pid file; one without users has none to reload.
     if auth_enabled(store) and _registry(store).reload_server():
         return "the running nats-server reloaded its users"
@@ -97,7 +97,7 @@ def agent(
     """Credentials for one node's agent: it may publish only that node's heartbeat,
     resources, health, the node events an agent writes and its allocations' status.
     Issuing again replaces the password."""
-    from herdbook.control.users import UsersError
+    from herdbook.natsd.users import UsersError
     client.check_id(node_id)
     store = _store_dir(config, data_dir)
     try:
@@ -116,7 +116,7 @@ def operator(
 ) -> None:
     """Credentials for a person or a tool: the API (every herd command), fault injection
     and read access to the streams; no raw publish of events."""
-    from herdbook.control.users import UsersError
+    from herdbook.natsd.users import UsersError
     client.check_id(name, "operator name")
     store = _store_dir(config, data_dir)
     try:
@@ -132,7 +132,7 @@ def list_users(data_dir: DataDir = None, config: ConfigFile = None,
     """The users of the embedded server (never their passwords)."""
     from datetime import UTC, datetime
 
-    from herdbook.control.users import UsersError
+    from herdbook.natsd.users import UsersError
     store = _store_dir(config, data_dir)
     try:
         users = _registry(store).users()
@@ -151,7 +151,7 @@ def revoke(
     data_dir: DataDir = None, config: ConfigFile = None,
 ) -> None:
     """Remove a user; the server closes its connections when it reloads."""
-    from herdbook.control.users import UsersError
+    from herdbook.natsd.users import UsersError
     store = _store_dir(config, data_dir)
     try:
         found = _registry(store).revoke(user)

@@ -30,17 +30,17 @@ from herdbook.control.api import Api
 from herdbook.control.instances import InstanceManager
 from herdbook.control.leader import LeaderLease
 from herdbook.control.metrics import ControlPlaneCollector, Metrics, MetricsServer, scrape
-from herdbook.control.nats_server import EmbeddedNats, NatsServerError
 from herdbook.control.providers import FakeProvider, LocalProvider
-from herdbook.control.storage import StorageWatch
 from herdbook.control.streams_guard import StreamsGuard
-from herdbook.control.users import UserRegistry
 from herdbook.credentials import CredentialsError, CredsFile, NatsAuth, redact, write_creds
 from herdbook.events.node import NodeInfo
 from herdbook.events.states import NodeType
 from herdbook.events.store import ConflictError, EventStore, stream_last_seq
 from herdbook.events.streams import all_streams
 from herdbook.events.subjects import EVENTS_STREAM, validate_id
+from herdbook.natsd.server import EmbeddedNats, NatsServerError
+from herdbook.natsd.storage_watch import StorageWatch
+from herdbook.natsd.users import UserRegistry
 from herdbook.projector.integrity import ViewError
 from herdbook.projector.runner import ProjectorRunner
 from herdbook.reactors.allocations import AllocationReactor
@@ -140,7 +140,7 @@ class ControlPlane:
         self.lease: LeaderLease | None = None
         self.streams_guard: StreamsGuard | None = None
         self.storage: StorageWatch | None = None
-        """With the embedded server: its disk, watched (``control/storage.py``)."""
+        """With the embedded server: its disk, watched (``natsd/storage_watch.py``)."""
         self._store: Any = None
         self._lock_file: Any = None
         self._tasks: list[asyncio.Task[Any]] = []

@@ -15,7 +15,7 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
-from herdbook.control.nats_server import (
+from herdbook.natsd.server import (
     NatsServerError,
     launch,
     port_in_use,

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from herdbook.control.nats_server import EmbeddedNats
 from herdbook.events.codec import decode_event
+from herdbook.natsd.server import EmbeddedNats
 from tests.conftest import free_port, herd, wait_until
 from tests.e2e.conftest import Fleet
 

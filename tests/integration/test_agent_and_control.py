@@ -12,12 +12,12 @@ import pytest
 from herdbook.agent.main import Agent, AgentOptions
 from herdbook.config import parse_config
 from herdbook.control.app import ControlPlane, StartupError, check_server_version
-from herdbook.control.nats_server import EmbeddedNats
 from herdbook.events.codec import decode_heartbeat, encode
 from herdbook.events.heartbeat import Heartbeat
 from herdbook.events.node import NodeBootChecked, NodeRegistered
 from herdbook.events.store import EventStore, subject_of
 from herdbook.events.subjects import EVENTS_STREAM, HEARTBEATS_STREAM, heartbeat_subject
+from herdbook.natsd.server import EmbeddedNats
 from tests.conftest import herd
 
 

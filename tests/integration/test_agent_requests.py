@@ -9,9 +9,9 @@ from pathlib import Path
 import msgspec
 
 from herdbook.agent.main import Agent, AgentOptions
-from herdbook.control.nats_server import EmbeddedNats
 from herdbook.events.agent_requests import FingerprintReply, InjectReply, InjectRequest
 from herdbook.events.subjects import fingerprint_subject, inject_subject
+from herdbook.natsd.server import EmbeddedNats
 
 
 async def test_inject_and_fingerprint_replies(nc, nats_server: EmbeddedNats,  # type: ignore[no-untyped-def]

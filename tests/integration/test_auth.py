@@ -17,13 +17,13 @@ from nats.js.errors import NotFoundError
 from herdbook.agent.main import Agent, AgentOptions
 from herdbook.config import parse_config
 from herdbook.control.app import ControlPlane
-from herdbook.control.nats_server import find_binary
 from herdbook.credentials import CredentialsError, NatsAuth, read_creds, tls_context
 from herdbook.events.codec import encode
 from herdbook.events.heartbeat import Heartbeat
 from herdbook.events.node import NodeApproved
 from herdbook.events.store import EventStore
 from herdbook.events.subjects import EVENTS_STREAM, HEARTBEATS_STREAM
+from herdbook.natsd.server import find_binary
 from tests.conftest import free_port, herd
 from tests.integration.conftest import running_plane
 from tests.integration.test_agent_and_control import eventually

@@ -14,11 +14,11 @@ from herdbook.agent.connection import server_list
 from herdbook.agent.main import Agent, AgentOptions
 from herdbook.config import parse_config
 from herdbook.control.app import ControlPlane
-from herdbook.control.nats_cluster import LocalCluster
 from herdbook.events.node import NodeCordoned, NodeDegraded, NodeDown, NodeRecovered
 from herdbook.events.states import Lifecycle
 from herdbook.events.store import EventStore
 from herdbook.events.subjects import EVENTS_STREAM, HEALTH_STREAM, HEARTBEATS_STREAM
+from herdbook.natsd.cluster import LocalCluster
 from tests.conftest import herd
 
 # heartbeat_timeout well above a failover (a reconnect takes milliseconds, a stream

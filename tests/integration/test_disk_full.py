@@ -24,9 +24,9 @@ from herdbook.agent.connection import quiet_errors
 from herdbook.cli.client import EXIT_STORAGE_FULL
 from herdbook.config import parse_config
 from herdbook.control.app import ControlPlane, ensure_streams
-from herdbook.control.nats_server import launch, terminate, wait_listening
 from herdbook.events.node import NodeDeclared
 from herdbook.events.store import EventStore, StorageFullError
+from herdbook.natsd.server import launch, terminate, wait_listening
 from tests.conftest import free_port, herd
 from tests.integration.test_agent_and_control import eventually
 

@@ -15,13 +15,13 @@ import pytest
 
 from herdbook.config import parse_config
 from herdbook.control.app import ControlPlane, ensure_streams
-from herdbook.control.nats_server import EmbeddedNats
 from herdbook.events.codec import encode
 from herdbook.events.heartbeat import Heartbeat
 from herdbook.events.node import NodeBootChecked, NodeRegistered
 from herdbook.events.store import EventStore
 from herdbook.events.streams import DAY, heartbeats_stream
 from herdbook.events.subjects import HEARTBEATS_STREAM
+from herdbook.natsd.server import EmbeddedNats
 from herdbook.reactors.sweeper import Sweeper
 
 DEEP = b"[" * 50_000 + b"]" * 50_000

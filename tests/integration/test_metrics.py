@@ -17,10 +17,10 @@ from prometheus_client.registry import Collector
 from herdbook.config import parse_config
 from herdbook.control.app import ControlPlane
 from herdbook.control.metrics import Metrics, quantile
-from herdbook.control.nats_server import EmbeddedNats
 from herdbook.events.node import NodeBootChecked, NodeInfo, NodeRegistered, NodeWipeFailed
 from herdbook.events.states import NodeClass
 from herdbook.events.store import EventStore
+from herdbook.natsd.server import EmbeddedNats
 from tests.conftest import free_port
 
 

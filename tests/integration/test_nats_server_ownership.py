@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from herdbook.control.nats_server import (
+from herdbook.natsd.server import (
     EmbeddedNats,
     NatsServerError,
     find_binary,
@@ -99,7 +99,7 @@ def test_a_port_held_by_another_store_is_refused_not_taken(tmp_path: Path) -> No
 
 LAUNCHER = textwrap.dedent("""
     import sys, threading, time
-    from herdbook.control.nats_server import EmbeddedNats
+    from herdbook.natsd.server import EmbeddedNats
     server = EmbeddedNats(sys.argv[1], port=int(sys.argv[2]))
     if sys.argv[3] == "thread":
         worker = threading.Thread(target=server.start)

@@ -8,7 +8,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from herdbook.control.users import agent_permissions
 from herdbook.events.alloc import AllocLost, AllocPlaced, AllocRunning
 from herdbook.events.authority import (
     FAMILIES,
@@ -24,6 +23,7 @@ from herdbook.events.eval_events import EvalCreated
 from herdbook.events.evals import Trigger
 from herdbook.events.node import NodeApproved, NodeBootStarted, NodeRegistered
 from herdbook.events.store import subject_of
+from herdbook.natsd.users import agent_permissions
 
 ids = st.from_regex(r"[A-Za-z0-9_-]{1,12}", fullmatch=True)
 

@@ -7,12 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from herdbook.control.users import (
-    UserRegistry,
-    UsersError,
-    agent_permissions,
-    operator_permissions,
-)
 from herdbook.credentials import (
     CredentialsError,
     CredsFile,
@@ -20,6 +14,12 @@ from herdbook.credentials import (
     read_creds,
     redact,
     write_creds,
+)
+from herdbook.natsd.users import (
+    UserRegistry,
+    UsersError,
+    agent_permissions,
+    operator_permissions,
 )
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from herdbook.control.nats_server import EmbeddedNats, NatsServerError
+from herdbook.natsd.server import EmbeddedNats, NatsServerError
 
 
 class FakeProc:

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from herdbook.control.storage import MIN_FREE, StorageWatch
 from herdbook.events.node import NodeDeclared
 from herdbook.events.store import EventStore, StorageFullError
+from herdbook.natsd.storage_watch import MIN_FREE, StorageWatch
 
 
 class FakeDisk:
