@@ -23,6 +23,21 @@ class Clock:
         return self.now
 
 
+class SecondsClock:
+    """The one clock (``herdbook.clock.Clock``) over a ``Clock``: its seconds are the
+    monotonic time, and wall time is an epoch plus them."""
+
+    def __init__(self, seconds: Clock, epoch: datetime = datetime(2026, 1, 1, tzinfo=UTC)) -> None:
+        self.seconds = seconds
+        self.epoch = epoch
+
+    def now(self) -> datetime:
+        return self.epoch + timedelta(seconds=self.seconds.now)
+
+    def monotonic(self) -> float:
+        return self.seconds.now
+
+
 class FakeClock:
     """The one clock (``herdbook.clock.Clock``), moved by hand: ``advance`` moves wall
     and monotonic time together."""
@@ -90,6 +105,12 @@ class FakeStore:
         self.seq = last_seq
         self.last: dict[str, int] = {}
         self.appended: list[tuple[Any, int | None]] = []
+        self.racing: list[AnyEvent] = []
+
+    def race(self, *events: AnyEvent) -> None:
+        """Another writer lands first: the next append finds ``events`` stored (and
+        folded) before it, after the decision was made from the view without them."""
+        self.racing.extend(events)
 
     def fold(self, event: AnyEvent) -> int:
         """Store one event (from anyone) and fold it into the projector."""
@@ -102,6 +123,8 @@ class FakeStore:
     append_decided = EventStore.append_decided
 
     async def append(self, event: Any, expected_version: int | None = None) -> int:
+        while self.racing:
+            self.fold(self.racing.pop(0))
         filt = filter_of(event)
         current = self.last.get(filt, 0)
         if expected_version is not None and expected_version != current:

@@ -1,4 +1,5 @@
-"""Runs ``decide_auto_approve`` on every node view change."""
+"""Auto-approval (``approval.auto_approve``): a PENDING node is approved as soon as its
+view shows it, through the one decide runner."""
 
 from __future__ import annotations
 
@@ -6,21 +7,31 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+from herdbook.clock import SYSTEM_CLOCK, Clock
 from herdbook.events.node import NodeEvent
-from herdbook.events.store import ConflictError, EventStore
+from herdbook.events.store import EventStore
 from herdbook.projector.node_view import NodeView
 from herdbook.projector.runner import ProjectorRunner
 from herdbook.reactors.membership import decide_auto_approve
+from herdbook.reactors.runner import DecideRunner, Decision
 
 log = logging.getLogger(__name__)
 
 
+def decide_approval(view: NodeView | None, enabled: bool) -> Decision[NodeEvent] | None:
+    """The approval due for the node as it is now (none for a node that is gone)."""
+    if view is None:
+        return None
+    return Decision(view.version, decide_auto_approve(view, enabled))
+
+
 class AutoApprover:
-    def __init__(self, store: EventStore, projector: ProjectorRunner, enabled: bool) -> None:
-        self.store = store
-        self._unsubscribe: Callable[[], None] | None = None
+    def __init__(self, store: EventStore, projector: ProjectorRunner, enabled: bool, *,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
+        self.runner = DecideRunner(store, projector, clock)
         self.projector = projector
         self.enabled = enabled
+        self._unsubscribe: Callable[[], None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._inflight: set[str] = set()
 
@@ -32,31 +43,20 @@ class AutoApprover:
             self._on_change(node_id, view, None)
 
     def _on_change(self, node_id: str, view: NodeView | None, event: NodeEvent | None) -> None:
-        if view is None or node_id in self._inflight:
+        decision = decide_approval(view, self.enabled)
+        if node_id in self._inflight or decision is None or not decision.events:
             return
-        events = decide_auto_approve(view, self.enabled)
-        if events:
-            self._inflight.add(node_id)
-            task = asyncio.create_task(self._approve(node_id))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+        self._inflight.add(node_id)
+        task = asyncio.create_task(self.approve(node_id))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
-    async def _approve(self, node_id: str) -> None:
-        """Decide on the latest view; after a conflict (the agent appended its boot check
-        meanwhile, say) catch up and decide again."""
+    async def approve(self, node_id: str) -> None:
+        """Decide on the latest view; the runner decides again after a conflict (the
+        agent appended its boot check meanwhile, say)."""
         try:
-            for _ in range(10):
-                view = self.projector.nodes.get(node_id)
-                events: list[NodeEvent] = (decide_auto_approve(view, self.enabled)
-                                           if view is not None else [])
-                if not events or view is None:
-                    return
-                try:
-                    await self.store.append_decided(events, view.version)
-                    return
-                except ConflictError:
-                    latest = await self.store.last_sequence("node", node_id)
-                    await self.projector.wait_applied(latest)
+            await self.runner.run("node", node_id, lambda _: decide_approval(
+                self.projector.nodes.get(node_id), self.enabled))
         except Exception:
             log.exception("auto-approve of %s failed", node_id)
         finally:
@@ -68,3 +68,4 @@ class AutoApprover:
             self._unsubscribe = None
         for task in list(self._tasks):
             task.cancel()
+
