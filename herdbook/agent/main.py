@@ -20,7 +20,7 @@ from nats.js.errors import NotFoundError
 from herdbook.agent import boot, gpu, wipe
 from herdbook.agent.connection import connection_callbacks, quiet_errors, server_list
 from herdbook.agent.executor import STATE_FILE, Executor
-from herdbook.agent.health import HealthMonitor
+from herdbook.agent.gpu_checks import HealthMonitor
 from herdbook.agent.info import info_hash, node_info, resources
 from herdbook.agent.protocol import NodeProtocol, send_heartbeat
 from herdbook.agent.state import AgentState

@@ -52,8 +52,9 @@ from herdbook.projector.eval_view import EvalRefused, spawn, step
 from herdbook.projector.node_view import NodeView
 from herdbook.projector.runner import ProjectorRunner
 from herdbook.reactors import intents
-from herdbook.reactors.membership import Refused, decide_approve, decide_delete, decide_reject
+from herdbook.reactors.membership import decide_approve, decide_delete, decide_reject
 from herdbook.reactors.pools import LIVE
+from herdbook.reactors.refused import CommandRefused
 from herdbook.reactors.sweeper import Sweeper
 
 log = logging.getLogger(__name__)
@@ -223,7 +224,7 @@ class Api:
                 body = {"ok": True, "result": result}
             except ApiError as err:
                 body = {"ok": False, "code": err.code, "error": str(err)}
-            except Refused as err:
+            except CommandRefused as err:
                 body = {"ok": False, "code": "refused", "error": str(err)}
             except StorageFullError as err:
                 # Said once in the log by whoever noticed it, not once per request.
@@ -340,9 +341,9 @@ class Api:
             raise ApiError("unavailable", f"node {req.id} kept changing; try again")
         return handler
 
-    def _liveness(self, view: NodeView) -> intents.Liveness:
+    def _liveness(self, view: NodeView) -> intents.HeartbeatFacts:
         beat = self.sweeper.beats.get(view.id)
-        return intents.Liveness(
+        return intents.HeartbeatFacts(
             heartbeat_age=self.sweeper.heartbeat_age(view.id),
             heartbeat_timeout=self.sweeper.timeouts(view).heartbeat_timeout,
             gpu_count=None if beat is None else beat.gpu_count,
@@ -353,14 +354,14 @@ class Api:
         req = msgspec.json.decode(data, type=NodeRequest)
         validate_id(req.id)
         if req.id in self.projector.nodes:
-            raise Refused(f"node {req.id} already exists")
+            raise CommandRefused(f"node {req.id} already exists")
         event = NodeDeclared(node_id=req.id, actor=caller(req), reason=req.reason,
                              node_class=req.node_class, labels=req.labels)
         try:
             seq = await self.store.append(
                 event, expected_version=await self.store.last_sequence("node", req.id))
         except ConflictError as err:
-            raise Refused(f"node {req.id} changed meanwhile; try again") from err
+            raise CommandRefused(f"node {req.id} changed meanwhile; try again") from err
         await self.projector.wait_applied(seq)
         after = self.projector.nodes.get(req.id)
         return {"event": event.event_name, "event_id": event.event_id, "seq": seq,
@@ -409,7 +410,7 @@ class Api:
         if pool is None:
             raise ApiError("not_found", f"pool {req.pool} not found")
         if req.size is None or not pool.min_nodes <= req.size <= pool.max_nodes:
-            raise Refused(f"pool {req.pool} takes {pool.min_nodes} to {pool.max_nodes} nodes")
+            raise CommandRefused(f"pool {req.pool} takes {pool.min_nodes} to {pool.max_nodes} nodes")
         seq = await self.store.append(PoolScaled(pool=req.pool, size=req.size, actor=caller(req),
                                                  reason=req.reason))
         await self.projector.wait_applied(seq)
@@ -426,7 +427,7 @@ class Api:
         try:
             await self.store.append(registered, expected_version=version)
         except ConflictError as err:
-            raise Refused(f"job {spec.id} changed meanwhile; try again") from err
+            raise CommandRefused(f"job {spec.id} changed meanwhile; try again") from err
         [created] = spawn(None, EvalTrigger.JOB_REGISTER, eval_id, spec.id,
                           priority=spec.priority, actor=caller(req))
         seq = await self.store.append(
@@ -461,13 +462,13 @@ class Api:
         if job is None:
             raise ApiError("not_found", f"job {req.id} not found")
         if job.status == "dead":
-            raise Refused(f"job {req.id} is already stopped")
+            raise CommandRefused(f"job {req.id} is already stopped")
         try:
             await self.store.append(JobDeregistered(job_id=req.id, reason=req.reason,
                                                     actor=caller(req)),
                                     expected_version=job.version)
         except ConflictError as err:
-            raise Refused(f"job {req.id} changed meanwhile; try again") from err
+            raise CommandRefused(f"job {req.id} changed meanwhile; try again") from err
         [created] = spawn(None, EvalTrigger.JOB_DEREGISTER, new_id(), req.id,
                           priority=job.spec.priority, actor=caller(req))
         seq = await self.store.append(created, expected_version=0)
@@ -510,11 +511,11 @@ class Api:
             event = step(view, Step.RETRY, req.reason or "retried by an operator",
                          actor=caller(req))
         except EvalRefused as err:
-            raise Refused(f"{err} (only a failed eval can be retried)") from err
+            raise CommandRefused(f"{err} (only a failed eval can be retried)") from err
         try:
             seq = await self.store.append(event, expected_version=view.version)
         except ConflictError as err:
-            raise Refused(f"eval {view.id} changed meanwhile; try again") from err
+            raise CommandRefused(f"eval {view.id} changed meanwhile; try again") from err
         await self.projector.wait_applied(seq)
         return eval_json(self.projector.evals[view.id])
 
@@ -553,20 +554,20 @@ class Api:
         req = msgspec.json.decode(data, type=NodeRequest)
         alloc = resolve(self.projector.allocs, req.id, "allocation")
         if alloc.status is not AllocStatus.LOST:
-            raise Refused(f"allocation {alloc.id} is {alloc.status.value}: only a lost one is "
-                          "requeued")
+            raise CommandRefused(f"allocation {alloc.id} is {alloc.status.value}: only a lost one is "
+                                 "requeued")
         job = self.projector.jobs.get(alloc.job_id)
         if job is None or job.status == "dead":
-            raise Refused(f"job {alloc.job_id} is stopped: nothing to requeue")
+            raise CommandRefused(f"job {alloc.job_id} is stopped: nothing to requeue")
         if alloc.requeue_allowed:
-            raise Refused(f"allocation {alloc.id} is requeued automatically by its job's policy")
+            raise CommandRefused(f"allocation {alloc.id} is requeued automatically by its job's policy")
         event = AllocRequeueApproved(node_id=alloc.node_id, alloc_id=alloc.id,
                                      reason=req.reason, actor=caller(req))
         try:
             await self.store.append(event, expected_version=self.projector.alloc_versions.get(
                 alloc.node_id, 0))
         except ConflictError as err:
-            raise Refused(f"allocation {alloc.id} changed meanwhile; try again") from err
+            raise CommandRefused(f"allocation {alloc.id} changed meanwhile; try again") from err
         [created] = spawn(None, EvalTrigger.NODE_UPDATE, new_id(), job.id,
                           priority=job.spec.priority, node_id=alloc.node_id, actor=caller(req))
         seq = await self.store.append(created, expected_version=0)

@@ -42,7 +42,7 @@ from herdbook.events.alloc import AllocEvent, AllocLost, AllocRequeueApproved
 from herdbook.events.authority import Unvouched, bind_event
 from herdbook.events.codec import AnyEvent, event_tag
 from herdbook.events.eval_events import EvalCreated
-from herdbook.events.health import NodeHealthChanged
+from herdbook.events.health_report import NodeHealthChanged
 from herdbook.events.jobs import JobDeregistered, JobEvent, JobRegistered
 from herdbook.events.node import NodeBootChecked, NodeClaimed, NodeEvent, NodeReleased
 from herdbook.events.states import Health, resolve_state_filter

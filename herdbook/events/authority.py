@@ -33,7 +33,7 @@ from herdbook.events.alloc import (
 )
 from herdbook.events.base import Event
 from herdbook.events.eval_events import EvalEvent
-from herdbook.events.health import HealthReport
+from herdbook.events.health_report import HealthReport
 from herdbook.events.heartbeat import Heartbeat, NodeResources
 from herdbook.events.instance import InstanceEvent
 from herdbook.events.jobs import JobEvent

@@ -23,7 +23,7 @@ from herdbook.events.eval_events import (
     EvalLinked,
     EvalStatusChanged,
 )
-from herdbook.events.health import HealthReport, NodeHealthChanged
+from herdbook.events.health_report import HealthReport, NodeHealthChanged
 from herdbook.events.heartbeat import Heartbeat, NodeResources
 from herdbook.events.instance import (
     InstanceFailed,

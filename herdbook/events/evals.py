@@ -30,7 +30,7 @@ STORED = frozenset({EvalStatus.PENDING, EvalStatus.BLOCKED, EvalStatus.COMPLETE,
 QUASI = frozenset(EvalStatus) - STORED
 
 
-class Trigger(StrEnum):
+class EvalTrigger(StrEnum):
     """TriggeredBy of a new evaluation."""
 
     JOB_REGISTER = "job-register"
@@ -52,9 +52,9 @@ class Trigger(StrEnum):
 
 # Cluster events create pending evals with these triggers (the first arrow).
 CLUSTER_TRIGGERS = frozenset({
-    Trigger.JOB_REGISTER, Trigger.JOB_DEREGISTER, Trigger.PERIODIC_JOB, Trigger.NODE_UPDATE,
-    Trigger.NODE_DRAIN, Trigger.ALLOC_STOP, Trigger.SCHEDULED, Trigger.ALLOC_FAILURE,
-    Trigger.JOB_SCALING,
+    EvalTrigger.JOB_REGISTER, EvalTrigger.JOB_DEREGISTER, EvalTrigger.PERIODIC_JOB, EvalTrigger.NODE_UPDATE,
+    EvalTrigger.NODE_DRAIN, EvalTrigger.ALLOC_STOP, EvalTrigger.SCHEDULED, EvalTrigger.ALLOC_FAILURE,
+    EvalTrigger.JOB_SCALING,
 })
 
 
@@ -119,23 +119,23 @@ class Spawn:
     ``status``; which pointers are set."""
 
     source: EvalStatus
-    trigger: Trigger
+    trigger: EvalTrigger
     status: EvalStatus
     new_previous: bool        # new.PreviousEval = old.ID
     old_pointer: str | None   # "next_eval" or "blocked_eval" on the old eval, or None
 
 
-SPAWNS: dict[Trigger, Spawn] = {
-    Trigger.QUEUED_ALLOCS: Spawn(S.SCHEDULING, Trigger.QUEUED_ALLOCS, S.BLOCKED, True,
+SPAWNS: dict[EvalTrigger, Spawn] = {
+    EvalTrigger.QUEUED_ALLOCS: Spawn(S.SCHEDULING, EvalTrigger.QUEUED_ALLOCS, S.BLOCKED, True,
                                  "blocked_eval"),
-    Trigger.MAX_PLAN_ATTEMPTS: Spawn(S.SCHEDULING, Trigger.MAX_PLAN_ATTEMPTS, S.BLOCKED, True,
+    EvalTrigger.MAX_PLAN_ATTEMPTS: Spawn(S.SCHEDULING, EvalTrigger.MAX_PLAN_ATTEMPTS, S.BLOCKED, True,
                                      "blocked_eval"),
-    Trigger.ROLLING_UPDATE: Spawn(S.SCHEDULING, Trigger.ROLLING_UPDATE, S.PENDING, True,
+    EvalTrigger.ROLLING_UPDATE: Spawn(S.SCHEDULING, EvalTrigger.ROLLING_UPDATE, S.PENDING, True,
                                   "next_eval"),
-    Trigger.PREEMPTION: Spawn(S.APPLYING, Trigger.PREEMPTION, S.PENDING, False, None),
-    Trigger.DEPLOYMENT_WATCHER: Spawn(S.COMPLETE, Trigger.DEPLOYMENT_WATCHER, S.PENDING, False,
+    EvalTrigger.PREEMPTION: Spawn(S.APPLYING, EvalTrigger.PREEMPTION, S.PENDING, False, None),
+    EvalTrigger.DEPLOYMENT_WATCHER: Spawn(S.COMPLETE, EvalTrigger.DEPLOYMENT_WATCHER, S.PENDING, False,
                                       None),
-    Trigger.FAILED_FOLLOW_UP: Spawn(S.FAILED, Trigger.FAILED_FOLLOW_UP, S.PENDING, True,
+    EvalTrigger.FAILED_FOLLOW_UP: Spawn(S.FAILED, EvalTrigger.FAILED_FOLLOW_UP, S.PENDING, True,
                                     "next_eval"),
 }
 

@@ -15,7 +15,7 @@ L = Lifecycle
 I = Intent  # noqa: E741 - reads as the table's column name
 
 
-class Trigger(StrEnum):
+class LifecycleTrigger(StrEnum):
     """What moves the lifecycle."""
 
     AGENT_STARTED = "agent_started"        # the agent (re)started: registered or boot_started
@@ -50,31 +50,31 @@ class Command(StrEnum):
 
 _LIVE = (L.BOOTING, L.READY, L.DEGRADED)
 
-LIFECYCLE: dict[tuple[Lifecycle, Trigger], Lifecycle] = {
-    (L.UNKNOWN, Trigger.AGENT_STARTED): L.BOOTING,
-    (L.BOOTING, Trigger.AGENT_STARTED): L.BOOTING,
-    (L.READY, Trigger.AGENT_STARTED): L.BOOTING,
-    (L.DEGRADED, Trigger.AGENT_STARTED): L.BOOTING,
-    (L.DOWN, Trigger.AGENT_STARTED): L.BOOTING,
-    (L.FAILED, Trigger.AGENT_STARTED): L.BOOTING,
-    (L.DOWN, Trigger.REBOOT): L.BOOTING,
-    (L.FAILED, Trigger.REBOOT): L.BOOTING,
-    (L.BOOTING, Trigger.BOOT_PASSED): L.READY,
-    (L.BOOTING, Trigger.BOOT_FAILED): L.BOOTING,  # the fold turns the 3rd into FAILED
-    (L.BOOTING, Trigger.BOOT_TIMEOUT): L.FAILED,
-    (L.READY, Trigger.HEARTBEAT_MISSED): L.DEGRADED,
-    (L.DEGRADED, Trigger.HEARTBEAT_RESUMED): L.READY,
-    (L.DEGRADED, Trigger.GRACE_EXPIRED): L.DOWN,
-    **{(state, Trigger.FATAL): L.DOWN for state in (L.UNKNOWN, *_LIVE)},
-    **{(state, Trigger.DISABLE): L.DOWN
+LIFECYCLE: dict[tuple[Lifecycle, LifecycleTrigger], Lifecycle] = {
+    (L.UNKNOWN, LifecycleTrigger.AGENT_STARTED): L.BOOTING,
+    (L.BOOTING, LifecycleTrigger.AGENT_STARTED): L.BOOTING,
+    (L.READY, LifecycleTrigger.AGENT_STARTED): L.BOOTING,
+    (L.DEGRADED, LifecycleTrigger.AGENT_STARTED): L.BOOTING,
+    (L.DOWN, LifecycleTrigger.AGENT_STARTED): L.BOOTING,
+    (L.FAILED, LifecycleTrigger.AGENT_STARTED): L.BOOTING,
+    (L.DOWN, LifecycleTrigger.REBOOT): L.BOOTING,
+    (L.FAILED, LifecycleTrigger.REBOOT): L.BOOTING,
+    (L.BOOTING, LifecycleTrigger.BOOT_PASSED): L.READY,
+    (L.BOOTING, LifecycleTrigger.BOOT_FAILED): L.BOOTING,  # the fold turns the 3rd into FAILED
+    (L.BOOTING, LifecycleTrigger.BOOT_TIMEOUT): L.FAILED,
+    (L.READY, LifecycleTrigger.HEARTBEAT_MISSED): L.DEGRADED,
+    (L.DEGRADED, LifecycleTrigger.HEARTBEAT_RESUMED): L.READY,
+    (L.DEGRADED, LifecycleTrigger.GRACE_EXPIRED): L.DOWN,
+    **{(state, LifecycleTrigger.FATAL): L.DOWN for state in (L.UNKNOWN, *_LIVE)},
+    **{(state, LifecycleTrigger.DISABLE): L.DOWN
        for state in (L.UNKNOWN, *_LIVE, L.DOWN, L.FAILED, L.QUARANTINED)},
-    (L.DOWN, Trigger.ENABLE): L.READY,
-    (L.DOWN, Trigger.PARTITION_HEALED): L.READY,
-    **{(state, Trigger.TERMINATE): L.TERMINATED for state in Lifecycle if state is not L.TERMINATED},
-    **{(state, Trigger.WIPE): L.BOOTING
+    (L.DOWN, LifecycleTrigger.ENABLE): L.READY,
+    (L.DOWN, LifecycleTrigger.PARTITION_HEALED): L.READY,
+    **{(state, LifecycleTrigger.TERMINATE): L.TERMINATED for state in Lifecycle if state is not L.TERMINATED},
+    **{(state, LifecycleTrigger.WIPE): L.BOOTING
        for state in (L.READY, L.DEGRADED, L.DOWN, L.FAILED, L.QUARANTINED, L.BOOTING)},
-    (L.BOOTING, Trigger.WIPE_PASSED): L.READY,
-    **{(state, Trigger.WIPE_FAILED): L.QUARANTINED for state in (*_LIVE, L.DOWN)},
+    (L.BOOTING, LifecycleTrigger.WIPE_PASSED): L.READY,
+    **{(state, LifecycleTrigger.WIPE_FAILED): L.QUARANTINED for state in (*_LIVE, L.DOWN)},
 }
 
 INTENT: dict[tuple[Intent, Command], Intent] = {
@@ -91,7 +91,7 @@ INTENT: dict[tuple[Intent, Command], Intent] = {
 }
 
 
-def next_lifecycle(current: Lifecycle, trigger: Trigger) -> Lifecycle | None:
+def next_lifecycle(current: Lifecycle, trigger: LifecycleTrigger) -> Lifecycle | None:
     """The lifecycle after ``trigger``, or None when the table refuses it."""
     return LIFECYCLE.get((current, trigger))
 

@@ -14,14 +14,14 @@ from herdbook.events.eval_events import (
     EvalLinked,
     EvalStatusChanged,
 )
-from herdbook.events.evals import SPAWNS, EvalStatus, Step, Trigger, next_status
+from herdbook.events.evals import SPAWNS, EvalStatus, Step, EvalTrigger, next_status
 
 
 class EvalView(msgspec.Struct, frozen=True, kw_only=True):
     id: str
     job_id: str
     status: EvalStatus
-    triggered_by: Trigger
+    triggered_by: EvalTrigger
     priority: int = 50
     previous_eval: str | None = None
     next_eval: str | None = None
@@ -75,7 +75,7 @@ ENQUEUING = frozenset({Step.UNBLOCK, Step.RETRY})
 """Steps after which the broker delivers the eval again."""
 
 
-def spawn(old: EvalView | None, trigger: Trigger, new_id: str, job_id: str, *,
+def spawn(old: EvalView | None, trigger: EvalTrigger, new_id: str, job_id: str, *,
           priority: int = 50, node_id: str | None = None,
           wait_until: datetime | None = None, actor: str = "scheduler"
           ) -> list[EvalEvent]:

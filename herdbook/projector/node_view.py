@@ -13,7 +13,7 @@ import msgspec
 from msgspec.structs import replace
 
 from herdbook.events.codec import AnyNodeEvent
-from herdbook.events.health import NodeHealthChanged
+from herdbook.events.health_report import NodeHealthChanged
 from herdbook.events.machine import Trigger, next_lifecycle
 from herdbook.events.node import (
     NodeApproved,

@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-from herdbook.events.health import NodeHealthChanged
+from herdbook.events.health_report import NodeHealthChanged
 from herdbook.events.machine import Trigger, next_lifecycle
 from herdbook.events.node import NodeDown, NodeEvent
 from herdbook.events.states import Health

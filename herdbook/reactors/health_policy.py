@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 import msgspec.yaml
 
-from herdbook.events.health import CheckResult, GpuEvent, HealthReport
+from herdbook.events.health_report import CheckResult, GpuEvent, HealthReport
 
 RESULTS = ("healthy", "degraded", "unhealthy", "fatal")
 _RANK = {result: rank for rank, result in enumerate(RESULTS)}

@@ -1,6 +1,6 @@
 """Operator command deciders: cordon, uncordon, drain, undrain, disable, enable, reboot,
 add. Pure: the view and what the control plane knows of the node's heartbeats come in,
-an event or ``Refused`` comes out. The state machine tables decide what is allowed."""
+an event or ``CommandRefused`` comes out. The state machine tables decide what is allowed."""
 
 from __future__ import annotations
 
@@ -22,12 +22,13 @@ from herdbook.events.node import (
 )
 from herdbook.events.states import Health, Intent, NodeClass
 from herdbook.projector.node_view import NodeView
-from herdbook.reactors.membership import Refused
+from herdbook.reactors.refused import CommandRefused
 
 
 @dataclass(frozen=True)
-class Liveness:
-    """The node's heartbeat as this control plane sees it."""
+class HeartbeatFacts:
+    """What this control plane knows of the node's heartbeats: what ``undrain`` and
+    ``enable`` decide from."""
 
     heartbeat_age: float | None      # None: never heartbeated
     heartbeat_timeout: float
@@ -41,8 +42,8 @@ class Liveness:
 
 def _intent(view: NodeView, command: Command) -> None:
     if next_intent(view.intent, command) is None:
-        raise Refused(f"cannot {command.value} node {view.id}: it is {view.intent.value} "
-                      f"(state {view.state})")
+        raise CommandRefused(f"cannot {command.value} node {view.id}: it is {view.intent.value} "
+                             f"(state {view.state})")
 
 
 def decide_cordon(view: NodeView, actor: str, reason: str) -> NodeEvent:
@@ -53,8 +54,8 @@ def decide_cordon(view: NodeView, actor: str, reason: str) -> NodeEvent:
 def decide_uncordon(view: NodeView, actor: str, reason: str) -> NodeEvent:
     """Uncordon also clears a sticky UNHEALTHY; refused when neither applies."""
     if view.intent is not Intent.CORDONED and view.health is not Health.UNHEALTHY:
-        raise Refused(f"cannot uncordon node {view.id}: it is neither cordoned nor unhealthy "
-                      f"(state {view.state})")
+        raise CommandRefused(f"cannot uncordon node {view.id}: it is neither cordoned nor unhealthy "
+                             f"(state {view.state})")
     return NodeUncordoned(node_id=view.id, actor=actor, reason=reason)
 
 
@@ -65,41 +66,41 @@ def decide_drain(view: NodeView, actor: str, reason: str, urgent: bool = False,
                             deadline_s=deadline_s)
 
 
-def decide_undrain(view: NodeView, actor: str, reason: str, live: Liveness) -> NodeEvent:
+def decide_undrain(view: NodeView, actor: str, reason: str, live: HeartbeatFacts) -> NodeEvent:
     """Back to scheduling only if the node passes the health check of Lattice: a recent
     heartbeat, its GPU count equal to its capabilities, a conformance fingerprint."""
     _intent(view, Command.UNDRAIN)
     if not live.recent:
-        raise Refused(f"cannot undrain node {view.id}: no recent heartbeat")
+        raise CommandRefused(f"cannot undrain node {view.id}: no recent heartbeat")
     expected = len(view.info.gpus)
     if live.gpu_count != expected:
-        raise Refused(f"cannot undrain node {view.id}: it reports {live.gpu_count} GPUs, "
-                      f"its capabilities say {expected}")
+        raise CommandRefused(f"cannot undrain node {view.id}: it reports {live.gpu_count} GPUs, "
+                             f"its capabilities say {expected}")
     if not live.fingerprint:
-        raise Refused(f"cannot undrain node {view.id}: no conformance fingerprint reported")
+        raise CommandRefused(f"cannot undrain node {view.id}: no conformance fingerprint reported")
     return NodeUndrained(node_id=view.id, actor=actor, reason=reason)
 
 
 def decide_disable(view: NodeView, actor: str, reason: str) -> NodeEvent:
     _intent(view, Command.DISABLE)
     if next_lifecycle(view.lifecycle, Trigger.DISABLE) is None:
-        raise Refused(f"cannot disable node {view.id}: it is {view.lifecycle.value}")
+        raise CommandRefused(f"cannot disable node {view.id}: it is {view.lifecycle.value}")
     return NodeDisabled(node_id=view.id, actor=actor, reason=reason)
 
 
-def decide_enable(view: NodeView, actor: str, reason: str, live: Liveness,
+def decide_enable(view: NodeView, actor: str, reason: str, live: HeartbeatFacts,
                   force: bool = False) -> NodeEvent:
     if view.intent is not Intent.DISABLED:
-        raise Refused(f"cannot enable node {view.id}: it is not disabled (state {view.state})")
+        raise CommandRefused(f"cannot enable node {view.id}: it is not disabled (state {view.state})")
     if not live.recent and not force:
-        raise Refused(f"cannot enable node {view.id}: no recent heartbeat (use --force)")
+        raise CommandRefused(f"cannot enable node {view.id}: no recent heartbeat (use --force)")
     return NodeEnabled(node_id=view.id, actor=actor, reason=reason, forced=force)
 
 
 def decide_reboot(view: NodeView, actor: str, reason: str) -> NodeEvent:
     if next_lifecycle(view.lifecycle, Trigger.REBOOT) is None:
-        raise Refused(f"cannot reboot node {view.id}: it is {view.lifecycle.value}; reboot "
-                      "takes a DOWN or FAILED node")
+        raise CommandRefused(f"cannot reboot node {view.id}: it is {view.lifecycle.value}; reboot "
+                             "takes a DOWN or FAILED node")
     return NodeBootStarted(node_id=view.id, actor=actor, reason=reason or "reboot requested",
                            trigger=Trigger.REBOOT.value)
 
@@ -111,21 +112,21 @@ def decide_claim(view: NodeView, actor: str, user: str, tenant: str,
     """A user claims a sensitive node explicitly. Appended with the node's version: of two
     concurrent claims the first wins and the other, deciding again, is refused here."""
     if view.claimed_by:
-        raise Refused(f"node {view.id} is already claimed by {view.claimed_by}"
+        raise CommandRefused(f"node {view.id} is already claimed by {view.claimed_by}"
                       + (f" (tenant {view.tenant})" if view.tenant else ""))
     if view.info.node_class is not NodeClass.SENSITIVE:
-        raise Refused(f"node {view.id} is {view.info.node_class.value}: only sensitive nodes "
-                      "are claimed (the scheduler assigns the others)")
+        raise CommandRefused(f"node {view.id} is {view.info.node_class.value}: only sensitive nodes "
+                             "are claimed (the scheduler assigns the others)")
     if not user:
-        raise Refused("a claim needs --user")
+        raise CommandRefused("a claim needs --user")
     if not view.schedulable:
-        raise Refused(f"cannot claim node {view.id}: it is {view.state}, not READY in the pool")
+        raise CommandRefused(f"cannot claim node {view.id}: it is {view.state}, not READY in the pool")
     return NodeClaimed(node_id=view.id, actor=actor, user=user, tenant=tenant, reason=reason)
 
 
 def decide_release(view: NodeView, actor: str, user: str = "", reason: str = "") -> NodeEvent:
     if not view.claimed_by:
-        raise Refused(f"node {view.id} is not claimed")
+        raise CommandRefused(f"node {view.id} is not claimed")
     return NodeReleased(node_id=view.id, actor=actor, user=user or view.claimed_by,
                         reason=reason)
 
@@ -134,11 +135,11 @@ def decide_wipe(view: NodeView, actor: str, reason: str, force: bool,
                 timeout_s: float) -> NodeEvent:
     """`herd admin node wipe --force`: run the wipe again (a QUARANTINED node's way back)."""
     if view.info.node_class is not NodeClass.SENSITIVE:
-        raise Refused(f"node {view.id} is {view.info.node_class.value}: only sensitive nodes "
-                      "are wiped")
+        raise CommandRefused(f"node {view.id} is {view.info.node_class.value}: only sensitive nodes "
+                             "are wiped")
     if not force:
-        raise Refused(f"wiping node {view.id} erases its disks: use --force")
+        raise CommandRefused(f"wiping node {view.id} erases its disks: use --force")
     if next_lifecycle(view.lifecycle, Trigger.WIPE) is None:
-        raise Refused(f"cannot wipe node {view.id}: it is {view.lifecycle.value}")
+        raise CommandRefused(f"cannot wipe node {view.id}: it is {view.lifecycle.value}")
     return NodeWipeStarted(node_id=view.id, actor=actor, attempt=view.wipe_attempt + 1,
                            forced=True, timeout_s=timeout_s, reason=reason or "forced wipe")

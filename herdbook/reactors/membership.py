@@ -5,24 +5,21 @@ from __future__ import annotations
 from herdbook.events.node import NodeApproved, NodeDeleted, NodeEvent, NodeRejected
 from herdbook.events.states import Approval, NodeType
 from herdbook.projector.node_view import NodeView
-
-
-class Refused(Exception):
-    """The command is not allowed in the node's current state (exit code 1)."""
+from herdbook.reactors.refused import CommandRefused
 
 
 def decide_approve(view: NodeView, actor: str, reason: str = "") -> NodeEvent:
     if view.approval is Approval.APPROVED:
-        raise Refused(f"node {view.id} is already APPROVED")
+        raise CommandRefused(f"node {view.id} is already APPROVED")
     return NodeApproved(node_id=view.id, actor=actor, reason=reason)
 
 
 def decide_reject(view: NodeView, actor: str, reason: str = "") -> NodeEvent:
     if view.approval is Approval.REJECTED:
-        raise Refused(f"node {view.id} is already REJECTED")
+        raise CommandRefused(f"node {view.id} is already REJECTED")
     if view.type is NodeType.REQUESTER:
-        raise Refused(f"node {view.id} is a requester (control-plane) node and cannot be "
-                      "rejected")
+        raise CommandRefused(f"node {view.id} is a requester (control-plane) node and cannot be "
+                             "rejected")
     return NodeRejected(node_id=view.id, actor=actor, reason=reason)
 
 

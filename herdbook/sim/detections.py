@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from herdbook.events.codec import event_tag
-from herdbook.events.health import NodeHealthChanged
+from herdbook.events.health_report import NodeHealthChanged
 from herdbook.events.node import NodeDegraded, NodeDown, NodeFailed, NodeWipeFailed
 from herdbook.events.states import Health
 

@@ -24,7 +24,7 @@ from herdbook.agent.main import Agent, AgentOptions
 from herdbook.agent.protocol import MemorySequence, NodeProtocol, send_heartbeat
 from herdbook.events.agent_requests import Fault, InjectReply, InjectRequest
 from herdbook.events.codec import encode
-from herdbook.events.health import CheckResult, GpuEvent, HealthReport
+from herdbook.events.health_report import CheckResult, GpuEvent, HealthReport
 from herdbook.events.heartbeat import Heartbeat
 from herdbook.events.node import GpuInfo, NodeInfo
 from herdbook.events.store import EventStore

@@ -18,7 +18,7 @@ from typing import Any
 from herdbook.config import parse_config
 from herdbook.events.alloc import AllocCompleted, AllocRunning, AllocStatus
 from herdbook.events.eval_events import EvalCreated, EvalStatusChanged
-from herdbook.events.evals import EvalStatus, Step, Trigger
+from herdbook.events.evals import EvalStatus, Step, EvalTrigger
 from herdbook.events.jobs import JobDeregistered, JobRegistered, JobSpec, Requeue, Resources
 from herdbook.events.node import (
     GpuInfo,
@@ -84,7 +84,7 @@ class Harness:
         seq = await self.store.append(JobRegistered(job_id=job_id, spec=spec),
                                       expected_version=version)
         await self.projector.wait_applied(seq)
-        created = new_eval(Trigger.JOB_REGISTER, self.projector.jobs[job_id])
+        created = new_eval(EvalTrigger.JOB_REGISTER, self.projector.jobs[job_id])
         await self.projector.wait_applied(await self.store.append(created, expected_version=0))
         return created.eval_id
 
@@ -136,7 +136,7 @@ async def test_job_register_eval_goes_pending_scheduling_applying_complete(h: Ha
     eval_id = await h.run_job(count=3)
     done = await h.wait_status(eval_id, S.COMPLETE)
     assert await h.statuses(eval_id) == ["pending", "scheduling", "applying", "complete"]
-    assert done.triggered_by is Trigger.JOB_REGISTER and done.status_reason == "placed 3, stopped 0"
+    assert done.triggered_by is EvalTrigger.JOB_REGISTER and done.status_reason == "placed 3, stopped 0"
     allocs = h.allocs(job_id="train")
     assert [(a.index, a.node_id, a.status) for a in allocs] == [
         (i, "n1", AllocStatus.PENDING) for i in range(3)]
@@ -163,7 +163,7 @@ async def test_unfittable_allocations_get_one_blocked_eval_that_completes_when_a
     first = await h.wait_status(eval_id, S.COMPLETE)
     # scheduling -. queued-allocs .-> blocked: new.PreviousEval = old.ID, old.BlockedEval = new.ID
     blocked = h.eval(first.blocked_eval)
-    assert blocked.status is S.BLOCKED and blocked.triggered_by is Trigger.QUEUED_ALLOCS
+    assert blocked.status is S.BLOCKED and blocked.triggered_by is EvalTrigger.QUEUED_ALLOCS
     assert blocked.previous_eval == eval_id and first.next_eval is None
     assert len(h.allocs(job_id="train")) == 2
     # blocked -- unblocked by external state changes --> scheduling --> ... --> complete
@@ -208,7 +208,7 @@ async def test_a_delayed_eval_is_nakked_with_its_delay_then_scheduled(h: Harness
     await h.run_job(count=1)
     first = await h.wait(lambda: [e for e in h.projector.evals.values() if e.status is S.COMPLETE])
     job = h.projector.jobs["train"]
-    [created] = spawn(None, Trigger.SCHEDULED, "delayed-1", job.id,
+    [created] = spawn(None, EvalTrigger.SCHEDULED, "delayed-1", job.id,
                       wait_until=datetime.now(UTC) + timedelta(seconds=1.5))
     started = time.monotonic()
     await h.store.append(created, expected_version=0)
@@ -265,7 +265,7 @@ async def test_plan_conflicts_fail_the_eval_after_max_plan_attempts_with_a_block
                        + ["scheduling", "failed"])
     # scheduling -. max-plan-attempts .-> blocked; old.BlockedEval = new.ID
     blocked = h.eval(failed.blocked_eval)
-    assert blocked.triggered_by is Trigger.MAX_PLAN_ATTEMPTS and blocked.status is S.BLOCKED
+    assert blocked.triggered_by is EvalTrigger.MAX_PLAN_ATTEMPTS and blocked.status is S.BLOCKED
     assert blocked.previous_eval == eval_id
     assert h.allocs(job_id="train") == []
     # once plans apply again, the blocked eval places the job
@@ -297,7 +297,7 @@ async def test_delivery_limit_fails_the_eval_and_creates_a_delayed_failed_follow
     assert failed.status_reason.startswith("delivery limit reached")
     # failed -. failed-follow-up .-> pending: new.PreviousEval = old.ID, old.NextEval = new.ID
     follow = h.eval(failed.next_eval)
-    assert follow.triggered_by is Trigger.FAILED_FOLLOW_UP and follow.previous_eval == eval_id
+    assert follow.triggered_by is EvalTrigger.FAILED_FOLLOW_UP and follow.previous_eval == eval_id
     assert follow.wait_until is not None and follow.wait_until > failed.modified_at
     h.scheduler.process = real  # type: ignore[method-assign]
     await h.wait_status(follow.id, S.COMPLETE, timeout=30)
@@ -336,7 +336,7 @@ async def test_node_down_loses_its_allocations_and_a_node_update_eval_requeues_t
     assert {a.status for a in lost} == {AllocStatus.LOST}
     assert sorted((a.requeue_count, a.previous_alloc) for a in moved) == sorted(
         (1, a.id) for a in lost)
-    update = [e for e in h.projector.evals.values() if e.triggered_by is Trigger.NODE_UPDATE]
+    update = [e for e in h.projector.evals.values() if e.triggered_by is EvalTrigger.NODE_UPDATE]
     assert len(update) == 1 and update[0].node_id == "n1"
     await h.wait_status(update[0].id, S.COMPLETE)
 
@@ -372,7 +372,7 @@ async def test_allocations_on_a_down_sensitive_node_are_never_requeued_automatic
                       "constraints": type(spec.constraints)(node_class="sensitive")})
     await h.store.append(JobRegistered(job_id="secret", spec=spec), expected_version=0)
     await h.projector.wait_applied(await h.store.last_sequence("job", "secret"))
-    created = new_eval(Trigger.JOB_REGISTER, h.projector.jobs["secret"])
+    created = new_eval(EvalTrigger.JOB_REGISTER, h.projector.jobs["secret"])
     await h.store.append(created, expected_version=0)
     await h.wait_status(created.eval_id, S.COMPLETE)
     [alloc] = h.allocs(job_id="secret")
@@ -381,7 +381,7 @@ async def test_allocations_on_a_down_sensitive_node_are_never_requeued_automatic
     await asyncio.sleep(1.0)
     [still] = h.allocs(job_id="secret")
     assert still.requeue_allowed is False
-    assert not [e for e in h.projector.evals.values() if e.triggered_by is Trigger.NODE_UPDATE]
+    assert not [e for e in h.projector.evals.values() if e.triggered_by is EvalTrigger.NODE_UPDATE]
 
 
 async def test_drain_migrates_allocations_and_urgent_drain_asks_for_a_checkpoint(
@@ -397,7 +397,7 @@ async def test_drain_migrates_allocations_and_urgent_drain_asks_for_a_checkpoint
     assert {(a.desired, a.migrate, a.status) for a in old} == {("stop", True, AllocStatus.STOPPING)}
     assert sorted(a.previous_alloc for a in moved) == sorted(a.id for a in old)
     assert all(a.requeue_count == 0 for a in moved)      # a migration is not a requeue
-    drain_evals = [e for e in h.projector.evals.values() if e.triggered_by is Trigger.NODE_DRAIN]
+    drain_evals = [e for e in h.projector.evals.values() if e.triggered_by is EvalTrigger.NODE_DRAIN]
     assert len(drain_evals) == 1
     stops = [e for _, e in await h.store.load("alloc", "n1")
              if e.event_name.endswith("stop_requested")]
@@ -422,7 +422,7 @@ async def test_job_stop_stops_its_allocations_through_a_job_deregister_eval(h: H
     job = h.projector.jobs["train"]
     seq = await h.store.append(JobDeregistered(job_id="train"), expected_version=job.version)
     await h.projector.wait_applied(seq)
-    created = new_eval(Trigger.JOB_DEREGISTER, h.projector.jobs["train"])
+    created = new_eval(EvalTrigger.JOB_DEREGISTER, h.projector.jobs["train"])
     await h.store.append(created, expected_version=0)
     await h.wait_status(created.eval_id, S.COMPLETE)
     assert {(a.desired, a.status_reason) for a in h.allocs(job_id="train")} == {

@@ -18,7 +18,7 @@ from herdbook.events.evals import (
     TRANSITIONS,
     EvalStatus,
     Step,
-    Trigger,
+    EvalTrigger,
     next_status,
     transitions_markdown,
 )
@@ -56,7 +56,7 @@ ARROWS = [
 
 def given(status: EvalStatus, eval_id: str = "e1") -> EvalView:
     created = apply_eval(None, EvalCreated(eval_id=eval_id, job_id="train",
-                                           triggered_by=Trigger.JOB_REGISTER), 1)
+                                           triggered_by=EvalTrigger.JOB_REGISTER), 1)
     assert created is not None
     return msgspec.structs.replace(created, status=status)
 
@@ -99,7 +99,7 @@ def test_deleted_is_terminal_and_quasi_statuses_are_not_stored() -> None:
 
 
 @pytest.mark.parametrize("trigger", sorted(CLUSTER_TRIGGERS))
-def test_cluster_events_create_pending_evals_without_pointers(trigger: Trigger) -> None:
+def test_cluster_events_create_pending_evals_without_pointers(trigger: EvalTrigger) -> None:
     [created] = spawn(None, trigger, "e9", "train")
     view = apply_eval(None, created, 1)  # type: ignore[arg-type]
     assert view is not None and view.status is S.PENDING and view.triggered_by is trigger
@@ -108,19 +108,19 @@ def test_cluster_events_create_pending_evals_without_pointers(trigger: Trigger) 
 
 # (trigger, source status, new status, new.PreviousEval, old.NextEval, old.BlockedEval)
 POINTERS = [
-    (Trigger.QUEUED_ALLOCS, S.SCHEDULING, S.BLOCKED, "old", None, "new"),
-    (Trigger.MAX_PLAN_ATTEMPTS, S.SCHEDULING, S.BLOCKED, "old", None, "new"),
-    (Trigger.ROLLING_UPDATE, S.SCHEDULING, S.PENDING, "old", "new", None),
-    (Trigger.PREEMPTION, S.APPLYING, S.PENDING, None, None, None),
-    (Trigger.DEPLOYMENT_WATCHER, S.COMPLETE, S.PENDING, None, None, None),
-    (Trigger.FAILED_FOLLOW_UP, S.FAILED, S.PENDING, "old", "new", None),
+    (EvalTrigger.QUEUED_ALLOCS, S.SCHEDULING, S.BLOCKED, "old", None, "new"),
+    (EvalTrigger.MAX_PLAN_ATTEMPTS, S.SCHEDULING, S.BLOCKED, "old", None, "new"),
+    (EvalTrigger.ROLLING_UPDATE, S.SCHEDULING, S.PENDING, "old", "new", None),
+    (EvalTrigger.PREEMPTION, S.APPLYING, S.PENDING, None, None, None),
+    (EvalTrigger.DEPLOYMENT_WATCHER, S.COMPLETE, S.PENDING, None, None, None),
+    (EvalTrigger.FAILED_FOLLOW_UP, S.FAILED, S.PENDING, "old", "new", None),
 ]
 
 
 @pytest.mark.parametrize(("trigger", "source", "status", "previous", "next_", "blocked"),
                          POINTERS, ids=[p[0].value for p in POINTERS])
 def test_spawned_evals_set_the_pointers_the_reference_draws(
-        trigger: Trigger, source: EvalStatus, status: EvalStatus, previous: str | None,
+        trigger: EvalTrigger, source: EvalStatus, status: EvalStatus, previous: str | None,
         next_: str | None, blocked: str | None) -> None:
     old = given(source, "old")
     events = spawn(old, trigger, "new", "train")
@@ -135,7 +135,7 @@ def test_spawned_evals_set_the_pointers_the_reference_draws(
 
 def test_a_spawn_from_the_wrong_status_is_refused() -> None:
     with pytest.raises(EvalRefused, match="failed-follow-up eval is spawned from a failed"):
-        spawn(given(S.COMPLETE), Trigger.FAILED_FOLLOW_UP, "new", "train")
+        spawn(given(S.COMPLETE), EvalTrigger.FAILED_FOLLOW_UP, "new", "train")
     assert set(SPAWNS) == {p[0] for p in POINTERS}
 
 
@@ -145,13 +145,13 @@ def test_a_chain_failed_follow_up_then_blocked_then_complete() -> None:
     first = given(S.PENDING, "e1")
     for how in (Step.DEQUEUE, Step.FAIL):
         first = apply_eval(first, step(first, how), 2)  # type: ignore[assignment]
-    created, link = spawn(first, Trigger.FAILED_FOLLOW_UP, "e2", "train")
+    created, link = spawn(first, EvalTrigger.FAILED_FOLLOW_UP, "e2", "train")
     first = apply_eval(first, link, 3)  # type: ignore[arg-type,assignment]
     second = apply_eval(None, created, 4)  # type: ignore[arg-type]
     assert second is not None
     second = apply_eval(second, step(second, Step.DEQUEUE), 5)
     assert second is not None
-    blocked_created, blocked_link = spawn(second, Trigger.QUEUED_ALLOCS, "e3", "train")
+    blocked_created, blocked_link = spawn(second, EvalTrigger.QUEUED_ALLOCS, "e3", "train")
     second = apply_eval(second, blocked_link, 6)  # type: ignore[arg-type]
     third = apply_eval(None, blocked_created, 7)  # type: ignore[arg-type]
     assert third is not None

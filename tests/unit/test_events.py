@@ -36,7 +36,7 @@ from herdbook.events.eval_events import (
     EvalStatusChanged,
 )
 from herdbook.events.evals import EvalStatus, Step, Trigger
-from herdbook.events.health import NodeHealthChanged
+from herdbook.events.health_report import NodeHealthChanged
 from herdbook.events.instance import (
     InstanceEvent,
     InstanceFailed,

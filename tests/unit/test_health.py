@@ -6,8 +6,8 @@ import msgspec
 import pytest
 
 from herdbook.agent.gpu import FakeNvml
-from herdbook.agent.health import HealthMonitor
-from herdbook.events.health import CheckResult, GpuEvent, HealthReport, NodeHealthChanged
+from herdbook.agent.gpu_checks import HealthMonitor
+from herdbook.events.health_report import CheckResult, GpuEvent, HealthReport, NodeHealthChanged
 from herdbook.events.node import NodeDown
 from herdbook.events.states import Approval, Health, Lifecycle, NodeType
 from herdbook.projector.node_view import NodeView

@@ -14,7 +14,7 @@ import pytest
 
 from herdbook.config import ConfigError, heartbeats_max_age, parse_config
 from herdbook.events.codec import AnyEvent, encode
-from herdbook.events.health import CheckResult, HealthReport
+from herdbook.events.health_report import CheckResult, HealthReport
 from herdbook.events.heartbeat import Heartbeat
 from herdbook.events.node import (
     NodeBootChecked,

@@ -20,12 +20,12 @@ from herdbook.reactors.liveness import (
 )
 from herdbook.reactors.membership import (
     AUTO_APPROVE_ACTOR,
-    Refused,
     decide_approve,
     decide_auto_approve,
     decide_delete,
     decide_reject,
 )
+from herdbook.reactors.refused import CommandRefused
 
 TIMEOUTS = Timeouts(heartbeat_timeout=30, grace_period=60)
 
@@ -235,7 +235,7 @@ def test_approve_a_rejected_node() -> None:
 
 
 def test_approving_an_approved_node_is_refused() -> None:
-    with pytest.raises(Refused, match="already APPROVED"):
+    with pytest.raises(CommandRefused, match="already APPROVED"):
         decide_approve(node(approval=Approval.APPROVED), "alice")
 
 
@@ -247,12 +247,12 @@ def test_reject_a_compute_node(approval: Approval) -> None:
 
 
 def test_rejecting_a_rejected_node_is_refused() -> None:
-    with pytest.raises(Refused, match="already REJECTED"):
+    with pytest.raises(CommandRefused, match="already REJECTED"):
         decide_reject(node(approval=Approval.REJECTED), "bob")
 
 
 def test_rejecting_a_requester_node_is_refused() -> None:
-    with pytest.raises(Refused, match="requester"):
+    with pytest.raises(CommandRefused, match="requester"):
         decide_reject(node(node_type=NodeType.REQUESTER), "bob")
 
 

@@ -22,7 +22,7 @@ from herdbook.events.machine import (
 from herdbook.events.states import Approval, Health, Intent, Lifecycle, NodeType
 from herdbook.projector.node_view import NodeView
 from herdbook.reactors import intents
-from herdbook.reactors.membership import Refused
+from herdbook.reactors.refused import CommandRefused
 
 L, I = Lifecycle, Intent  # noqa: E741
 
@@ -141,16 +141,16 @@ def view(lifecycle: Lifecycle = L.READY, intent: Intent = I.ELIGIBLE,
                     lifecycle=lifecycle, intent=intent, health=health)
 
 
-LIVE = intents.Liveness(heartbeat_age=1.0, heartbeat_timeout=30.0, gpu_count=0,
+LIVE = intents.HeartbeatFacts(heartbeat_age=1.0, heartbeat_timeout=30.0, gpu_count=0,
                         fingerprint="abc")
-STALE = intents.Liveness(heartbeat_age=100.0, heartbeat_timeout=30.0, gpu_count=0,
+STALE = intents.HeartbeatFacts(heartbeat_age=100.0, heartbeat_timeout=30.0, gpu_count=0,
                          fingerprint="abc")
 
 
 @pytest.mark.parametrize("intent", list(Intent))
 def test_cordon_follows_the_table(intent: Intent) -> None:
     if next_intent(intent, Command.CORDON) is None:
-        with pytest.raises(Refused, match="cannot cordon"):
+        with pytest.raises(CommandRefused, match="cannot cordon"):
             intents.decide_cordon(view(intent=intent), "op", "")
     else:
         assert intents.decide_cordon(view(intent=intent), "op", "why").reason == "why"
@@ -159,27 +159,27 @@ def test_cordon_follows_the_table(intent: Intent) -> None:
 def test_uncordon_clears_unhealthy_and_is_refused_otherwise() -> None:
     assert intents.decide_uncordon(view(health=Health.UNHEALTHY), "op", "")
     assert intents.decide_uncordon(view(intent=I.CORDONED), "op", "")
-    with pytest.raises(Refused, match="neither cordoned nor unhealthy"):
+    with pytest.raises(CommandRefused, match="neither cordoned nor unhealthy"):
         intents.decide_uncordon(view(), "op", "")
 
 
 @pytest.mark.parametrize(("live", "message"), [
     (STALE, "no recent heartbeat"),
-    (intents.Liveness(heartbeat_age=1.0, heartbeat_timeout=30.0, gpu_count=7,
+    (intents.HeartbeatFacts(heartbeat_age=1.0, heartbeat_timeout=30.0, gpu_count=7,
                       fingerprint="abc"), "reports 7 GPUs"),
-    (intents.Liveness(heartbeat_age=1.0, heartbeat_timeout=30.0, gpu_count=0), "fingerprint"),
+    (intents.HeartbeatFacts(heartbeat_age=1.0, heartbeat_timeout=30.0, gpu_count=0), "fingerprint"),
 ])
-def test_undrain_needs_the_health_check(live: intents.Liveness, message: str) -> None:
-    with pytest.raises(Refused, match=message):
+def test_undrain_needs_the_health_check(live: intents.HeartbeatFacts, message: str) -> None:
+    with pytest.raises(CommandRefused, match=message):
         intents.decide_undrain(view(intent=I.DRAINED), "op", "", live)
     assert intents.decide_undrain(view(intent=I.DRAINED), "op", "", LIVE)
 
 
 def test_enable_needs_disabled_and_a_recent_heartbeat_unless_forced() -> None:
     disabled = view(lifecycle=L.DOWN, intent=I.DISABLED)
-    with pytest.raises(Refused, match="not disabled"):
+    with pytest.raises(CommandRefused, match="not disabled"):
         intents.decide_enable(view(lifecycle=L.DOWN), "op", "", LIVE)
-    with pytest.raises(Refused, match="--force"):
+    with pytest.raises(CommandRefused, match="--force"):
         intents.decide_enable(disabled, "op", "", STALE)
     event = intents.decide_enable(disabled, "op", "", STALE, force=True)
     assert msgspec.structs.asdict(event)["forced"] is True
@@ -190,5 +190,5 @@ def test_reboot_takes_down_or_failed(lifecycle: Lifecycle) -> None:
     if lifecycle in (L.DOWN, L.FAILED):
         assert intents.decide_reboot(view(lifecycle=lifecycle), "op", "")
     else:
-        with pytest.raises(Refused):
+        with pytest.raises(CommandRefused):
             intents.decide_reboot(view(lifecycle=lifecycle), "op", "")

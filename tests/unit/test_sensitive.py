@@ -20,7 +20,7 @@ from herdbook.events.states import Approval, Intent, Lifecycle, NodeClass, NodeT
 from herdbook.projector.node_view import NodeView, apply
 from herdbook.reactors import intents
 from herdbook.reactors.liveness import Observation, Timeouts, decide, next_deadline
-from herdbook.reactors.membership import Refused
+from herdbook.reactors.refused import CommandRefused
 from herdbook.reactors.sensitive import decide_conformance
 
 
@@ -51,21 +51,21 @@ def test_a_free_sensitive_node_is_claimed_and_a_second_claim_is_refused() -> Non
     claimed = fold(node(), event)
     assert (claimed.claimed_by, claimed.tenant) == ("ana", "bio")
     # the loser of a race decides again on the view with the winner's claim
-    with pytest.raises(Refused, match="already claimed by ana \\(tenant bio\\)"):
+    with pytest.raises(CommandRefused, match="already claimed by ana \\(tenant bio\\)"):
         intents.decide_claim(claimed, "op", "bob", "chem")
 
 
 def test_only_ready_sensitive_nodes_are_claimed() -> None:
-    with pytest.raises(Refused, match="only sensitive nodes"):
+    with pytest.raises(CommandRefused, match="only sensitive nodes"):
         intents.decide_claim(node(node_class=NodeClass.STANDARD), "op", "ana", "")
-    with pytest.raises(Refused, match="not READY"):
+    with pytest.raises(CommandRefused, match="not READY"):
         intents.decide_claim(node(lifecycle=Lifecycle.DOWN), "op", "ana", "")
-    with pytest.raises(Refused, match="needs --user"):
+    with pytest.raises(CommandRefused, match="needs --user"):
         intents.decide_claim(node(), "op", "", "")
 
 
 def test_release_needs_a_claim_and_marks_the_release_pending() -> None:
-    with pytest.raises(Refused, match="not claimed"):
+    with pytest.raises(CommandRefused, match="not claimed"):
         intents.decide_release(node(), "op")
     claimed = fold(node(), NodeClaimed(node_id="s1", user="ana"))
     released = fold(claimed, intents.decide_release(claimed, "op"))
@@ -94,13 +94,13 @@ def test_a_failed_wipe_quarantines_and_only_a_forced_wipe_or_disable_leaves() ->
                 NodeWipeFailed(node_id="s1", step="ram_scrub", reason="exit 1"))
     assert view.lifecycle is Lifecycle.QUARANTINED and view.state == "QUARANTINED"
     assert not view.schedulable and view.lifecycle_reason == "wipe failed at ram_scrub: exit 1"
-    with pytest.raises(Refused, match="--force"):
+    with pytest.raises(CommandRefused, match="--force"):
         intents.decide_wipe(view, "op", "", False, 60.0)
     again = intents.decide_wipe(view, "op", "", True, 60.0)
     assert isinstance(again, NodeWipeStarted) and again.attempt == 2 and again.forced
     assert fold(view, again).lifecycle is Lifecycle.BOOTING
     assert isinstance(intents.decide_disable(view, "op", "retire"), object)
-    with pytest.raises(Refused, match="only sensitive"):
+    with pytest.raises(CommandRefused, match="only sensitive"):
         intents.decide_wipe(node(node_class=NodeClass.STANDARD), "op", "", True, 60.0)
 
 

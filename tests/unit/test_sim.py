@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from herdbook.events.health import NodeHealthChanged
+from herdbook.events.health_report import NodeHealthChanged
 from herdbook.events.node import NodeCordoned, NodeDegraded, NodeDown
 from herdbook.events.states import Health
 from herdbook.sim import checks

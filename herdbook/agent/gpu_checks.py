@@ -11,7 +11,7 @@ import uuid
 from typing import Any
 
 from herdbook.agent import gpu
-from herdbook.events.health import CheckResult, GpuEvent, HealthReport
+from herdbook.events.health_report import CheckResult, GpuEvent, HealthReport
 
 log = logging.getLogger(__name__)
 

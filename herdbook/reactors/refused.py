@@ -1,0 +1,8 @@
+"""The one refusal of an operator command: membership, intents, claims and the API's own
+checks raise it, and the API answers it as a ``refused`` error (the CLI's exit code 1)."""
+
+from __future__ import annotations
+
+
+class CommandRefused(Exception):
+    """The command is not allowed in its aggregate's current state; nothing was appended."""
