@@ -50,11 +50,12 @@ class EvalTrigger(StrEnum):
     FAILED_FOLLOW_UP = "failed-follow-up"
 
 
+T = EvalTrigger
+
 # Cluster events create pending evals with these triggers (the first arrow).
 CLUSTER_TRIGGERS = frozenset({
-    EvalTrigger.JOB_REGISTER, EvalTrigger.JOB_DEREGISTER, EvalTrigger.PERIODIC_JOB, EvalTrigger.NODE_UPDATE,
-    EvalTrigger.NODE_DRAIN, EvalTrigger.ALLOC_STOP, EvalTrigger.SCHEDULED, EvalTrigger.ALLOC_FAILURE,
-    EvalTrigger.JOB_SCALING,
+    T.JOB_REGISTER, T.JOB_DEREGISTER, T.PERIODIC_JOB, T.NODE_UPDATE, T.NODE_DRAIN,
+    T.ALLOC_STOP, T.SCHEDULED, T.ALLOC_FAILURE, T.JOB_SCALING,
 })
 
 
@@ -126,17 +127,13 @@ class Spawn:
 
 
 SPAWNS: dict[EvalTrigger, Spawn] = {
-    EvalTrigger.QUEUED_ALLOCS: Spawn(S.SCHEDULING, EvalTrigger.QUEUED_ALLOCS, S.BLOCKED, True,
-                                 "blocked_eval"),
-    EvalTrigger.MAX_PLAN_ATTEMPTS: Spawn(S.SCHEDULING, EvalTrigger.MAX_PLAN_ATTEMPTS, S.BLOCKED, True,
-                                     "blocked_eval"),
-    EvalTrigger.ROLLING_UPDATE: Spawn(S.SCHEDULING, EvalTrigger.ROLLING_UPDATE, S.PENDING, True,
-                                  "next_eval"),
-    EvalTrigger.PREEMPTION: Spawn(S.APPLYING, EvalTrigger.PREEMPTION, S.PENDING, False, None),
-    EvalTrigger.DEPLOYMENT_WATCHER: Spawn(S.COMPLETE, EvalTrigger.DEPLOYMENT_WATCHER, S.PENDING, False,
-                                      None),
-    EvalTrigger.FAILED_FOLLOW_UP: Spawn(S.FAILED, EvalTrigger.FAILED_FOLLOW_UP, S.PENDING, True,
-                                    "next_eval"),
+    T.QUEUED_ALLOCS: Spawn(S.SCHEDULING, T.QUEUED_ALLOCS, S.BLOCKED, True, "blocked_eval"),
+    T.MAX_PLAN_ATTEMPTS: Spawn(S.SCHEDULING, T.MAX_PLAN_ATTEMPTS, S.BLOCKED, True,
+                               "blocked_eval"),
+    T.ROLLING_UPDATE: Spawn(S.SCHEDULING, T.ROLLING_UPDATE, S.PENDING, True, "next_eval"),
+    T.PREEMPTION: Spawn(S.APPLYING, T.PREEMPTION, S.PENDING, False, None),
+    T.DEPLOYMENT_WATCHER: Spawn(S.COMPLETE, T.DEPLOYMENT_WATCHER, S.PENDING, False, None),
+    T.FAILED_FOLLOW_UP: Spawn(S.FAILED, T.FAILED_FOLLOW_UP, S.PENDING, True, "next_eval"),
 }
 
 

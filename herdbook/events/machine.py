@@ -48,33 +48,34 @@ class Command(StrEnum):
     ENABLE = "enable"
 
 
+T = LifecycleTrigger
 _LIVE = (L.BOOTING, L.READY, L.DEGRADED)
 
 LIFECYCLE: dict[tuple[Lifecycle, LifecycleTrigger], Lifecycle] = {
-    (L.UNKNOWN, LifecycleTrigger.AGENT_STARTED): L.BOOTING,
-    (L.BOOTING, LifecycleTrigger.AGENT_STARTED): L.BOOTING,
-    (L.READY, LifecycleTrigger.AGENT_STARTED): L.BOOTING,
-    (L.DEGRADED, LifecycleTrigger.AGENT_STARTED): L.BOOTING,
-    (L.DOWN, LifecycleTrigger.AGENT_STARTED): L.BOOTING,
-    (L.FAILED, LifecycleTrigger.AGENT_STARTED): L.BOOTING,
-    (L.DOWN, LifecycleTrigger.REBOOT): L.BOOTING,
-    (L.FAILED, LifecycleTrigger.REBOOT): L.BOOTING,
-    (L.BOOTING, LifecycleTrigger.BOOT_PASSED): L.READY,
-    (L.BOOTING, LifecycleTrigger.BOOT_FAILED): L.BOOTING,  # the fold turns the 3rd into FAILED
-    (L.BOOTING, LifecycleTrigger.BOOT_TIMEOUT): L.FAILED,
-    (L.READY, LifecycleTrigger.HEARTBEAT_MISSED): L.DEGRADED,
-    (L.DEGRADED, LifecycleTrigger.HEARTBEAT_RESUMED): L.READY,
-    (L.DEGRADED, LifecycleTrigger.GRACE_EXPIRED): L.DOWN,
-    **{(state, LifecycleTrigger.FATAL): L.DOWN for state in (L.UNKNOWN, *_LIVE)},
-    **{(state, LifecycleTrigger.DISABLE): L.DOWN
+    (L.UNKNOWN, T.AGENT_STARTED): L.BOOTING,
+    (L.BOOTING, T.AGENT_STARTED): L.BOOTING,
+    (L.READY, T.AGENT_STARTED): L.BOOTING,
+    (L.DEGRADED, T.AGENT_STARTED): L.BOOTING,
+    (L.DOWN, T.AGENT_STARTED): L.BOOTING,
+    (L.FAILED, T.AGENT_STARTED): L.BOOTING,
+    (L.DOWN, T.REBOOT): L.BOOTING,
+    (L.FAILED, T.REBOOT): L.BOOTING,
+    (L.BOOTING, T.BOOT_PASSED): L.READY,
+    (L.BOOTING, T.BOOT_FAILED): L.BOOTING,  # the fold turns the 3rd into FAILED
+    (L.BOOTING, T.BOOT_TIMEOUT): L.FAILED,
+    (L.READY, T.HEARTBEAT_MISSED): L.DEGRADED,
+    (L.DEGRADED, T.HEARTBEAT_RESUMED): L.READY,
+    (L.DEGRADED, T.GRACE_EXPIRED): L.DOWN,
+    **{(state, T.FATAL): L.DOWN for state in (L.UNKNOWN, *_LIVE)},
+    **{(state, T.DISABLE): L.DOWN
        for state in (L.UNKNOWN, *_LIVE, L.DOWN, L.FAILED, L.QUARANTINED)},
-    (L.DOWN, LifecycleTrigger.ENABLE): L.READY,
-    (L.DOWN, LifecycleTrigger.PARTITION_HEALED): L.READY,
-    **{(state, LifecycleTrigger.TERMINATE): L.TERMINATED for state in Lifecycle if state is not L.TERMINATED},
-    **{(state, LifecycleTrigger.WIPE): L.BOOTING
+    (L.DOWN, T.ENABLE): L.READY,
+    (L.DOWN, T.PARTITION_HEALED): L.READY,
+    **{(state, T.TERMINATE): L.TERMINATED for state in Lifecycle if state is not L.TERMINATED},
+    **{(state, T.WIPE): L.BOOTING
        for state in (L.READY, L.DEGRADED, L.DOWN, L.FAILED, L.QUARANTINED, L.BOOTING)},
-    (L.BOOTING, LifecycleTrigger.WIPE_PASSED): L.READY,
-    **{(state, LifecycleTrigger.WIPE_FAILED): L.QUARANTINED for state in (*_LIVE, L.DOWN)},
+    (L.BOOTING, T.WIPE_PASSED): L.READY,
+    **{(state, T.WIPE_FAILED): L.QUARANTINED for state in (*_LIVE, L.DOWN)},
 }
 
 INTENT: dict[tuple[Intent, Command], Intent] = {

@@ -37,7 +37,8 @@ from herdbook.events.alloc import (
     AllocStopRequested,
 )
 from herdbook.events.codec import AnyEvent
-from herdbook.events.evals import EvalStatus, Step, Trigger
+from herdbook.events.evals import EvalStatus, Step
+from herdbook.events.evals import EvalTrigger as Trigger
 from herdbook.events.node import (
     NodeDeleted,
     NodeDisabled,

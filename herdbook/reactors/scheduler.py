@@ -40,7 +40,8 @@ from herdbook.events.alloc import AllocEvent, AllocPlaced, AllocStopRequested
 from herdbook.events.authority import Unvouched, bind_event
 from herdbook.events.base import Event, new_id
 from herdbook.events.eval_events import EvalCreated, EvalEnqueued, EvalEvent
-from herdbook.events.evals import EvalStatus, Step, Trigger
+from herdbook.events.evals import EvalStatus, Step
+from herdbook.events.evals import EvalTrigger as Trigger
 from herdbook.events.states import Intent
 from herdbook.events.store import ConflictError, EventStore
 from herdbook.events.subjects import EVENTS_STREAM
