@@ -108,8 +108,8 @@ class FakeStore:
         self.racing: list[AnyEvent] = []
 
     def race(self, *events: AnyEvent) -> None:
-        """Another writer lands first: the next append finds ``events`` stored (and
-        folded) before it, after the decision was made from the view without them."""
+        """Another writer lands first: the next append to each event's aggregate finds
+        it stored (and folded), after the decision was made from the view without it."""
         self.racing.extend(events)
 
     def fold(self, event: AnyEvent) -> int:
@@ -123,9 +123,10 @@ class FakeStore:
     append_decided = EventStore.append_decided
 
     async def append(self, event: Any, expected_version: int | None = None) -> int:
-        while self.racing:
-            self.fold(self.racing.pop(0))
         filt = filter_of(event)
+        for first in [e for e in self.racing if filter_of(e) == filt]:
+            self.racing.remove(first)
+            self.fold(first)
         current = self.last.get(filt, 0)
         if expected_version is not None and expected_version != current:
             raise ConflictError(filt, expected_version)

@@ -21,8 +21,9 @@ import asyncio
 import logging
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
+from dataclasses import dataclass
 
+from herdbook.clock import SYSTEM_CLOCK, Clock
 from herdbook.config import Config
 from herdbook.events.alloc import LIVE
 from herdbook.events.node import (
@@ -35,66 +36,117 @@ from herdbook.events.node import (
     NodeWipeStarted,
 )
 from herdbook.events.states import Intent, Lifecycle, NodeClass, NodeType
-from herdbook.events.store import ConflictError, EventStore
+from herdbook.events.store import EventStore
 from herdbook.projector.node_view import NodeView
 from herdbook.projector.runner import ProjectorRunner
+from herdbook.reactors.runner import Context, DecideRunner, Decision
 
 log = logging.getLogger(__name__)
 
 ACTOR = "sensitive"
 
 
-def decide_conformance(views: Mapping[str, NodeView], fingerprints: Mapping[str, str],
-                       expected_by_pool: Mapping[str, str | None]) -> list[NodeEvent]:
-    """The conformance events due: a changed fingerprint or drift verdict is recorded;
-    a sensitive node that newly drifted is drained at once (caused by the record)."""
+@dataclass(frozen=True)
+class Expectation:
+    """What a node's fingerprint is held against: ``expected`` ("" for nothing) and how
+    it was chosen."""
+
+    expected: str
+    how: str
+
+
+def pool_expectations(views: Mapping[str, NodeView], fingerprints: Mapping[str, str],
+                      expected_by_pool: Mapping[str, str | None]) -> dict[str, Expectation]:
+    """Per compute node with a fingerprint: the pool's ``expected_fingerprint`` (config)
+    or, without one, the pool's majority (more than half; a tie names no one)."""
     groups: dict[str, list[str]] = defaultdict(list)
     for node_id, fp in fingerprints.items():
         view = views.get(node_id)
         if view is not None and view.type is NodeType.COMPUTE and fp:
             groups[view.info.labels.get("pool", "")].append(node_id)
-    events: list[NodeEvent] = []
+    out: dict[str, Expectation] = {}
     for pool, members in sorted(groups.items()):
         expected = expected_by_pool.get(pool) if pool else None
         how = "the pool's expected fingerprint"
         if not expected:
-            counts = Counter(fingerprints[n] for n in members)
-            ranked = counts.most_common(2)
-            # a majority needs more than half the pool: a tie names no one
-            if len(members) < 3 or ranked[0][1] * 2 <= len(members):
-                expected = ""
-            else:
-                expected = ranked[0][0]
+            ranked = Counter(fingerprints[n] for n in members).most_common(2)
+            majority = len(members) >= 3 and ranked[0][1] * 2 > len(members)
+            expected = ranked[0][0] if majority else ""
             how = "the pool's majority"
         for node_id in sorted(members):
-            view = views[node_id]
-            fp = fingerprints[node_id]
-            drift = bool(expected) and fp != expected
-            if (fp, expected, drift) == (view.fingerprint, view.fingerprint_expected, view.drift):
-                continue
-            reason = (f"fingerprint differs from {how}" if drift
-                      else "fingerprint conforms" if expected else "no expected fingerprint")
-            record = NodeConformanceChanged(node_id=node_id, fingerprint=fp, expected=expected,
-                                            drift=drift, reason=reason, actor=ACTOR)
-            events.append(record)
-            if (drift and not view.drift and view.info.node_class is NodeClass.SENSITIVE
-                    and view.intent in (Intent.ELIGIBLE, Intent.CORDONED)):
-                events.append(NodeDrainStarted(node_id=node_id, actor=ACTOR, urgent=False,
-                                               reason="conformance drift on a sensitive node",
-                                               causation_id=record.event_id))
+            out[node_id] = Expectation(expected, how)
+    return out
+
+
+def decide_node_conformance(view: NodeView, fingerprint: str,
+                            expectation: Expectation) -> list[NodeEvent]:
+    """A changed fingerprint or drift verdict is recorded; a sensitive node that newly
+    drifted is drained at once (caused by the record)."""
+    expected = expectation.expected
+    drift = bool(expected) and fingerprint != expected
+    if (fingerprint, expected, drift) == (view.fingerprint, view.fingerprint_expected,
+                                          view.drift):
+        return []
+    reason = (f"fingerprint differs from {expectation.how}" if drift
+              else "fingerprint conforms" if expected else "no expected fingerprint")
+    record = NodeConformanceChanged(node_id=view.id, fingerprint=fingerprint,
+                                    expected=expected, drift=drift, reason=reason, actor=ACTOR)
+    events: list[NodeEvent] = [record]
+    if (drift and not view.drift and view.info.node_class is NodeClass.SENSITIVE
+            and view.intent in (Intent.ELIGIBLE, Intent.CORDONED)):
+        events.append(NodeDrainStarted(node_id=view.id, actor=ACTOR, urgent=False,
+                                       reason="conformance drift on a sensitive node",
+                                       causation_id=record.event_id))
     return events
+
+
+def decide_conformance(views: Mapping[str, NodeView], fingerprints: Mapping[str, str],
+                       expected_by_pool: Mapping[str, str | None]) -> list[NodeEvent]:
+    """The conformance events due across the fleet, node by node."""
+    events: list[NodeEvent] = []
+    for node_id, expectation in pool_expectations(views, fingerprints,
+                                                  expected_by_pool).items():
+        events += decide_node_conformance(views[node_id], fingerprints[node_id], expectation)
+    return events
+
+
+def decide_release(view: NodeView | None, running: int,
+                   wipe_timeout: float) -> Decision[NodeEvent] | None:
+    """After ``node.released`` (or the DRAINED that follows it): drain while ``running``
+    other allocations run, else start the wipe."""
+    if view is None or not view.release_pending or view.wipe_status == "wiping":
+        return None
+    if running and view.intent is not Intent.DRAINED:
+        if view.intent is Intent.DRAINING:
+            return None
+        return Decision(view.version, [NodeDrainStarted(
+            node_id=view.id, actor=ACTOR,
+            reason=f"released: {running} other sensitive allocation(s) run")])
+    return Decision(view.version, [NodeWipeStarted(
+        node_id=view.id, actor=ACTOR, attempt=view.wipe_attempt + 1, timeout_s=wipe_timeout,
+        reason="released: wiping")])
+
+
+def decide_wipe_timeout(view: NodeView | None, attempt: int) -> Decision[NodeEvent] | None:
+    """The wipe ``attempt`` was not confirmed in time: failed, unless it ended or another
+    attempt began meanwhile."""
+    if view is None or view.wipe_status != "wiping" or view.wipe_attempt != attempt:
+        return None
+    return Decision(view.version, [NodeWipeFailed(
+        node_id=view.id, actor=ACTOR,
+        reason=f"not confirmed within wipe_timeout {view.wipe_timeout_s:g}s")])
 
 
 class SensitiveReactor:
     def __init__(self, store: EventStore, projector: ProjectorRunner, config: Config,
                  fingerprints: Callable[[], Mapping[str, str]], *,
-                 now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
-        self.store = store
-        self._unsubscribe: Callable[[], None] | None = None
+                 clock: Clock = SYSTEM_CLOCK) -> None:
+        self.runner = DecideRunner(store, projector, clock)
         self.projector = projector
         self.config = config
         self.fingerprints = fingerprints
-        self.now = now
+        self.clock = clock
+        self._unsubscribe: Callable[[], None] | None = None
         self._queue: asyncio.Queue[tuple[str, str, int]] = asyncio.Queue()
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._tasks: list[asyncio.Task[None]] = []
@@ -104,9 +156,10 @@ class SensitiveReactor:
         self._tasks = [asyncio.create_task(self._work(), name="sensitive"),
                        asyncio.create_task(self._conformance_loop(), name="conformance")]
         loop = asyncio.get_running_loop()
+        now = self.clock.now()
         for view in self.projector.nodes.values():   # wipes in flight across a restart
             if view.wipe_status == "wiping" and view.wipe_started_at is not None:
-                left = view.wipe_timeout_s - (self.now() - view.wipe_started_at).total_seconds()
+                left = view.wipe_timeout_s - (now - view.wipe_started_at).total_seconds()
                 self._arm(loop, view.id, view.wipe_attempt, max(0.0, left))
             elif view.release_pending:
                 self._queue.put_nowait(("released", view.id, 0))
@@ -151,40 +204,23 @@ class SensitiveReactor:
                 await asyncio.sleep(1.0)
                 self._queue.put_nowait((kind, node_id, attempt))
 
-    async def _append(self, view: NodeView, *events: NodeEvent) -> None:
-        try:
-            await self.store.append_decided(list(events), view.version)
-        except ConflictError:
-            log.info("%s changed meanwhile; deciding again", view.id)
-            await asyncio.sleep(0.2)
-            raise
+    def _running(self, node_id: str) -> int:
+        return sum(1 for a in self.projector.allocs.values()
+                   if a.node_id == node_id and a.status in LIVE)
 
     async def after_release(self, node_id: str) -> None:
         """Drain while other allocations run, else wipe."""
-        view = self.projector.nodes.get(node_id)
-        if view is None or not view.release_pending or view.wipe_status == "wiping":
-            return
-        running = [a for a in self.projector.allocs.values()
-                   if a.node_id == node_id and a.status in LIVE]
-        if running and view.intent is not Intent.DRAINED:
-            if view.intent is not Intent.DRAINING:
-                await self._append(view, NodeDrainStarted(
-                    node_id=node_id, actor=ACTOR,
-                    reason=f"released: {len(running)} other sensitive allocation(s) run"))
-            return
-        await self._append(view, NodeWipeStarted(
-            node_id=node_id, actor=ACTOR, attempt=view.wipe_attempt + 1,
-            timeout_s=float(self.config.sensitive.wipe_timeout), reason="released: wiping"))
+        wipe_timeout = float(self.config.sensitive.wipe_timeout)
+        await self.runner.run("node", node_id, lambda _: decide_release(
+            self.projector.nodes.get(node_id), self._running(node_id), wipe_timeout))
 
     async def wipe_timed_out(self, node_id: str, attempt: int) -> None:
         self._timers.pop(node_id, None)
-        view = self.projector.nodes.get(node_id)
-        if view is None or view.wipe_status != "wiping" or view.wipe_attempt != attempt:
-            return
-        limit = view.wipe_timeout_s
-        log.error("%s: wipe not confirmed within %gs: QUARANTINED", node_id, limit)
-        await self._append(view, NodeWipeFailed(
-            node_id=node_id, actor=ACTOR, reason=f"not confirmed within wipe_timeout {limit:g}s"))
+        done = await self.runner.run("node", node_id, lambda _: decide_wipe_timeout(
+            self.projector.nodes.get(node_id), attempt))
+        if done.events:
+            log.error("%s: wipe attempt %d not confirmed in time: QUARANTINED", node_id,
+                      attempt)
 
     async def _conformance_loop(self) -> None:
         while True:
@@ -197,21 +233,21 @@ class SensitiveReactor:
                 log.exception("conformance check failed")
 
     async def check_conformance(self) -> int:
-        """Record what changed; return how many events were appended."""
+        """Record what changed; return how many events were appended. Each node is
+        decided on its own (a node that changed meanwhile is decided again from its
+        newer view against the same pool expectation)."""
         expected = {name: pool.expected_fingerprint for name, pool in self.config.pools.items()}
-        views = self.projector.nodes
-        events = decide_conformance(views, self.fingerprints(), expected)
-        by_node: dict[str, list[NodeEvent]] = defaultdict(list)
-        for event in events:
-            by_node[event.node_id].append(event)
+        fingerprints = self.fingerprints()
         done = 0
-        for node_id, node_events in by_node.items():
-            view = views.get(node_id)
-            if view is None or view.lifecycle is Lifecycle.TERMINATED:
-                continue
-            try:
-                await self.store.append_decided(node_events, view.version)
-                done += len(node_events)
-            except ConflictError:
-                pass   # decided again next interval
+        for node_id, expectation in pool_expectations(self.projector.nodes, fingerprints,
+                                                      expected).items():
+            def decide(_: Context, node_id: str = node_id,
+                       expectation: Expectation = expectation) -> Decision[NodeEvent] | None:
+                view = self.projector.nodes.get(node_id)
+                if view is None or view.lifecycle is Lifecycle.TERMINATED:
+                    return None
+                return Decision(view.version, decide_node_conformance(
+                    view, fingerprints[node_id], expectation))
+
+            done += len((await self.runner.run("node", node_id, decide)).events)
         return done
