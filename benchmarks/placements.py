@@ -12,7 +12,8 @@ import nats
 from benchmarks.common import report, start_server, stop_server
 from herdbook.config import Config
 from herdbook.control.app import ensure_streams
-from herdbook.events.evals import EvalStatus, Trigger
+from herdbook.events.evals import EvalStatus
+from herdbook.events.evals import EvalTrigger as Trigger
 from herdbook.events.jobs import JobRegistered, JobSpec, Resources
 from herdbook.events.node import GpuInfo, NodeApproved, NodeBootChecked, NodeInfo, NodeRegistered
 from herdbook.events.store import EventStore

@@ -37,7 +37,7 @@ from herdbook.events.authority import Unvouched, bind_event
 from herdbook.events.base import Event
 from herdbook.events.codec import encode
 from herdbook.events.heartbeat import Heartbeat
-from herdbook.events.machine import Trigger
+from herdbook.events.machine import LifecycleTrigger as Trigger
 from herdbook.events.node import (
     NodeBootStarted,
     NodeInfo,

@@ -26,7 +26,7 @@ from nats.aio.client import Client as NATS
 
 from herdbook.events.codec import encode
 from herdbook.events.heartbeat import Heartbeat
-from herdbook.events.machine import Trigger
+from herdbook.events.machine import LifecycleTrigger as Trigger
 from herdbook.events.node import NodeBootChecked, NodeBootStarted, NodeInfo, NodeRegistered
 from herdbook.events.states import NodeType
 from herdbook.events.subjects import heartbeat_subject

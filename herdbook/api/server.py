@@ -33,8 +33,7 @@ from herdbook.control.present import alloc_json, eval_json, instance_json, node_
 from herdbook.events.alloc import AllocRequeueApproved, AllocStatus
 from herdbook.events.base import new_id
 from herdbook.events.codec import decode_resources
-from herdbook.events.evals import Step
-from herdbook.events.evals import Trigger as EvalTrigger
+from herdbook.events.evals import EvalTrigger, Step
 from herdbook.events.jobs import JobDeregistered, JobRegistered, JobSpecError, parse_job_spec
 from herdbook.events.node import NodeDeclared, NodeEvent
 from herdbook.events.pool import PoolScaled

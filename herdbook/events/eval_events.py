@@ -6,7 +6,8 @@ from datetime import datetime
 from typing import ClassVar
 
 from herdbook.events.base import Event
-from herdbook.events.evals import EvalStatus, Step, Trigger
+from herdbook.events.evals import EvalStatus, Step
+from herdbook.events.evals import EvalTrigger as Trigger
 
 
 class EvalEvent(Event, frozen=True, kw_only=True):

@@ -14,7 +14,8 @@ from msgspec.structs import replace
 
 from herdbook.events.codec import AnyNodeEvent
 from herdbook.events.health_report import NodeHealthChanged
-from herdbook.events.machine import Trigger, next_lifecycle
+from herdbook.events.machine import LifecycleTrigger as Trigger
+from herdbook.events.machine import next_lifecycle
 from herdbook.events.node import (
     NodeApproved,
     NodeBootChecked,

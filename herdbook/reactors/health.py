@@ -9,7 +9,8 @@
 from __future__ import annotations
 
 from herdbook.events.health_report import NodeHealthChanged
-from herdbook.events.machine import Trigger, next_lifecycle
+from herdbook.events.machine import LifecycleTrigger as Trigger
+from herdbook.events.machine import next_lifecycle
 from herdbook.events.node import NodeDown, NodeEvent
 from herdbook.events.states import Health
 from herdbook.projector.node_view import NodeView

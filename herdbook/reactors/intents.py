@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from herdbook.events.machine import Command, Trigger, next_intent, next_lifecycle
+from herdbook.events.machine import Command, next_intent, next_lifecycle
+from herdbook.events.machine import LifecycleTrigger as Trigger
 from herdbook.events.node import (
     NodeBootStarted,
     NodeClaimed,

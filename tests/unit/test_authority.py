@@ -20,7 +20,7 @@ from herdbook.events.authority import (
 )
 from herdbook.events.codec import EVENT_TYPES, encode
 from herdbook.events.eval_events import EvalCreated
-from herdbook.events.evals import Trigger
+from herdbook.events.evals import EvalTrigger as Trigger
 from herdbook.events.node import NodeApproved, NodeBootStarted, NodeRegistered
 from herdbook.events.store import subject_of
 from herdbook.natsd.users import agent_permissions

@@ -35,7 +35,8 @@ from herdbook.events.eval_events import (
     EvalLinked,
     EvalStatusChanged,
 )
-from herdbook.events.evals import EvalStatus, Step, Trigger
+from herdbook.events.evals import EvalStatus, Step
+from herdbook.events.evals import EvalTrigger as Trigger
 from herdbook.events.health_report import NodeHealthChanged
 from herdbook.events.instance import (
     InstanceEvent,

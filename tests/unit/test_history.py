@@ -25,7 +25,7 @@ from herdbook.control.history import (
 from herdbook.events.alloc import AllocLost, AllocPlaced, AllocRequeueApproved, AllocRunning
 from herdbook.events.base import Event
 from herdbook.events.codec import encode
-from herdbook.events.evals import Trigger
+from herdbook.events.evals import EvalTrigger as Trigger
 from herdbook.events.jobs import JobDeregistered, JobRegistered, JobSpec
 from herdbook.events.node import (
     NodeApproved,

@@ -13,12 +13,12 @@ from herdbook.events.machine import (
     INTENT,
     LIFECYCLE,
     Command,
-    Trigger,
     intent_table_markdown,
     lifecycle_table_markdown,
     next_intent,
     next_lifecycle,
 )
+from herdbook.events.machine import LifecycleTrigger as Trigger
 from herdbook.events.states import Approval, Health, Intent, Lifecycle, NodeType
 from herdbook.projector.node_view import NodeView
 from herdbook.reactors import intents

@@ -21,7 +21,8 @@ from herdbook.events.alloc import (
     AllocStopRequested,
 )
 from herdbook.events.eval_events import EvalCreated, EvalLinked, EvalStatusChanged
-from herdbook.events.evals import EvalStatus, Step, Trigger
+from herdbook.events.evals import EvalStatus, Step
+from herdbook.events.evals import EvalTrigger as Trigger
 from herdbook.events.instance import (
     InstanceFailed,
     InstanceProvisioned,
