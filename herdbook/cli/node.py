@@ -31,7 +31,7 @@ def parse_at(text: str, option: str = "--at") -> str:
     """TIME as an absolute ISO-8601 UTC time for the API; a bad one is a usage error."""
     from datetime import UTC, datetime
 
-    from herdbook.control.history import parse_time
+    from herdbook.history.times import parse_time
     try:
         return parse_time(text, datetime.now(UTC)).isoformat()
     except ValueError as err:

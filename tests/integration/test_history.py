@@ -16,7 +16,6 @@ from msgspec.structs import replace
 
 from herdbook.config import parse_config
 from herdbook.control.app import ControlPlane
-from herdbook.control.history import audit_list, node_history, nodes_at, read_log, verify
 from herdbook.events.alloc import AllocStatus
 from herdbook.events.codec import encode
 from herdbook.events.node import (
@@ -29,6 +28,8 @@ from herdbook.events.node import (
 )
 from herdbook.events.states import Intent
 from herdbook.events.store import EventStore, subject_of
+from herdbook.history.queries import audit_list, node_history, nodes_at, verify
+from herdbook.history.reader import read_log
 from herdbook.reactors.health import decide_health
 from herdbook.reactors.health_policy import Verdict
 from tests.conftest import herd

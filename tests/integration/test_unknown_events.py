@@ -15,9 +15,9 @@ import pytest
 
 from herdbook.agent.main import Agent, AgentOptions
 from herdbook.control.app import ControlPlane
-from herdbook.control.history import verify
 from herdbook.events.states import Approval, Lifecycle
 from herdbook.events.subjects import EVENTS_STREAM
+from herdbook.history.queries import verify
 from tests.integration.conftest import running_plane
 from tests.integration.test_agent_executor import eventually
 

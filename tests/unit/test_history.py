@@ -9,19 +9,7 @@ from typing import Any
 import pytest
 from msgspec.structs import replace
 
-from herdbook.control.history import (
-    CauseIndex,
-    ChainVerifier,
-    LogEntry,
-    audit_row,
-    build_history,
-    fitting,
-    fold_nodes,
-    is_audited,
-    is_nodes,
-    node_at_json,
-    parse_time,
-)
+from herdbook.control.history import fitting, node_at_json
 from herdbook.events.alloc import AllocLost, AllocPlaced, AllocRequeueApproved, AllocRunning
 from herdbook.events.base import Event
 from herdbook.events.codec import encode
@@ -38,6 +26,11 @@ from herdbook.events.node import (
 )
 from herdbook.events.states import Approval, Health, Intent, Lifecycle, NodeType
 from herdbook.events.subjects import event_subject
+from herdbook.history.audit import ChainVerifier, audit_row, is_audited
+from herdbook.history.causes import CauseIndex, build_history, is_nodes
+from herdbook.history.reader import LogEntry, entry_of
+from herdbook.history.times import parse_time
+from herdbook.projector.as_of import fold_nodes
 from herdbook.projector.eval_view import spawn
 from herdbook.projector.node_view import NodeView
 from herdbook.reactors.health import decide_health
@@ -281,3 +274,13 @@ def test_a_reply_keeps_what_fits() -> None:
     assert len(fitting(items, 10, budget=3 * size)) == 3
     assert len(fitting(items, 10, budget=3 * size - 1)) == 2
     assert fitting(items, 10, budget=1) == items[:1]
+
+
+def test_the_reader_binds_each_message_to_its_subject_and_keeps_a_dead_one_raw() -> None:
+    [stored] = log(NodeCordoned(node_id="n1", reason="fan"))
+    bound = entry_of(stored.seq, stored.stored_at, stored.subject, stored.data)
+    assert bound == stored
+    elsewhere = entry_of(2, T0, "herd.node.n2.cordoned", stored.data)
+    garbage = entry_of(3, T0, stored.subject, b"not json")
+    assert (elsewhere.event, elsewhere.data) == (None, stored.data)
+    assert garbage.event is None and garbage.subject == stored.subject

@@ -35,25 +35,47 @@ def module_names(root: Path = ROOT) -> dict[str, tuple[Path, bool]]:
     return found
 
 
-def imported_names(name: str, is_package: bool, source: str) -> dict[str, int]:
-    """Every dotted name ``source`` imports, relative ones made absolute. For
+def _targets(node: ast.Import | ast.ImportFrom, package: str) -> list[str]:
+    """The dotted names one import statement names, relative ones made absolute. For
     ``from a.b import c`` both ``a.b`` and ``a.b.c`` (``c`` may be a submodule)."""
-    package = name if is_package else name.rpartition(".")[0]
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if node.level:
+        base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+        module = ".".join([*base, *([node.module] if node.module else [])])
+    else:
+        module = node.module or ""
+    return [module, *(f"{module}.{alias.name}" for alias in node.names)]
+
+
+def _package_of(name: str, is_package: bool) -> str:
+    return name if is_package else name.rpartition(".")[0]
+
+
+def imported_names(name: str, is_package: bool, source: str) -> dict[str, int]:
+    """Every dotted name ``source`` imports anywhere, with the line of its first import."""
     names: dict[str, int] = {}
     for node in ast.walk(ast.parse(source, filename=name)):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                names.setdefault(alias.name, node.lineno)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
-                module = ".".join([*base, *([node.module] if node.module else [])])
-            else:
-                module = node.module or ""
-            names.setdefault(module, node.lineno)
-            for alias in node.names:
-                names.setdefault(f"{module}.{alias.name}", node.lineno)
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            for target in _targets(node, _package_of(name, is_package)):
+                names.setdefault(target, node.lineno)
     return names
+
+
+def imports_by_function(name: str, is_package: bool,
+                        source: str) -> list[tuple[str | None, list[str], int]]:
+    """(the module-level function the import is inside, or None; the names it imports;
+    line) for every import statement of ``source``. A nested function counts as the
+    module-level function around it, a method as its class (None)."""
+    found: list[tuple[str | None, list[str], int]] = []
+    for statement in ast.parse(source, filename=name).body:
+        owner = (statement.name if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef)
+                 else None)
+        for node in ast.walk(statement):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                found.append((owner, _targets(node, _package_of(name, is_package)),
+                              node.lineno))
+    return found
 
 
 def build_graph(sources: Mapping[str, tuple[bool, str]]) -> Graph:
@@ -182,14 +204,17 @@ def _sub(*names: str) -> tuple[str, ...]:
 # imports nothing else of herdbook; projector (folds) and reactors (deciders) import
 # events, and reactors read the projector's views; the agent imports events, and the
 # projector's alloc fold (it keeps its allocations by the same fold as the control
-# plane); control wires everything. The simulator drives the control plane and the
-# agent, so nothing under them imports it.
+# plane); history (the read side: log reader, cause chains, audit) imports events, the
+# projector's time-travel fold and the health classifier's actor name, and is imported
+# by the API, never the other way; control wires everything. The simulator drives the
+# control plane and the agent, so nothing under them imports it.
 FORBIDDEN = [
     (_sub("events"), _sub("projector", "reactors", "agent", "control", "cli", "sim",
-                          "config", "credentials", "files", "signals")),
-    (_sub("projector"), _sub("reactors", "agent", "control", "cli", "sim")),
-    (_sub("reactors"), _sub("agent", "control", "cli", "sim")),
-    (_sub("agent"), _sub("reactors", "control", "cli", "sim")),
+                          "config", "credentials", "files", "signals", "history", "api")),
+    (_sub("projector"), _sub("reactors", "agent", "control", "cli", "sim", "history", "api")),
+    (_sub("reactors"), _sub("agent", "control", "cli", "sim", "history", "api")),
+    (_sub("agent"), _sub("reactors", "control", "cli", "sim", "history", "api")),
+    (_sub("history"), _sub("agent", "control", "cli", "sim", "api")),
 ]
 
 # Exceptions that stand today, each with why and what removes it: none.
@@ -214,3 +239,64 @@ def test_only_the_cli_imports_typer_and_rich() -> None:
              for imported, line in imported_names(name, is_package, path.read_text()).items()
              if _inside(imported, ("typer", "rich"))]
     assert not wrong, "\n".join(wrong)
+
+
+# The CLI is a client of the API: of the server's rooms it imports only what the
+# commands that run a server-side process need (``herd up``, ``herd agent``, ``herd nats
+# cluster``, ``herd sim``), and only inside them, so ``herd --help`` and every other
+# command load none of it. (module, module-level function) -> why.
+SERVER_ROOMS = _sub("control", "reactors", "projector", "agent")
+RUNS_A_PROCESS = {
+    (f"{PACKAGE}.cli.main", "up"): "runs the control plane",
+    (f"{PACKAGE}.cli.main", "agent"): "runs the node agent",
+    (f"{PACKAGE}.cli.cluster", "cluster"): "runs local nats-servers",
+    (f"{PACKAGE}.cli.sim", "sim_command"): "runs a simulated fleet",
+    (f"{PACKAGE}.cli.sim", "_chaos"): "runs a simulated fleet (herd sim --chaos)",
+}
+
+
+def cli_reaching_into_the_server(modules: Mapping[str, tuple[bool, str]]) -> list[str]:
+    wrong = []
+    for name, (is_package, source) in sorted(modules.items()):
+        if not _inside(name, _sub("cli")):
+            continue
+        for owner, targets, line in imports_by_function(name, is_package, source):
+            hit = next((t for t in targets if _inside(t, SERVER_ROOMS)), None)
+            if hit is not None and (name, owner) not in RUNS_A_PROCESS:
+                where = f"in {owner}()" if owner else "outside a function"
+                wrong.append(f"{name} imports {hit} (line {line}, {where})")
+    return wrong
+
+
+@pytest.mark.xfail(strict=True, reason="remains: cli/client.py connect() imports "
+                   "agent.connection.server_list, cli/main.py check_policy() imports "
+                   "reactors.health_policy (being moved out by another change)")
+def test_the_cli_imports_server_rooms_only_inside_the_commands_that_run_them() -> None:
+    wrong = cli_reaching_into_the_server({
+        name: (is_package, path.read_text())
+        for name, (path, is_package) in module_names().items()})
+    assert not wrong, "the CLI asks the API; move what it needs out of the server's " \
+        "rooms (events/, history/, the API's request Structs):\n" + "\n".join(wrong)
+
+
+def test_a_cli_import_of_a_server_room_is_found_at_any_depth_outside_a_process_command() -> None:
+    cli = f"{PACKAGE}.cli"
+    wrong = cli_reaching_into_the_server({
+        f"{cli}.main": (False, f"""
+def up():
+    from {PACKAGE}.control.app import run
+def status():
+    def inner():
+        from {PACKAGE}.reactors import health_policy
+class Helper:
+    def method(self):
+        from ..projector.node_view import NodeView
+"""),
+        f"{cli}.node": (False, f"from {PACKAGE}.agent import connection\n"
+                               f"from {PACKAGE}.history.times import parse_time\n"),
+    })
+    assert wrong == [
+        f"{cli}.main imports {PACKAGE}.reactors (line 6, in status())",
+        f"{cli}.main imports {PACKAGE}.projector.node_view (line 9, outside a function)",
+        f"{cli}.node imports {PACKAGE}.agent (line 1, outside a function)",
+    ]
