@@ -11,11 +11,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import shlex
-import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
+from herdbook.clock import SYSTEM_CLOCK, Clock
 from herdbook.config import NotifierConfig
 from herdbook.events.codec import AnyEvent
 from herdbook.events.node import (
@@ -27,9 +26,10 @@ from herdbook.events.node import (
     NodeUncordoned,
 )
 from herdbook.events.states import Intent
-from herdbook.events.store import ConflictError, EventStore
+from herdbook.events.store import EventStore
 from herdbook.projector.node_view import NodeView
 from herdbook.projector.runner import ProjectorRunner
+from herdbook.reactors.runner import DecideRunner, Decision
 
 log = logging.getLogger(__name__)
 ACTOR = "notifier"
@@ -48,12 +48,31 @@ def has_drain_status(config: NotifierConfig) -> bool:
             or (config.type == "exec" and config.exec.drain_status is not None))
 
 
+def decide_failed(view: NodeView | None, action: str, error: str,
+                  attempts: int) -> Decision[NodeEvent] | None:
+    """A notification failed every attempt: recorded on the node, if it still exists."""
+    if view is None:
+        return None
+    return Decision(view.version, [NodeNotificationFailed(
+        node_id=view.id, action=action, reason=error[:500], attempts=attempts, actor=ACTOR)])
+
+
+def decide_drained(view: NodeView | None, message: str) -> Decision[NodeEvent] | None:
+    """The workload system reports the node drained: DRAINED, if it is still draining."""
+    if view is None or view.intent is not Intent.DRAINING:
+        return None
+    return Decision(view.version, [NodeDrained(
+        node_id=view.id, actor=ACTOR,
+        reason=message or "the workload system reports it drained")])
+
+
 class Notifier:
     def __init__(self, config: NotifierConfig, store: EventStore,
-                 projector: ProjectorRunner) -> None:
+                 projector: ProjectorRunner, *, clock: Clock = SYSTEM_CLOCK) -> None:
         self.config = config
         self._unsubscribe: Callable[[], None] | None = None
-        self.store = store
+        self.runner = DecideRunner(store, projector, clock)
+        self.clock = clock
         self.projector = projector
         self.sent = 0
         self.failed = 0
@@ -105,8 +124,8 @@ class Notifier:
                 if attempt + 1 < attempts:
                     await asyncio.sleep(float(self.config.backoff) * 2 ** attempt)
         self.failed += 1
-        await self.store.append(NodeNotificationFailed(
-            node_id=node_id, action=action, reason=error[:500], attempts=attempts, actor=ACTOR))
+        await self.runner.run("node", node_id, lambda _: decide_failed(
+            self.projector.nodes.get(node_id), action, error, attempts))
         return False
 
     async def _send(self, action: str, node_id: str, reason: str) -> None:
@@ -115,7 +134,7 @@ class Notifier:
             if url is None:
                 return
             body = {"event": action, "node_id": node_id, "reason": reason,
-                    "timestamp": datetime.now(UTC).isoformat().replace("+00:00", "Z")}
+                    "timestamp": self.clock.now().isoformat().replace("+00:00", "Z")}
             response = await self._client.post(url, json=body)
             if response.status_code >= 400:
                 raise RuntimeError(f"{url} answered {response.status_code}")
@@ -159,7 +178,7 @@ class Notifier:
     async def _poll_drain_status(self) -> None:
         while True:
             await asyncio.sleep(float(self.config.drain_status_interval))
-            started = time.monotonic()
+            started = self.clock.monotonic()
             for view in [v for v in self.projector.nodes.values()
                          if v.intent is Intent.DRAINING]:
                 try:
@@ -168,11 +187,12 @@ class Notifier:
                     log.warning("drain status of %s unknown: %s", view.id, err)
                     continue
                 if done:
-                    try:
-                        await self.store.append(NodeDrained(
-                            node_id=view.id, actor=ACTOR,
-                            reason=message or "the workload system reports it drained"),
-                            expected_version=view.version)
-                    except ConflictError:
-                        pass
-            log.debug("drain status round took %.2fs", time.monotonic() - started)
+                    await self.mark_drained(view.id, message)
+            log.debug("drain status round took %.2fs", self.clock.monotonic() - started)
+
+    async def mark_drained(self, node_id: str, message: str) -> None:
+        try:
+            await self.runner.run("node", node_id, lambda _: decide_drained(
+                self.projector.nodes.get(node_id), message))
+        except Exception as err:  # noqa: BLE001 - asked again next round
+            log.warning("recording %s drained failed: %s", node_id, err)

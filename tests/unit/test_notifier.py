@@ -5,22 +5,28 @@ from __future__ import annotations
 from pathlib import Path
 
 from herdbook.config import parse_config
-from herdbook.events.node import NodeCordoned, NodeDrainStarted, NodeNotificationFailed
+from herdbook.events.node import (
+    NodeCordoned,
+    NodeDrainStarted,
+    NodeNotificationFailed,
+    NodeRegistered,
+)
 from herdbook.reactors.notifier import Notifier, action_for, has_drain_status
+from tests.fakes import FakeProjector, FakeStore
 
 
-class RecordingStore:
-    def __init__(self) -> None:
-        self.events: list[object] = []
-
-    async def append(self, event: object, expected_version: int | None = None) -> int:
-        self.events.append(event)
-        return len(self.events)
+class RecordingStore(FakeStore):
+    @property
+    def events(self) -> list[object]:
+        """What the notifier appended (the node's registration is the test's)."""
+        return [event for event, _ in self.appended]
 
 
 def notifier(yaml: str) -> tuple[Notifier, RecordingStore]:
-    store = RecordingStore()
-    return Notifier(parse_config(yaml).notifier, store, None), store  # type: ignore[arg-type]
+    projector = FakeProjector()
+    store = RecordingStore(projector)
+    store.fold(NodeRegistered(node_id="gpu-1", boot_id="b"))
+    return Notifier(parse_config(yaml).notifier, store, projector), store  # type: ignore[arg-type]
 
 
 def test_which_events_notify() -> None:
