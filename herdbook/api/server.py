@@ -25,8 +25,8 @@ from nats.micro import add_service
 from nats.micro.request import Request
 
 import herdbook
+from herdbook.api.history_routes import HistoryRoutes
 from herdbook.config import Config
-from herdbook.control.history import HistoryRoutes
 from herdbook.control.lookup import ApiError, resolve
 from herdbook.control.metrics import Metrics
 from herdbook.control.present import alloc_json, eval_json, instance_json, node_json
