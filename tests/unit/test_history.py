@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from msgspec.structs import replace
 
-from herdbook.control.history import fitting, node_at_json
+from herdbook.api.history_routes import fitting, node_at_json
 from herdbook.events.alloc import AllocLost, AllocPlaced, AllocRequeueApproved, AllocRunning
 from herdbook.events.base import Event
 from herdbook.events.codec import encode
