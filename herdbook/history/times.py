@@ -25,5 +25,5 @@ def parse_time(text: str, now: datetime) -> datetime:
 
 
 def iso(value: datetime | None) -> str | None:
-    """``2026-11-21T10:00:01Z``: the API's way of writing a time (as ``present.iso``)."""
+    """``2026-11-21T10:00:01Z``: how every reply writes a time (``api/present.py`` too)."""
     return value.isoformat().replace("+00:00", "Z") if value else None
