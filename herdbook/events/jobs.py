@@ -8,6 +8,7 @@ import msgspec
 
 from herdbook.events.base import Event
 from herdbook.events.errors import error_path
+from herdbook.events.subjects import ID_PATTERN
 
 
 class Resources(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -49,7 +50,6 @@ def parse_job_spec(text: bytes | str, source: str = "job") -> JobSpec:
     """Decode and check a job spec; a bad one is refused with the key path and reason."""
     import msgspec.yaml
 
-    from herdbook.events.subjects import ID_PATTERN
     try:
         spec = msgspec.yaml.decode(text, type=JobSpec)
     except msgspec.ValidationError as err:
