@@ -8,10 +8,14 @@ failure stops the wipe (the control plane then QUARANTINES the node)."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import msgspec
 import msgspec.yaml
+
+from herdbook.events.base import Event
+from herdbook.events.node import NodeWiped, NodeWipeFailed, NodeWipeStarted, NodeWipeStepReported
 
 
 class WipeStep(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -72,3 +76,22 @@ async def run_step(step: WipeStep) -> tuple[bool, str]:
         await asyncio.shield(proc.wait())
         raise
     return (True, "ok") if code == 0 else (False, f"exit {code}")
+
+
+async def run_wipe(steps: list[WipeStep], started: NodeWipeStarted, node_id: str, actor: str,
+                   report: Callable[[Event], Awaitable[None]]) -> None:
+    """Run the steps in order and report each; then ``node.wiped``, or ``node.wipe_failed``
+    at the first failure. Every report is caused by ``started``."""
+    done: list[str] = []
+    for step in steps:
+        ok, detail = await run_step(step)
+        await report(NodeWipeStepReported(
+            node_id=node_id, step=step.name, ok=ok, detail=detail, actor=actor,
+            causation_id=started.event_id))
+        if not ok:
+            await report(NodeWipeFailed(node_id=node_id, step=step.name, reason=detail,
+                                        actor=actor, causation_id=started.event_id))
+            return
+        done.append(step.name)
+    await report(NodeWiped(node_id=node_id, steps=done, actor=actor,
+                           causation_id=started.event_id))

@@ -22,6 +22,7 @@ from nats.aio.client import Client as NATS
 import herdbook
 from herdbook.agent.main import Agent, AgentOptions
 from herdbook.agent.protocol import MemorySequence, NodeProtocol, send_heartbeat
+from herdbook.agent.reports import NodeReports
 from herdbook.events.agent_requests import Fault, InjectReply, InjectRequest
 from herdbook.events.codec import encode
 from herdbook.events.health_report import CheckResult, GpuEvent, HealthReport
@@ -42,8 +43,8 @@ class SimError(RuntimeError):
     """An action that cannot be done now (e.g. stop a node that is stopped)."""
 
 
-class SimAgent(Agent):
-    """The real agent; ``partitioned`` drops what it would publish by itself."""
+class PartitionableReports(NodeReports):
+    """The agent's own reports; ``partitioned`` drops them."""
 
     partitioned = False
 
@@ -54,6 +55,20 @@ class SimAgent(Agent):
     async def send_health(self) -> None:
         if not self.partitioned:
             await super().send_health()
+
+
+class SimAgent(Agent):
+    """The real agent; ``partitioned`` drops what it would publish by itself."""
+
+    reports_class = PartitionableReports
+
+    @property
+    def partitioned(self) -> bool:
+        return cast(PartitionableReports, self.reports).partitioned
+
+    @partitioned.setter
+    def partitioned(self, on: bool) -> None:
+        cast(PartitionableReports, self.reports).partitioned = on
 
 
 class SimNode(Protocol):
