@@ -9,44 +9,51 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-import uuid
-from datetime import UTC, datetime
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
+from herdbook.clock import SYSTEM_CLOCK, Clock
 from herdbook.config import Config
 from herdbook.control.providers import InstanceSpec, Provider, ProviderError
-from herdbook.events.instance import (
-    InstanceFailed,
-    InstanceProviderError,
-    InstanceProvisioned,
-    InstanceProvisioning,
-    InstanceRunning,
-    InstanceTerminated,
-    InstanceTerminating,
-)
-from herdbook.events.node import NodeDrainStarted, NodeTerminated
-from herdbook.events.states import Lifecycle, NodeClass
-from herdbook.events.store import ConflictError, EventStore
+from herdbook.events.instance import InstanceEvent
+from herdbook.events.node import NodeEvent
+from herdbook.events.store import EventStore
+from herdbook.projector.instance_view import InstanceView
+from herdbook.projector.node_view import NodeView
 from herdbook.projector.runner import ProjectorRunner
-from herdbook.reactors.pools import plan_pool
+from herdbook.reactors.pools import (
+    decide_drain_first,
+    decide_failed,
+    decide_node_terminated,
+    decide_provision_failed,
+    decide_provisioned,
+    decide_provisioning,
+    decide_running,
+    decide_terminate_error,
+    decide_terminated,
+    decide_terminating,
+    plan_pool,
+)
+from herdbook.reactors.runner import Appended, DecideRunner, Decision
 from herdbook.reactors.sweeper import Sweeper
 
 log = logging.getLogger(__name__)
-ACTOR = "instance-manager"
 
 
 class InstanceManager:
     def __init__(self, config: Config, store: EventStore, projector: ProjectorRunner,
-                 sweeper: Sweeper, providers: dict[str, Provider]) -> None:
+                 sweeper: Sweeper, providers: dict[str, Provider], *,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
         self.config = config
-        self.store = store
+        self.runner = DecideRunner(store, projector, clock)
+        self.clock = clock
         self.projector = projector
         self.sweeper = sweeper
         self.providers = providers
         self._task: asyncio.Task[None] | None = None
         self._busy: set[str] = set()      # instances with a provider call in flight
-        self._last_stale_check = 0.0
+        self._last_stale_check = -float("inf")
         self._tasks: set[asyncio.Task[None]] = set()
         # After a provider error a pool waits before provisioning again (doubling, 5s..5m),
         # so a broken provider is not called in a loop.
@@ -87,13 +94,13 @@ class InstanceManager:
         return out
 
     async def reconcile(self) -> None:
-        now = datetime.now(UTC)
+        now = self.clock.now()
         busy = self._busy_nodes()
         # Registration timeouts are checked every stale_check_interval (Navarch).
-        stale_check = (time.monotonic() - self._last_stale_check
+        stale_check = (self.clock.monotonic() - self._last_stale_check
                        >= float(self.config.instance_manager.stale_check_interval))
         if stale_check:
-            self._last_stale_check = time.monotonic()
+            self._last_stale_check = self.clock.monotonic()
         timeout = (float(self.config.instance_manager.registration_timeout) if stale_check
                    else float("inf"))
         for name, pool in self.config.pools.items():
@@ -102,50 +109,43 @@ class InstanceManager:
             plan = plan_pool(pool, self.projector.pool_sizes.get(name), instances,
                              self.projector.nodes, busy, now, timeout)
             for instance_id in plan.running:
-                inst = self.projector.instances[instance_id]
-                await self._append(InstanceRunning(instance_id=instance_id, actor=ACTOR,
-                                                   node_id=inst.node_id), inst.version)
+                await self._on_instance(instance_id, decide_running)
             for instance_id, reason in plan.fail:
-                inst = self.projector.instances[instance_id]
-                await self._append(InstanceFailed(instance_id=instance_id, actor=ACTOR,
-                                                  reason=reason), inst.version)
+                await self._on_instance(instance_id, partial(decide_failed, reason=reason))
                 self._spawn(self._terminate(instance_id, f"failed: {reason}", fail=True))
             for node_id in plan.drain:
-                view = self.projector.nodes.get(node_id)
-                if view is not None:
-                    await self._append(NodeDrainStarted(
-                        node_id=node_id, actor=ACTOR,
-                        reason="drained before its instance is terminated"), view.version)
+                await self._on_node(node_id, decide_drain_first)
             for instance_id, reason in plan.terminate:
                 self._spawn(self._terminate(instance_id, reason))
-            if time.monotonic() < self._retry_at.get(name, 0.0):
+            if self.clock.monotonic() < self._retry_at.get(name, 0.0):
                 continue
             for i in range(plan.provision):
                 replaces = plan.replace[i] if i < len(plan.replace) else None
                 self._spawn(self._provision(name, replaces))
+
+    async def _on_instance(self, instance_id: str, decide: Callable[
+            [InstanceView | None], Decision[InstanceEvent] | None]) -> Appended[InstanceEvent]:
+        """Decide on the instance as the view holds it now (again after a conflict)."""
+        return await self.runner.run("instance", instance_id, lambda _: decide(
+            self.projector.instances.get(instance_id)))
+
+    async def _on_node(self, node_id: str, decide: Callable[
+            [NodeView | None], Decision[NodeEvent] | None]) -> Appended[NodeEvent]:
+        return await self.runner.run("node", node_id, lambda _: decide(
+            self.projector.nodes.get(node_id)))
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _append(self, event: Any, expected: int) -> int | None:
-        try:
-            return await self.store.append(event, expected_version=expected)
-        except ConflictError:
-            return None    # someone moved first; the next round decides again
-
     async def _provision(self, pool_name: str, replaces: str | None) -> None:
         pool = self.config.pools[pool_name]
-        instance_id = f"{pool_name}-{uuid.uuid4().hex[:8]}"
+        instance_id = f"{pool_name}-{self.runner.ids()[:8]}"
         self._busy.add(instance_id)
         try:
-            reason = f"replaces {replaces}" if replaces else "pool below its target size"
-            seq = await self.store.append(InstanceProvisioning(
-                instance_id=instance_id, pool=pool_name, provider=pool.provider,
-                node_id=instance_id, node_class=NodeClass(pool.node_class),
-                labels=dict(pool.labels),
-                reason=reason, replaces=replaces, actor=ACTOR), expected_version=0)
+            await self.runner.run("instance", instance_id, lambda _: decide_provisioning(
+                instance_id, pool_name, pool, replaces))
             spec = InstanceSpec(instance_id=instance_id, node_id=instance_id, pool=pool_name,
                                 node_class=pool.node_class, labels=dict(pool.labels),
                                 fake_gpus=pool.fake_gpus,
@@ -156,18 +156,12 @@ class InstanceManager:
             except ProviderError as err:
                 delay = min(300.0, self._retry_delay.get(pool_name, 2.5) * 2)
                 self._retry_delay[pool_name] = delay
-                self._retry_at[pool_name] = time.monotonic() + delay
-                seq = await self.store.append(InstanceProviderError(
-                    instance_id=instance_id, operation="provision", reason=str(err),
-                    actor=ACTOR), expected_version=seq)
-                await self.store.append(InstanceFailed(
-                    instance_id=instance_id, reason=f"provisioning failed: {err}", actor=ACTOR),
-                    expected_version=seq)
+                self._retry_at[pool_name] = self.clock.monotonic() + delay
+                await self._on_instance(instance_id,
+                                        partial(decide_provision_failed, error=str(err)))
                 return
             self._retry_delay.pop(pool_name, None)
-            seq = await self.store.append(InstanceProvisioned(
-                instance_id=instance_id, provider_ref=ref, actor=ACTOR), expected_version=seq)
-            await self.projector.wait_applied(seq)
+            await self._on_instance(instance_id, partial(decide_provisioned, ref=ref))
         finally:
             self._busy.discard(instance_id)
 
@@ -177,29 +171,20 @@ class InstanceManager:
             return
         self._busy.add(instance_id)
         try:
-            seq: int | None = inst.version
             if not fail:
-                seq = await self._append(InstanceTerminating(
-                    instance_id=instance_id, reason=reason, actor=ACTOR), inst.version)
-                if seq is None:
-                    return
+                done = await self._on_instance(instance_id,
+                                               partial(decide_terminating, reason=reason))
+                if not done.events:
+                    return    # it moved on meanwhile: the next round decides again
             try:
                 await self.providers[inst.provider].terminate(instance_id, inst.provider_ref)
             except ProviderError as err:
-                await self.store.append(InstanceProviderError(
-                    instance_id=instance_id, operation="terminate", reason=str(err),
-                    actor=ACTOR))
+                await self._on_instance(instance_id,
+                                        partial(decide_terminate_error, error=str(err)))
                 return
             if not fail:
-                seq = await self.store.append(InstanceTerminated(
-                    instance_id=instance_id, reason=reason, actor=ACTOR))
-            node = self.projector.nodes.get(inst.node_id)
-            if node is not None and node.lifecycle is not Lifecycle.TERMINATED:
-                seq = await self._append(NodeTerminated(
-                    node_id=node.id, instance_id=instance_id, actor=ACTOR,
-                    reason=f"instance {instance_id} terminated: {reason}"), node.version)
-            if seq:
-                await self.projector.wait_applied(seq)
+                await self._on_instance(instance_id, partial(decide_terminated, reason=reason))
+            await self._on_node(inst.node_id, partial(
+                decide_node_terminated, instance_id=instance_id, reason=reason))
         finally:
             self._busy.discard(instance_id)
-

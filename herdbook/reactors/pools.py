@@ -1,6 +1,7 @@
-"""The pool reconciler's decider (Navarch): keep each pool within its bounds, fail
+"""The pool reconciler's deciders (Navarch): keep each pool within its bounds, fail
 instances that never registered, replace unhealthy nodes. Pure: views and the time
-come in, a plan comes out."""
+come in, a plan comes out; each step of the plan is decided again from the view when the
+instance manager (``control/instances.py``) carries it out."""
 
 from __future__ import annotations
 
@@ -9,9 +10,21 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from herdbook.config import PoolConfig
-from herdbook.events.states import Health, InstanceState, Intent, Lifecycle
+from herdbook.events.instance import (
+    InstanceEvent,
+    InstanceFailed,
+    InstanceProviderError,
+    InstanceProvisioned,
+    InstanceProvisioning,
+    InstanceRunning,
+    InstanceTerminated,
+    InstanceTerminating,
+)
+from herdbook.events.node import NodeDrainStarted, NodeEvent, NodeTerminated
+from herdbook.events.states import Health, InstanceState, Intent, Lifecycle, NodeClass
 from herdbook.projector.instance_view import InstanceView
 from herdbook.projector.node_view import NodeView
+from herdbook.reactors.runner import Decision
 
 LIVE = (InstanceState.PROVISIONING, InstanceState.PENDING_REGISTRATION, InstanceState.RUNNING)
 
@@ -95,3 +108,93 @@ def _scale_down(live: list[InstanceView], nodes: Mapping[str, NodeView], busy: d
             continue
         out.append((inst.id, "scale down"))
     return out
+
+
+# Each step of a plan, decided again from the current view when it is carried out (after
+# a conflict, from the newer one): a step whose reason has gone decides nothing.
+
+ACTOR = "instance-manager"
+
+
+def decide_provisioning(instance_id: str, pool_name: str, pool: PoolConfig,
+                        replaces: str | None) -> Decision[InstanceEvent]:
+    """A new instance (``instance_id`` is new: expected version 0)."""
+    return Decision(0, [InstanceProvisioning(
+        instance_id=instance_id, pool=pool_name, provider=pool.provider, node_id=instance_id,
+        node_class=NodeClass(pool.node_class), labels=dict(pool.labels),
+        reason=f"replaces {replaces}" if replaces else "pool below its target size",
+        replaces=replaces, actor=ACTOR)])
+
+
+def decide_provisioned(inst: InstanceView | None, ref: str) -> Decision[InstanceEvent] | None:
+    if inst is None or inst.state is not InstanceState.PROVISIONING:
+        return None
+    return Decision(inst.version, [InstanceProvisioned(instance_id=inst.id, provider_ref=ref,
+                                                       actor=ACTOR)])
+
+
+def decide_provision_failed(inst: InstanceView | None,
+                            error: str) -> Decision[InstanceEvent] | None:
+    """The provider refused: the error, then FAILED."""
+    if inst is None or inst.state is not InstanceState.PROVISIONING:
+        return None
+    return Decision(inst.version, [
+        InstanceProviderError(instance_id=inst.id, operation="provision", reason=error,
+                              actor=ACTOR),
+        InstanceFailed(instance_id=inst.id, reason=f"provisioning failed: {error}",
+                       actor=ACTOR)])
+
+
+def decide_running(inst: InstanceView | None) -> Decision[InstanceEvent] | None:
+    """Its agent registered (``plan_pool``): RUNNING, if still waiting for it."""
+    if inst is None or inst.state is not InstanceState.PENDING_REGISTRATION:
+        return None
+    return Decision(inst.version, [InstanceRunning(instance_id=inst.id, node_id=inst.node_id,
+                                                   actor=ACTOR)])
+
+
+def decide_failed(inst: InstanceView | None, reason: str) -> Decision[InstanceEvent] | None:
+    if inst is None or inst.state not in LIVE:
+        return None
+    return Decision(inst.version, [InstanceFailed(instance_id=inst.id, reason=reason,
+                                                  actor=ACTOR)])
+
+
+def decide_terminating(inst: InstanceView | None,
+                       reason: str) -> Decision[InstanceEvent] | None:
+    if inst is None or inst.state not in LIVE:
+        return None
+    return Decision(inst.version, [InstanceTerminating(instance_id=inst.id, reason=reason,
+                                                       actor=ACTOR)])
+
+
+def decide_terminate_error(inst: InstanceView | None,
+                           error: str) -> Decision[InstanceEvent] | None:
+    if inst is None:
+        return None
+    return Decision(inst.version, [InstanceProviderError(
+        instance_id=inst.id, operation="terminate", reason=error, actor=ACTOR)])
+
+
+def decide_terminated(inst: InstanceView | None, reason: str) -> Decision[InstanceEvent] | None:
+    if inst is None or inst.state is not InstanceState.TERMINATING:
+        return None
+    return Decision(inst.version, [InstanceTerminated(instance_id=inst.id, reason=reason,
+                                                      actor=ACTOR)])
+
+
+def decide_drain_first(node: NodeView | None) -> Decision[NodeEvent] | None:
+    """A node that runs allocations is drained before its instance is terminated."""
+    if node is None or node.intent in (Intent.DRAINING, Intent.DRAINED):
+        return None
+    return Decision(node.version, [NodeDrainStarted(
+        node_id=node.id, actor=ACTOR, reason="drained before its instance is terminated")])
+
+
+def decide_node_terminated(node: NodeView | None, instance_id: str,
+                           reason: str) -> Decision[NodeEvent] | None:
+    if node is None or node.lifecycle is Lifecycle.TERMINATED:
+        return None
+    return Decision(node.version, [NodeTerminated(
+        node_id=node.id, instance_id=instance_id, actor=ACTOR,
+        reason=f"instance {instance_id} terminated: {reason}")])
