@@ -23,15 +23,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import signal
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import msgspec
-
 from herdbook.agent import procs
+from herdbook.agent.workload import Workload
+from herdbook.agent.workload_state import STATE_FILE, StateEntry, read_state, write_state
 from herdbook.events.alloc import (
     AllocCompleted,
     AllocEvent,
@@ -42,52 +40,16 @@ from herdbook.events.alloc import (
     AllocStopped,
     AllocStopRequested,
 )
-from herdbook.files import write_atomic
 from herdbook.projector.alloc_view import AllocView
 
 log = logging.getLogger(__name__)
 
-STATE_FILE = "agent-state.json"
 ALLOCS_DIR = "allocs"
 VANISHED_AWAY = "workload vanished while the agent was away"
 VANISHED = "workload exited without leaving an exit status"
 UNKNOWN = "the agent has no record of this workload"
 
 Report = Callable[[AllocEvent], Awaitable[None]]
-
-
-class StateEntry(msgspec.Struct, kw_only=True):
-    """One local workload as ``agent-state.json`` keeps it."""
-
-    alloc_id: str
-    job_id: str
-    index: int = 0
-    pid: int
-    pgid: int
-    started_at: float
-    """Wall clock, seconds since the epoch."""
-    proc_start: int | None = None
-    """Field 22 of /proc/<pid>/stat: tells our process from a later one with the same pid."""
-    log: str
-    exit_file: str
-    stopping: bool = False
-    """A stop was requested: its end is reported as ``alloc.stopped``."""
-
-
-class StateFile(msgspec.Struct, kw_only=True):
-    version: int = 1
-    node_id: str
-    allocs: list[StateEntry] = []
-
-
-@dataclass(eq=False)
-class _Workload:
-    entry: StateEntry
-    exited: asyncio.Event = field(default_factory=asyncio.Event)
-    stopper: asyncio.Task[None] | None = None
-    killed: bool = False
-    lost: bool = False
-    """The control plane wrote it off (``alloc.lost``): killed, its end not reported."""
 
 
 class Executor:
@@ -102,13 +64,13 @@ class Executor:
         self.poll_interval = poll_interval
         self.requeue_allowed = requeue_allowed
         self._report = report
-        self._local: dict[str, _Workload] = {}
+        self._local: dict[str, Workload] = {}
         self._unreported: dict[str, StateEntry] = {}
         """Ended workloads whose terminal event is not stored yet."""
         self._known: set[str] = set()
         """Every allocation this executor started, adopted or settled: never started again."""
         self._outbox: asyncio.Queue[tuple[AllocEvent, str | None]] = asyncio.Queue()
-        self._saved = self._read_state()
+        self._saved = read_state(self.state_file, self.node_id)
         self.reattaching = bool(self._saved)
         """True from construction until ``reattach()`` is done if the state file lists
         workloads: the heartbeat carries it."""
@@ -138,7 +100,7 @@ class Executor:
                     await self._report(AllocRunning(
                         node_id=self.node_id, alloc_id=entry.alloc_id, actor=self.actor,
                         pid=entry.pid, reattached=True))
-                    self._local[entry.alloc_id] = _Workload(entry)
+                    self._local[entry.alloc_id] = Workload(entry)
                     log.info("%s: reattached to pid %d", entry.alloc_id, entry.pid)
                 else:
                     reaped = procs.reap(entry.pid)
@@ -202,7 +164,7 @@ class Executor:
         entry = StateEntry(alloc_id=view.id, job_id=view.job_id, index=view.index, pid=pid,
                            pgid=pid, started_at=time.time(), proc_start=procs.start_time(pid),
                            log=str(log_path), exit_file=str(exit_file))
-        self._local[view.id] = _Workload(entry)
+        self._local[view.id] = Workload(entry)
         self._write_state()
         self._enqueue(AllocRunning(node_id=self.node_id, alloc_id=view.id, actor=self.actor,
                                    pid=pid))
@@ -210,51 +172,19 @@ class Executor:
 
     # -- stopping ---------------------------------------------------------------------
 
-    def _request_stop(self, workload: _Workload, stop: AllocStopRequested) -> None:
+    def _request_stop(self, workload: Workload, stop: AllocStopRequested) -> None:
         """A force stop kills at once, also in the middle of a graceful one; a second
         graceful request while one is under way changes nothing."""
         if workload.killed or (workload.stopper is not None and not stop.force):
             return
         self._mark_stopping(workload)
         if stop.force:
-            self._kill(workload)
+            workload.kill()
             return
-        workload.stopper = asyncio.create_task(self._stop_sequence(workload, stop),
+        workload.stopper = asyncio.create_task(workload.stop_sequence(stop),
                                                name=f"stop-{workload.entry.alloc_id}")
 
-    async def _stop_sequence(self, workload: _Workload, stop: AllocStopRequested) -> None:
-        """``signal``; after ``grace_s`` SIGTERM; after ``kill_timeout_s`` more SIGKILL.
-        When ``signal`` is SIGTERM itself, SIGKILL follows ``grace_s + kill_timeout_s``."""
-        pgid = workload.entry.pgid
-        first = procs.parse_signal(stop.signal)
-        if first is None:
-            log.warning("%s: unknown stop signal %r; sending SIGTERM", workload.entry.alloc_id,
-                        stop.signal)
-            first = signal.SIGTERM
-        procs.signal_group(pgid, first)
-        wait = stop.grace_s + stop.kill_timeout_s
-        if first is not signal.SIGTERM:
-            if await self._exits_within(workload, stop.grace_s):
-                return
-            procs.signal_group(pgid, signal.SIGTERM)
-            wait = stop.kill_timeout_s
-        if not await self._exits_within(workload, wait):
-            log.warning("%s: still running after SIGTERM; killing", workload.entry.alloc_id)
-            self._kill(workload)
-
-    @staticmethod
-    async def _exits_within(workload: _Workload, seconds: float) -> bool:
-        try:
-            await asyncio.wait_for(workload.exited.wait(), max(0.0, seconds))
-        except TimeoutError:
-            return workload.exited.is_set()
-        return True
-
-    def _kill(self, workload: _Workload) -> None:
-        workload.killed = True
-        procs.signal_group(workload.entry.pgid, signal.SIGKILL)
-
-    def _kill_lost(self, workload: _Workload) -> None:
+    def _kill_lost(self, workload: Workload) -> None:
         if workload.lost:
             return
         log.warning("%s: written off as lost by the control plane; killing pid %d",
@@ -262,9 +192,9 @@ class Executor:
         workload.lost = True
         if workload.stopper is not None:
             workload.stopper.cancel()
-        self._kill(workload)
+        workload.kill()
 
-    def _mark_stopping(self, workload: _Workload) -> None:
+    def _mark_stopping(self, workload: Workload) -> None:
         if not workload.entry.stopping:
             workload.entry.stopping = True
             self._write_state()
@@ -301,7 +231,7 @@ class Executor:
         from_file = procs.read_exit_file(Path(entry.exit_file))
         return True, from_file if from_file is not None else code
 
-    def _ended(self, workload: _Workload, code: int | None) -> None:
+    def _ended(self, workload: Workload, code: int | None) -> None:
         entry = workload.entry
         del self._local[entry.alloc_id]
         workload.exited.set()
@@ -355,26 +285,5 @@ class Executor:
         self._write_state()
 
     def _write_state(self) -> None:
-        entries = [*self._saved, *(w.entry for w in self._local.values()),
-                   *self._unreported.values()]
-        write_atomic(self.state_file, msgspec.json.encode(
-            StateFile(node_id=self.node_id, allocs=entries)).decode() + "\n")
-
-    def _read_state(self) -> list[StateEntry]:
-        try:
-            data = self.state_file.read_bytes()
-        except FileNotFoundError:
-            return []
-        try:
-            state = msgspec.json.decode(data, type=StateFile)
-        except msgspec.DecodeError as err:
-            kept = self.state_file.with_name(self.state_file.name + ".bad")
-            os.replace(self.state_file, kept)
-            log.error("%s is unreadable (%s); kept as %s, its workloads are not reattached",
-                      self.state_file, err, kept)
-            return []
-        if state.node_id != self.node_id:
-            log.error("%s belongs to node %s, not %s; its workloads are not reattached",
-                      self.state_file, state.node_id, self.node_id)
-            return []
-        return list(state.allocs)
+        write_state(self.state_file, self.node_id, [
+            *self._saved, *(w.entry for w in self._local.values()), *self._unreported.values()])

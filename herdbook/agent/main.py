@@ -18,12 +18,13 @@ from nats.aio.client import Client as NATS
 from herdbook.agent import boot, gpu, wipe
 from herdbook.agent.allocations import AllocationFollower
 from herdbook.agent.connection import append_until_stored, connect_until_reached
-from herdbook.agent.executor import STATE_FILE, Executor
+from herdbook.agent.executor import Executor
 from herdbook.agent.info import node_info, resources
 from herdbook.agent.protocol import NodeProtocol
 from herdbook.agent.registration import register, remember_info
 from herdbook.agent.reports import NodeReports
 from herdbook.agent.state import AgentState
+from herdbook.agent.workload_state import STATE_FILE
 from herdbook.credentials import NatsAuth
 from herdbook.events.alloc import AllocEvent
 from herdbook.events.authority import Unvouched, bind_event

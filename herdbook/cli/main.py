@@ -282,8 +282,8 @@ def agent(
         raise client.fail(str(err), client.EXIT_USAGE) from None
     if every <= 0:
         raise client.fail("--fingerprint-interval must be positive", client.EXIT_USAGE)
-    from herdbook.agent.executor import STATE_FILE
     from herdbook.agent.state import SENTINEL, SEQ_FILE
+    from herdbook.agent.workload_state import STATE_FILE
     usable_dir(state_dir, "--state-dir")
     plain_files(state_dir, (SEQ_FILE, SENTINEL) + (() if state_file else (STATE_FILE,)),
                 "--state-dir")

@@ -15,8 +15,8 @@ import msgspec
 import pytest
 
 from herdbook.agent import procs
-from herdbook.agent.executor import StateFile
 from herdbook.agent.main import Agent, AgentOptions
+from herdbook.agent.workload_state import StateFile
 from herdbook.control.agent_sync import AgentSync
 from herdbook.events.alloc import (
     AllocCompleted,

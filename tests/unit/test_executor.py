@@ -17,7 +17,8 @@ import msgspec
 import pytest
 
 from herdbook.agent import procs
-from herdbook.agent.executor import STATE_FILE, VANISHED_AWAY, Executor, StateEntry, StateFile
+from herdbook.agent.executor import VANISHED_AWAY, Executor
+from herdbook.agent.workload_state import STATE_FILE, StateEntry, StateFile
 from herdbook.events.alloc import (
     AllocCompleted,
     AllocEvent,
