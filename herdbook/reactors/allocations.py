@@ -22,23 +22,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
-from msgspec.structs import replace
-
+from herdbook.clock import SYSTEM_CLOCK, Clock
 from herdbook.config import Config
-from herdbook.events.alloc import (
-    LIVE,
-    AllocEvent,
-    AllocFailed,
-    AllocLost,
-    AllocStatus,
-    AllocStopRequested,
-)
-from herdbook.events.codec import AnyEvent
-from herdbook.events.evals import EvalStatus, Step
-from herdbook.events.evals import EvalTrigger as Trigger
+from herdbook.events.alloc import AllocEvent, AllocFailed, AllocLost
+from herdbook.events.eval_events import EvalEvent
+from herdbook.events.evals import EvalStatus, EvalTrigger, Step
 from herdbook.events.node import (
     NodeDeleted,
     NodeDisabled,
@@ -48,29 +39,38 @@ from herdbook.events.node import (
     NodeInfoUpdated,
     NodeTerminated,
 )
-from herdbook.events.states import Intent, Lifecycle, NodeClass
-from herdbook.events.store import ConflictError, EventStore
+from herdbook.events.states import Intent, Lifecycle
+from herdbook.events.store import EventStore
 from herdbook.projector.alloc_view import AllocView
-from herdbook.projector.eval_view import step
 from herdbook.projector.node_view import NodeView
 from herdbook.projector.runner import ProjectorRunner
-from herdbook.reactors.scheduler import new_eval
+from herdbook.reactors.alloc_deciders import (
+    ACTOR,
+    DrainAllocations,
+    KillAtDrainDeadline,
+    LoseAllocations,
+    decide_drain,
+    decide_drain_deadline,
+    decide_lost,
+    jobs_of,
+    sensitive,
+)
+from herdbook.reactors.eval_deciders import NEW, decide_blocked, decide_gc, decide_job_eval
+from herdbook.reactors.runner import Context, DecideRunner, Decision
 
 log = logging.getLogger(__name__)
 
-ACTOR = "allocations"
 LOSING = (NodeDown, NodeDisabled, NodeDeleted, NodeTerminated)
-GC_STATUSES = frozenset({EvalStatus.COMPLETE, EvalStatus.FAILED, EvalStatus.CANCELED})
 
 
 class AllocationReactor:
     def __init__(self, store: EventStore, projector: ProjectorRunner, config: Config, *,
-                 now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
-        self.store = store
-        self._unsubscribe: list[Callable[[], None]] = []
+                 clock: Clock = SYSTEM_CLOCK) -> None:
         self.projector = projector
+        self.model = projector.model
         self.config = config
-        self.now = now
+        self.runner = DecideRunner(store, projector, clock)
+        self._unsubscribe: list[Callable[[], None]] = []
         self._queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         self._schedulable: dict[str, bool] = {}
         self._tasks: list[asyncio.Task[None]] = []
@@ -78,14 +78,14 @@ class AllocationReactor:
         self._deadlines: dict[str, asyncio.TimerHandle] = {}
 
     def start(self) -> None:
-        self._schedulable = {n.id: n.schedulable for n in self.projector.nodes.values()}
-        self._unsubscribe = [self.projector.nodes.subscribe(self._on_node),
-                             self.projector.allocs.subscribe(self._on_alloc)]
+        self._schedulable = {n.id: n.schedulable for n in self.model.nodes.values()}
+        self._unsubscribe = [self.model.nodes.subscribe(self._on_node),
+                             self.model.allocs.subscribe(self._on_alloc)]
         self._tasks = [asyncio.create_task(self._work(), name="allocations"),
                        asyncio.create_task(self._gc_loop(), name="eval-gc")]
         # Work a restart may have missed: lost allocations on nodes already gone, and
         # blocked evals that capacity may fit now.
-        for node in self.projector.nodes.values():
+        for node in self.model.nodes.values():
             if node.lifecycle is Lifecycle.DOWN or node.intent is Intent.DISABLED:
                 self._queue.put_nowait(("lost", (node.id, "node is down", None)))
         self.request_unblock()
@@ -119,7 +119,7 @@ class AllocationReactor:
         if view is None:
             return
         if isinstance(event, AllocFailed | AllocLost) and event.actor.startswith("agent:"):
-            self._queue.put_nowait(("alloc-failure", (view.job_id, event)))
+            self._queue.put_nowait(("alloc-failure", (view.job_id, event.event_id)))
         if view.terminal:
             self.request_unblock()
 
@@ -133,17 +133,17 @@ class AllocationReactor:
         while True:
             kind, arg = await self._queue.get()
             try:
-                await self._catch_up()
+                await self.projector.catch_up()
                 if kind == "lost":
                     await self.lose_allocations(*arg)
                 elif kind == "drain":
                     await self.drain(*arg)
                 elif kind == "alloc-failure":
-                    await self._eval_for(arg[0], Trigger.ALLOC_FAILURE, causation=arg[1])
+                    await self._eval_for(arg[0], EvalTrigger.ALLOC_FAILURE, cause=arg[1])
                 elif kind == "unblock":
                     await asyncio.sleep(float(self.config.scheduler.unblock_delay))
                     self._unblock_pending = False
-                    await self._catch_up()
+                    await self.projector.catch_up()
                     await self.unblock()
                 elif kind == "deadline":
                     await self.drain_deadline(arg)
@@ -154,66 +154,29 @@ class AllocationReactor:
                 await asyncio.sleep(1.0)
                 self._queue.put_nowait((kind, arg))
 
-    async def _catch_up(self) -> None:
-        await self.projector.catch_up()
-
-    def _live_on(self, node_id: str) -> list[AllocView]:
-        return sorted((a for a in self.projector.allocs.values()
-                       if a.node_id == node_id and a.status in LIVE), key=lambda a: a.id)
-
-    async def _append_node_allocs(self, node_id: str,
-                                  decide: Callable[[], list[AllocEvent]]) -> list[AllocEvent]:
-        """Append what ``decide`` returns for the node's allocations; on a conflict,
-        catch up and decide again."""
-        for _ in range(10):
-            events = decide()
-            if not events:
-                return []
-            try:
-                await self.store.append_decided(
-                    events, self.projector.alloc_versions.get(node_id, 0))
-                return events
-            except ConflictError:
-                await self._catch_up()
-        raise RuntimeError(f"allocations of {node_id} kept changing")
-
     async def lose_allocations(self, node_id: str, reason: str,
                                cause: str | None = None) -> None:
-        node = self.projector.nodes.get(node_id)
-        sensitive = node is not None and node.info.node_class is NodeClass.SENSITIVE
-
-        def decide() -> list[AllocEvent]:
-            return [AllocLost(node_id=node_id, alloc_id=a.id, reason=reason,
-                              requeue_allowed=not sensitive, actor=ACTOR, causation_id=cause)
-                    for a in self._live_on(node_id)]
-
-        lost = await self._append_node_allocs(node_id, decide)
+        command = LoseAllocations(node_id, reason, cause)
+        lost = (await self.runner.run(
+            "alloc", node_id, lambda context: decide_lost(self.model, command, context))).events
+        keep = sensitive(self.model, node_id)
         if lost:
             log.warning("%s: %d allocation(s) lost (%s)%s", node_id, len(lost), reason,
-                        "; sensitive node: requeue needs an operator" if sensitive else "")
-        if sensitive:
+                        "; sensitive node: requeue needs an operator" if keep else "")
+        if keep:
             return
-        await self._catch_up()
-        for job_id in sorted({self.projector.allocs[e.alloc_id].job_id for e in lost}):
-            await self._eval_for(job_id, Trigger.NODE_UPDATE, node_id=node_id, cause=cause)
+        for job_id in jobs_of(self.model, lost):
+            await self._eval_for(job_id, EvalTrigger.NODE_UPDATE, node_id=node_id, cause=cause)
 
     async def drain(self, node_id: str, urgent: bool, deadline_s: float | None,
                     cause: str | None = None) -> None:
         cfg = self.config.allocations
-
-        def decide() -> list[AllocEvent]:
-            return [AllocStopRequested(
-                node_id=node_id, alloc_id=a.id, migrate=True,
-                reason="urgent drain" if urgent else "drain",
-                signal=cfg.checkpoint_signal if urgent else "SIGTERM",
-                grace_s=float(cfg.checkpoint_grace) if urgent else 0.0,
-                kill_timeout_s=float(cfg.kill_timeout), actor=ACTOR, causation_id=cause)
-                for a in self._live_on(node_id) if a.desired == "run"]
-
-        stopping = await self._append_node_allocs(node_id, decide)
-        await self._catch_up()
-        for job_id in sorted({self.projector.allocs[e.alloc_id].job_id for e in stopping}):
-            await self._eval_for(job_id, Trigger.NODE_DRAIN, node_id=node_id, cause=cause)
+        command = DrainAllocations(node_id, urgent, cfg.checkpoint_signal,
+                                   float(cfg.checkpoint_grace), float(cfg.kill_timeout), cause)
+        stopping = (await self.runner.run(
+            "alloc", node_id, lambda context: decide_drain(self.model, command, context))).events
+        for job_id in jobs_of(self.model, stopping):
+            await self._eval_for(job_id, EvalTrigger.NODE_DRAIN, node_id=node_id, cause=cause)
         if deadline_s:
             loop = asyncio.get_running_loop()
             old = self._deadlines.pop(node_id, None)
@@ -225,43 +188,25 @@ class AllocationReactor:
     async def drain_deadline(self, node_id: str) -> None:
         """The drain's deadline passed: kill whatever still runs on the node."""
         self._deadlines.pop(node_id, None)
-        node = self.projector.nodes.get(node_id)
-        if node is None or node.intent is not Intent.DRAINING:
-            return
-
-        def decide() -> list[AllocEvent]:
-            return [AllocStopRequested(node_id=node_id, alloc_id=a.id, migrate=True,
-                                       reason="drain deadline", force=True, actor=ACTOR)
-                    for a in self._live_on(node_id)]
-
-        forced = await self._append_node_allocs(node_id, decide)
+        command = KillAtDrainDeadline(node_id)
+        forced = (await self.runner.run(
+            "alloc", node_id,
+            lambda context: decide_drain_deadline(self.model, command, context))).events
         if forced:
             log.warning("%s: drain deadline passed; killing %d allocation(s)", node_id,
                         len(forced))
 
-    async def _eval_for(self, job_id: str, trigger: Trigger, *, node_id: str | None = None,
-                        causation: AnyEvent | None = None, cause: str | None = None) -> None:
-        job = self.projector.jobs.get(job_id)
-        if job is None:
-            return
-        if trigger is Trigger.ALLOC_FAILURE and any(
-                e.job_id == job_id and e.status is EvalStatus.PENDING and e.wait_until is None
-                for e in self.projector.evals.values()):
-            return   # a pending eval of the job will reconcile this failure too
-        created = new_eval(trigger, job, node_id=node_id, actor=ACTOR, causation=causation)
-        if cause is not None and causation is None:
-            created = replace(created, causation_id=cause)
-        await self.store.append(created, expected_version=0)
+    async def _eval_for(self, job_id: str, trigger: EvalTrigger, *, node_id: str | None = None,
+                        cause: str | None = None) -> None:
+        await self.runner.run("eval", NEW, lambda context: decide_job_eval(
+            self.model.jobs.get(job_id), self.model.evals.values(), trigger, context,
+            node_id=node_id, causation_id=cause, actor=ACTOR), wait=False)
 
     async def unblock(self) -> None:
-        blocked = sorted((e for e in self.projector.evals.values()
+        blocked = sorted((e for e in self.model.evals.values()
                           if e.status is EvalStatus.BLOCKED), key=lambda e: -e.priority)
         for view in blocked:
-            try:
-                await self.store.append(step(view, Step.UNBLOCK, "capacity changed", ACTOR),
-                                        expected_version=view.version)
-            except ConflictError:
-                pass   # it moved meanwhile
+            await self.runner.run("eval", view.id, partial(self._unblock, view.id), wait=False)
         if blocked:
             log.info("unblocked %d eval(s)", len(blocked))
 
@@ -277,20 +222,18 @@ class AllocationReactor:
 
     async def gc(self) -> int:
         """Delete terminal evals older than ``eval_gc_threshold``; return how many."""
-        cutoff = self.now() - timedelta(seconds=float(self.config.scheduler.eval_gc_threshold))
-        old = [e for e in list(self.projector.evals.values())
-               if e.status in GC_STATUSES and e.modified_at is not None and e.modified_at < cutoff]
+        threshold = float(self.config.scheduler.eval_gc_threshold)
         done = 0
-        for view in old:
-            try:
-                await self.store.append(step(view, Step.GC, "older than eval_gc_threshold",
-                                             ACTOR), expected_version=view.version)
-                done += 1
-            except ConflictError:
-                pass
+        for eval_id in list(self.model.evals):
+            collected = await self.runner.run(
+                "eval", eval_id, partial(self._collect, eval_id, threshold), wait=False)
+            done += bool(collected.events)
         return done
 
+    def _unblock(self, eval_id: str, context: Context) -> Decision[EvalEvent] | None:
+        return decide_blocked(self.model.evals.get(eval_id), Step.UNBLOCK, "capacity changed",
+                              actor=ACTOR)
 
-def live_allocations(allocs: dict[str, AllocView], node_id: str) -> int:
-    return sum(1 for a in allocs.values() if a.node_id == node_id
-               and a.status in (AllocStatus.PENDING, AllocStatus.RUNNING, AllocStatus.STOPPING))
+    def _collect(self, eval_id: str, threshold_s: float,
+                 context: Context) -> Decision[EvalEvent] | None:
+        return decide_gc(self.model.evals.get(eval_id), threshold_s, context, actor=ACTOR)

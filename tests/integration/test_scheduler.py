@@ -18,7 +18,7 @@ from typing import Any
 from herdbook.config import parse_config
 from herdbook.events.alloc import AllocCompleted, AllocRunning, AllocStatus
 from herdbook.events.eval_events import EvalCreated, EvalStatusChanged
-from herdbook.events.evals import EvalStatus, Step, EvalTrigger
+from herdbook.events.evals import EvalStatus, EvalTrigger, Step
 from herdbook.events.jobs import JobDeregistered, JobRegistered, JobSpec, Requeue, Resources
 from herdbook.events.node import (
     GpuInfo,
@@ -35,6 +35,7 @@ from herdbook.projector.eval_view import spawn, step
 from herdbook.projector.runner import ProjectorRunner
 from herdbook.reactors.allocations import AllocationReactor
 from herdbook.reactors.scheduler import Scheduler, new_eval
+from tests.fakes import FakeClock
 
 S = EvalStatus
 CONFIG = """
@@ -313,7 +314,7 @@ async def test_eval_gc_deletes_terminal_evals_older_than_the_threshold(h: Harnes
     eval_id = await h.run_job(count=1)
     await h.wait_status(eval_id, S.COMPLETE)
     assert await h.reactor.gc() == 0    # younger than eval_gc_threshold (1h)
-    h.reactor.now = lambda: datetime.now(UTC) + timedelta(hours=1, seconds=1)
+    h.reactor.runner.clock = FakeClock(datetime.now(UTC) + timedelta(hours=1, seconds=1))
     assert await h.reactor.gc() == 1
     # complete -- garbage collection --> deleted: gone from the view, kept in the log
     await h.wait(lambda: h.eval(eval_id) is None)

@@ -17,8 +17,8 @@ from herdbook.events.evals import (
     STORED,
     TRANSITIONS,
     EvalStatus,
-    Step,
     EvalTrigger,
+    Step,
     next_status,
     transitions_markdown,
 )

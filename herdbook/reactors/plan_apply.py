@@ -1,0 +1,106 @@
+"""A scheduling pass's plan and how it is applied (Nomad's ``plan_apply.go``).
+
+``make_plan`` reconciles the job with its allocations and bin-packs what must be placed
+(``placement``), from one view of the cluster. ``node_plans`` splits it by node, each
+with the version of the node's allocation aggregate that view held. ``apply_plan``
+appends every node's part as one decision expecting that version, nodes side by side:
+a node that moved since the plan was made conflicts, and the whole plan is stale
+(``KeptChanging`` from a runner of one attempt; the worker plans again).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from herdbook.events.alloc import AllocEvent, AllocPlaced, AllocStopRequested
+from herdbook.events.states import Intent
+from herdbook.projector.job_view import JobView
+from herdbook.projector.tables import ReadModel
+from herdbook.reactors.placement import Placement, Slot, Stop, capacities, place, reconcile
+from herdbook.reactors.runner import Context, DecideRunner, Decision
+
+ACTOR = "scheduler"
+APPLY_CONCURRENCY = 64
+
+
+@dataclass(frozen=True)
+class Plan:
+    placed: list[Placement]
+    unplaced: list[Slot]
+    stops: list[Stop]
+
+
+@dataclass
+class NodePlan:
+    """One node's part of a plan, and the version of its allocations it was made from."""
+
+    node_id: str
+    expected: int
+    placed: list[Placement] = field(default_factory=list)
+    stops: list[Stop] = field(default_factory=list)
+
+
+def make_plan(model: ReadModel, job: JobView) -> Plan:
+    allocs = model.allocs.values()
+    wanted = reconcile(job, [a for a in allocs if a.job_id == job.id])
+    caps = capacities(model.nodes.values(), allocs)
+    # draining nodes, and nodes whose conformance drifted, are used last
+    draining = frozenset(n.id for n in model.nodes.values()
+                         if n.intent is Intent.DRAINING or n.drift)
+    placed, unplaced = place(job.spec, wanted.place, caps, draining)
+    return Plan(placed, unplaced, wanted.stop)
+
+
+def node_plans(plan: Plan, version_of: Callable[[str], int]) -> list[NodePlan]:
+    """The plan by node (sorted by id), each expecting ``version_of(node_id)``."""
+    by_node: dict[str, NodePlan] = {}
+
+    def of(node_id: str) -> NodePlan:
+        if node_id not in by_node:
+            by_node[node_id] = NodePlan(node_id, version_of(node_id))
+        return by_node[node_id]
+
+    for p in plan.placed:
+        of(p.node_id).placed.append(p)
+    for s in plan.stops:
+        of(s.alloc.node_id).stops.append(s)
+    return [by_node[n] for n in sorted(by_node)]
+
+
+def decide_node_plan(part: NodePlan, eval_id: str, job: JobView, kill_timeout_s: float,
+                     context: Context) -> Decision[AllocEvent]:
+    """The node's allocation events: a placement gets a new allocation id from the
+    context; a stop names its reason."""
+    events: list[AllocEvent] = [AllocPlaced(
+        node_id=part.node_id, alloc_id=context.new_id()[:20], job_id=job.id,
+        eval_id=eval_id, index=p.slot.index, command=list(job.spec.command),
+        resources=job.spec.resources, job_version=job.job_version,
+        requeue_count=p.slot.requeue_count, previous_alloc=p.slot.previous, actor=ACTOR,
+        causation_id=eval_id) for p in part.placed]
+    events += [AllocStopRequested(
+        node_id=part.node_id, alloc_id=s.alloc.id, reason=s.reason,
+        kill_timeout_s=kill_timeout_s, actor=ACTOR, causation_id=eval_id)
+        for s in part.stops]
+    return Decision(part.expected, events)
+
+
+async def apply_plan(runner: DecideRunner, parts: list[NodePlan], eval_id: str,
+                     job: JobView, kill_timeout_s: float) -> int:
+    """Append every node's part (``runner``: one attempt, no wait); return the stream
+    sequence of the last event appended (0 if none). The first node's failure is raised
+    once every node's append is done."""
+    gate = asyncio.Semaphore(APPLY_CONCURRENCY)
+
+    async def on_node(part: NodePlan) -> int:
+        async with gate:
+            done = await runner.run("alloc", part.node_id, lambda context: decide_node_plan(
+                part, eval_id, job, kill_timeout_s, context), wait=False)
+            return done.seq
+
+    results = await asyncio.gather(*(on_node(p) for p in parts), return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return max((r for r in results if isinstance(r, int)), default=0)
