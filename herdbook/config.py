@@ -1,41 +1,21 @@
 """The YAML config, decoded into msgspec Structs. A bad file is refused with the key
 path and the reason (``ConfigError``). Durations are written ``500ms``, ``2s``, ``5m``,
-``1h`` (or a number of seconds)."""
+``1h`` (or a number of seconds; ``herdbook.durations``)."""
 
 from __future__ import annotations
 
-import math
-import re
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import msgspec.yaml
 
+from herdbook.durations import Duration, parse_duration
 from herdbook.events.errors import error_path
 from herdbook.events.subjects import ID_PATTERN
 
 SIGNALS = frozenset({"SIGUSR1", "SIGUSR2", "SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT",
                      "SIGKILL"})
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
-_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
-
-
-class Duration(float):
-    """Seconds, written in the config as ``500ms``, ``2s``, ``5m``, ``1h``."""
-
-
-def parse_duration(text: str | float | int) -> Duration:
-    if isinstance(text, bool):
-        raise ValueError(f"invalid duration {text!r}")
-    if isinstance(text, int | float):
-        if not math.isfinite(text) or text < 0:
-            raise ValueError(f"invalid duration {text!r}: must not be negative")
-        return Duration(text)
-    match = _DURATION.match(text)
-    if not match:
-        raise ValueError(f"invalid duration {text!r}: write e.g. 500ms, 2s, 5m, 1h")
-    return Duration(float(match.group(1)) * _UNIT[match.group(2)])
 
 
 def _dec_hook(typ: type, obj: Any) -> Any:

@@ -274,7 +274,7 @@ def agent(
     if instance_id is not None:
         client.check_id(instance_id, "instance id")
     from herdbook.agent.wipe import WipeConfigError, load_steps
-    from herdbook.config import parse_duration
+    from herdbook.durations import parse_duration
     try:
         every = float(parse_duration(fingerprint_interval))
         load_steps(wipe_config, fake_gpus is not None)

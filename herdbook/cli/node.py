@@ -255,7 +255,7 @@ def drain(ctx: typer.Context, node_id: NodeId, message: Reason = "",
                                                        "runs after this long, e.g. 30m.")] = None,
           yes: Yes = False) -> None:
     """Move work off the node: DRAINING, then DRAINED when nothing runs on it."""
-    from herdbook.config import parse_duration
+    from herdbook.durations import parse_duration
     deadline_s = None
     if deadline is not None:
         try:

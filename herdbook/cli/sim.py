@@ -139,7 +139,7 @@ def _chaos(nodes: int, rate: float, duration: str, mix: str, seed: int | None,
            data_dir: Path | None, report: Path | None, quiet: bool) -> None:
     import asyncio
 
-    from herdbook.config import parse_duration
+    from herdbook.durations import parse_duration
     from herdbook.signals import until_signalled
     from herdbook.sim.chaos import ChaosOptions, parse_mix, run_chaos
     from herdbook.sim.world import DataDirError

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from herdbook.config import parse_duration
+from herdbook.durations import parse_duration
 
 
 def parse_time(text: str, now: datetime) -> datetime:

@@ -19,8 +19,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from herdbook.config import Duration
 from herdbook.control.app import StartupError
+from herdbook.durations import Duration
 from herdbook.sim.detections import latency_summary
 from herdbook.sim.fleet import SimError
 from herdbook.sim.scenario import FleetGroup

@@ -12,7 +12,8 @@ from typing import Any
 import msgspec
 import msgspec.yaml
 
-from herdbook.config import ConfigError, Duration, parse_config, parse_duration
+from herdbook.config import ConfigError, parse_config
+from herdbook.durations import Duration, parse_duration
 from herdbook.events.agent_requests import FAULTS
 from herdbook.events.errors import error_path
 from herdbook.events.states import NodeClass

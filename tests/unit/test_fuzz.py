@@ -11,7 +11,8 @@ import msgspec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from herdbook.config import ConfigError, parse_config, parse_duration
+from herdbook.config import ConfigError, parse_config
+from herdbook.durations import parse_duration
 from herdbook.events.codec import (
     decode_event,
     decode_health_report,
