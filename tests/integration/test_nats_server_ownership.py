@@ -17,13 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from herdbook.natsd.server import (
-    EmbeddedNats,
-    NatsServerError,
-    find_binary,
-    leftover_servers,
-    port_in_use,
-)
+from herdbook.natsd.ownership import leftover_servers
+from herdbook.natsd.server import EmbeddedNats, NatsServerError, find_binary, port_in_use
 from tests.conftest import free_port, wait_until
 
 
