@@ -1,6 +1,5 @@
-"""NATS client callbacks for long-lived processes: one log line per event, no tracebacks;
-the server list of a ``--server`` / ``nats.url`` value; and the agent's way through
-outages: connect until a server answers, append until the event is stored."""
+"""The agent's way through outages: connect until a server answers, append until the
+event is stored (the callbacks and the server list are ``herdbook.nats_connection``'s)."""
 
 from __future__ import annotations
 
@@ -15,30 +14,9 @@ from nats.aio.client import Client as NATS
 from herdbook.credentials import NatsAuth, redact
 from herdbook.events.base import Event
 from herdbook.events.store import EventStore
+from herdbook.nats_connection import connection_callbacks, quiet_errors, server_list
 
 log = logging.getLogger("herdbook.nats")
-
-
-def server_list(url: str) -> list[str]:
-    """``nats://a:4222,nats://b:4222`` -> the servers of a cluster, as nats-py takes them
-    (it would read the whole string as one URL)."""
-    return [part.strip() for part in url.split(",") if part.strip()]
-
-
-async def quiet_errors(err: Exception) -> None:
-    log.warning("NATS: %s", str(err) or type(err).__name__)
-
-
-def connection_callbacks(on_reconnect: Callable[[], Any] | None = None) -> dict[str, Any]:
-    async def disconnected() -> None:
-        log.warning("NATS disconnected; reconnecting")
-
-    async def reconnected() -> None:
-        log.info("NATS reconnected")
-        if on_reconnect is not None:
-            on_reconnect()
-
-    return {"disconnected_cb": disconnected, "reconnected_cb": reconnected}
 
 
 async def connect_until_reached(server: str, auth: NatsAuth | None, name: str,

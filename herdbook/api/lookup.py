@@ -1,18 +1,39 @@
-"""What the API routes and the history routes share: the error a handler answers with,
-and finding a view by id or by a unique prefix of one."""
+"""What every route module shares: the error a handler answers with, decoding a
+request, and finding a view by id or by a unique prefix of one."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
+
+import msgspec
 
 from herdbook.events.subjects import validate_id
+
+R = TypeVar("R")
 
 
 class ApiError(Exception):
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+_decoders: dict[type[Any], msgspec.json.Decoder[Any]] = {}
+
+
+def _decoder(kind: type[Any]) -> msgspec.json.Decoder[Any]:
+    found = _decoders.get(kind)
+    if found is None:
+        found = _decoders[kind] = msgspec.json.Decoder(kind)
+    return found
+
+
+def decode(data: bytes, kind: type[R], *, empty: bool = False) -> R:
+    """``data`` as the route's request Struct (msgspec raises naming the field);
+    ``empty``: a route whose every field has a default takes no body as ``{}``."""
+    decoded: R = _decoder(kind).decode(data or (b"{}" if empty else data))
+    return decoded
 
 
 def resolve(views: Mapping[str, Any], ident: str, what: str) -> Any:

@@ -95,7 +95,7 @@ async def _ignore(err: Exception) -> None:
 async def connect(server: str) -> Any:
     import nats
 
-    from herdbook.agent.connection import server_list
+    from herdbook.nats_connection import server_list
     from herdbook.credentials import CredentialsError, NatsAuth, redact, url_user
     global _user
     check_server(server)

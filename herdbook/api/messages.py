@@ -1,0 +1,372 @@
+"""The API's wire: every request and reply as a msgspec Struct, imported by the server
+(``herdbook.api``) and the CLI (``herdbook.cli.client``) alike (msgspec's
+``examples/asyncio-kv``). Constraints live in ``Meta``; a request that breaks one, or
+names a field its route does not take, is answered ``bad_request`` naming the field.
+
+Envelope: ``{"ok": true, "result": ...}`` or ``{"ok": false, "code": ..., "error": ...}``
+with ``code`` one of ``ErrorCode``. The reply of a route is its ``result``.
+
+One module over ~300 lines on purpose: it is the whole wire of one API version, read
+side by side with DESIGN §7; splitting it would split one schema across files.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Any, Generic, TypeVar
+
+import msgspec
+from msgspec import Meta
+
+from herdbook.events.alloc import AllocStatus
+from herdbook.events.evals import EvalStatus, EvalTrigger
+from herdbook.events.jobs import Constraints, Requeue, Resources
+from herdbook.events.states import Approval, Health, Intent, Lifecycle, NodeClass, NodeType
+from herdbook.events.subjects import ID_PATTERN
+
+MAX_PAGE_ITEMS = 5000
+
+Id = Annotated[str, Meta(pattern=ID_PATTERN.pattern,
+                         description="1-128 characters from A-Z a-z 0-9 _ -, or a unique "
+                                     "prefix of an id where the route resolves one")]
+"""A node, job, eval, allocation, instance or pool id (one NATS subject token)."""
+
+
+class ErrorCode(StrEnum):
+    REFUSED = "refused"
+    NOT_FOUND = "not_found"
+    BAD_REQUEST = "bad_request"
+    UNAVAILABLE = "unavailable"
+    STORAGE_FULL = "storage_full"
+    INTERNAL = "internal"
+
+
+class _Request(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    pass
+
+
+# requests: reads ------------------------------------------------------------------------
+class ById(_Request, frozen=True, kw_only=True):
+    """``node.describe``, ``instance.describe``, ``job.status``, ``eval.status``,
+    ``alloc.status``: one thing by id or unique prefix."""
+
+    id: Id
+
+
+class ListNodes(_Request, frozen=True, kw_only=True):
+    filter_approval: list[str] = []
+    filter_state: list[str] = []
+    labels: dict[str, str] = {}
+    wide: bool = False
+    limit: Annotated[int, Meta(ge=1)] = MAX_PAGE_ITEMS
+    next_token: str | None = None
+
+
+class ListInstances(_Request, frozen=True, kw_only=True):
+    pool: str = ""
+
+
+class PoolByName(_Request, frozen=True, kw_only=True):
+    pool: Id
+
+
+class ListEvals(_Request, frozen=True, kw_only=True):
+    status: list[str] = []
+    job_id: str = ""
+
+
+class ListAllocs(_Request, frozen=True, kw_only=True):
+    node_id: str = ""
+    job_id: str = ""
+    status: list[str] = []
+
+
+# requests: commands ---------------------------------------------------------------------
+class Command(_Request, frozen=True, kw_only=True):
+    """What every command carries: its target, why, and who (the actor is recorded only
+    on the plain route subject; on ``<route>.<user>`` the user is)."""
+
+    id: Id
+    reason: str = ""
+    actor: str = "operator"
+
+
+class NodeCommand(Command, frozen=True, kw_only=True):
+    """``node.approve|reject|delete|cordon|uncordon|undrain|disable|reboot``."""
+
+
+class DrainNode(NodeCommand, frozen=True, kw_only=True):
+    urgent: bool = False
+    deadline_s: Annotated[float, Meta(gt=0)] | None = None
+
+
+class EnableNode(NodeCommand, frozen=True, kw_only=True):
+    force: bool = False
+    """Even without a recent heartbeat."""
+
+
+class WipeNode(NodeCommand, frozen=True, kw_only=True):
+    force: bool = False
+    """Required: the wipe erases the node's disks."""
+
+
+class ClaimNode(NodeCommand, frozen=True, kw_only=True):
+    user: str = ""
+    tenant: str = ""
+
+
+class ReleaseNode(NodeCommand, frozen=True, kw_only=True):
+    user: str = ""
+    """Who the claim is released for (default: who claimed it)."""
+
+
+class AddNode(NodeCommand, frozen=True, kw_only=True):
+    node_class: NodeClass = NodeClass.STANDARD
+    labels: dict[str, str] = {}
+
+
+class StopJob(Command, frozen=True, kw_only=True):
+    pass
+
+
+class RetryEval(Command, frozen=True, kw_only=True):
+    pass
+
+
+class RequeueAlloc(Command, frozen=True, kw_only=True):
+    pass
+
+
+class RegisterJob(_Request, frozen=True, kw_only=True):
+    spec: dict[str, Any]
+    """A job spec as ``herdbook.events.jobs.parse_job_spec`` reads it."""
+    actor: str = "operator"
+
+
+class ScalePool(_Request, frozen=True, kw_only=True):
+    pool: Id
+    size: Annotated[int, Meta(ge=0)] | None = None
+    reason: str = ""
+    actor: str = "operator"
+
+
+# replies --------------------------------------------------------------------------------
+class _Reply(msgspec.Struct, frozen=True, kw_only=True):
+    pass
+
+
+T = TypeVar("T")
+
+
+class Page(_Reply, Generic[T], frozen=True, kw_only=True):
+    items: list[T]
+    next_token: str | None = None
+
+
+class NodeSummary(_Reply, frozen=True, kw_only=True):
+    """A node in ``node.list``. ``heartbeating``: a heartbeat arrived within the node's
+    heartbeat_timeout (a DOWN node whose partition healed shows as DOWN but
+    heartbeating)."""
+
+    id: str
+    type: NodeType
+    node_class: NodeClass = msgspec.field(name="class")
+    approval: Approval
+    lifecycle: Lifecycle
+    health: Health
+    intent: Intent
+    state: str
+    schedulable: bool
+    labels: dict[str, str]
+    pool: str | None
+    last_heartbeat: str | None
+    heartbeat_age: float | None
+    heartbeating: bool
+    allocations: int
+    gpus: int
+    fingerprint_group: str | None
+    claimed_by: str | None
+
+
+class GpuDevice(_Reply, frozen=True, kw_only=True):
+    index: int
+    uuid: str
+    name: str
+    memory_bytes: int
+
+
+class NodeDetail(NodeSummary, frozen=True, kw_only=True):
+    """A node with everything known about it: ``node.list`` with ``wide``, the node of a
+    command's result, and the base of ``node.describe``."""
+
+    hostname: str
+    arch: str
+    os: str
+    cpus: int
+    memory_bytes: int
+    gpu_devices: list[GpuDevice]
+    agent_version: str
+    instance_id: str | None
+    boot_id: str
+    registered_at: str | None
+    updated_at: str | None
+    approval_reason: str
+    approval_actor: str
+    approval_at: str | None
+    lifecycle_reason: str
+    lifecycle_at: str | None
+    intent_reason: str
+    intent_actor: str
+    intent_at: str | None
+    drain_urgent: bool
+    drain_deadline: str | None
+    boot_failures: int
+    health_reason: str
+    notification_error: str
+    boot_checks: dict[str, str]
+    last_event: str
+    fingerprint: str | None
+    fingerprint_expected: str | None
+    drift: bool
+    tenant: str | None
+    claimed_at: str | None
+    wipe_status: str | None
+    wipe_attempt: int
+    wipe_steps: dict[str, str]
+    version: int
+
+
+class Heartbeat(_Reply, frozen=True, kw_only=True):
+    boot_id: str
+    seq: int
+    agent_sent_at: float
+    gpu_count: int | None
+    running_allocs: int | None
+    reattaching: bool
+    fingerprint: str | None
+
+
+class NodeDescription(NodeDetail, frozen=True, kw_only=True):
+    """``node.describe``: the node, its last heartbeat and its last resource report."""
+
+    heartbeat: Heartbeat | None
+    resources: dict[str, Any] | None
+
+
+class CommandResult(_Reply, frozen=True, kw_only=True):
+    """A node command: the event it appended and the node once the view holds it."""
+
+    event: str
+    event_id: str
+    seq: int
+    node: NodeDetail | None
+
+
+class InstanceReply(_Reply, frozen=True, kw_only=True):
+    id: str
+    pool: str
+    provider: str
+    node_id: str
+    state: str
+    node_class: NodeClass = msgspec.field(name="class")
+    provider_ref: str
+    replaces: str | None
+    reason: str
+    errors: list[str]
+    created_at: str | None
+    state_at: str | None
+
+
+class EvalReply(_Reply, frozen=True, kw_only=True):
+    id: str
+    job_id: str
+    status: EvalStatus
+    triggered_by: EvalTrigger
+    previous_eval: str | None
+    next_eval: str | None
+    blocked_eval: str | None
+    priority: int
+    node_id: str | None
+    wait_until: str | None
+    status_reason: str
+    created_at: str | None
+    modified_at: str | None
+
+
+class EvalChain(_Reply, frozen=True, kw_only=True):
+    """``eval.status``: the eval, and its chain from the first PreviousEval forward."""
+
+    eval: EvalReply
+    chain: list[EvalReply]
+
+
+class AllocReply(_Reply, frozen=True, kw_only=True):
+    id: str
+    job_id: str
+    node_id: str
+    index: int
+    status: AllocStatus
+    desired: str
+    exit_code: int | None
+    requeue_count: int
+    requeue_allowed: bool
+    previous_alloc: str | None
+    migrate: bool
+    eval_id: str
+    pid: int | None
+    reattached: bool
+    status_reason: str
+    resources: Resources
+    command: list[str]
+    job_version: int
+    created_at: str | None
+    started_at: str | None
+    finished_at: str | None
+    modified_at: str | None
+
+
+class RequeueResult(_Reply, frozen=True, kw_only=True):
+    alloc: AllocReply
+    eval_id: str
+
+
+class JobReply(_Reply, frozen=True, kw_only=True):
+    id: str
+    status: str
+    version: int
+    count: int
+    priority: int
+    command: list[str]
+    resources: Resources
+    constraints: Constraints
+    requeue: Requeue
+    evals: list[EvalReply]
+    stop_reason: str
+    allocations: dict[str, int]
+
+
+class RegisterResult(_Reply, frozen=True, kw_only=True):
+    job: JobReply
+    eval_id: str
+
+
+# the envelope ---------------------------------------------------------------------------
+class Ok(msgspec.Struct, frozen=True, kw_only=True):
+    ok: bool = True
+    result: Any
+
+
+class Failed(msgspec.Struct, frozen=True, kw_only=True):
+    ok: bool = False
+    code: ErrorCode
+    error: str
+
+
+class Envelope(msgspec.Struct, frozen=True, kw_only=True):
+    """Either envelope as a client reads it: the result left undecoded until the
+    route's reply type decodes it."""
+
+    ok: bool
+    result: msgspec.Raw = msgspec.Raw(b"null")
+    code: str = ""
+    error: str = ""

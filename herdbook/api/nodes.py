@@ -1,0 +1,224 @@
+"""``node.*``: list, describe, conformance, and the node commands (membership, intents,
+claims, wipe, add), each decided by a pure decider and appended by the runner."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import msgspec
+from nats.aio.client import Client as NATS
+from nats.js.errors import NotFoundError
+
+from herdbook.api.caller import caller
+from herdbook.api.deciders import decide_add_node, on_node
+from herdbook.api.lookup import ApiError, decode, resolve
+from herdbook.api.messages import (
+    MAX_PAGE_ITEMS,
+    AddNode,
+    ById,
+    ClaimNode,
+    CommandResult,
+    DrainNode,
+    EnableNode,
+    Heartbeat,
+    ListNodes,
+    NodeCommand,
+    NodeDescription,
+    NodeDetail,
+    NodeSummary,
+    Page,
+    ReleaseNode,
+    WipeNode,
+)
+from herdbook.api.present import node_detail, node_summary
+from herdbook.config import Config
+from herdbook.events.codec import decode_resources
+from herdbook.events.node import NodeEvent
+from herdbook.events.states import Health, resolve_state_filter
+from herdbook.events.store import EventStore
+from herdbook.events.subjects import HEARTBEATS_STREAM, resources_subject
+from herdbook.projector.node_view import NodeView
+from herdbook.projector.runner import ProjectorRunner
+from herdbook.reactors import intents
+from herdbook.reactors.membership import decide_approve, decide_delete, decide_reject
+from herdbook.reactors.runner import Context, DecideRunner
+from herdbook.reactors.sweeper import Sweeper
+
+PAGE_BYTES = 700_000          # replies stay well under NATS's 1 MB max_payload
+APPROVALS = ("PENDING", "APPROVED", "REJECTED")
+
+C = TypeVar("C", bound=NodeCommand)
+Handler = Callable[[bytes], Awaitable[Any]]
+_encoder = msgspec.json.Encoder()
+
+
+class NodeRoutes:
+    def __init__(self, nc: NATS, store: EventStore, projector: ProjectorRunner,
+                 sweeper: Sweeper, runner: DecideRunner, config: Config) -> None:
+        self.nc = nc
+        self.store = store
+        self.projector = projector
+        self.sweeper = sweeper
+        self.runner = runner
+        self.config = config
+        self._counts: Counter[str] = Counter()
+        self._counts_at = -1
+
+    def routes(self) -> dict[str, Handler]:
+        wipe_timeout = float(self.config.sensitive.wipe_timeout)
+        return {
+            "node.list": self.node_list,
+            "node.describe": self.node_describe,
+            "node.conformance": self.node_conformance,
+            "node.add": self.node_add,
+            "node.approve": self._command(NodeCommand, lambda v, r: decide_approve(
+                v, caller(r), r.reason)),
+            "node.reject": self._command(NodeCommand, lambda v, r: decide_reject(
+                v, caller(r), r.reason)),
+            "node.delete": self._command(NodeCommand, lambda v, r: decide_delete(
+                v, caller(r), r.reason)),
+            "node.cordon": self._command(NodeCommand, lambda v, r: intents.decide_cordon(
+                v, caller(r), r.reason)),
+            "node.uncordon": self._command(NodeCommand, lambda v, r: intents.decide_uncordon(
+                v, caller(r), r.reason)),
+            "node.drain": self._command(DrainNode, lambda v, r: intents.decide_drain(
+                v, caller(r), r.reason, r.urgent, r.deadline_s)),
+            "node.undrain": self._command(NodeCommand, lambda v, r: intents.decide_undrain(
+                v, caller(r), r.reason, self._facts(v))),
+            "node.disable": self._command(NodeCommand, lambda v, r: intents.decide_disable(
+                v, caller(r), r.reason)),
+            "node.enable": self._command(EnableNode, lambda v, r: intents.decide_enable(
+                v, caller(r), r.reason, self._facts(v), r.force)),
+            "node.reboot": self._command(NodeCommand, lambda v, r: intents.decide_reboot(
+                v, caller(r), r.reason)),
+            "node.claim": self._command(ClaimNode, lambda v, r: intents.decide_claim(
+                v, caller(r), r.user, r.tenant, r.reason)),
+            "node.release": self._command(ReleaseNode, lambda v, r: intents.decide_release(
+                v, caller(r), r.user, r.reason)),
+            "node.wipe": self._command(WipeNode, lambda v, r: intents.decide_wipe(
+                v, caller(r), r.reason, r.force, wipe_timeout)),
+        }
+
+    # queries ------------------------------------------------------------------------
+    def _alloc_counts(self) -> Counter[str]:
+        """Live allocations per node, computed once per view position."""
+        if self._counts_at != self.projector.folded_seq:
+            self._counts = Counter(a.node_id for a in self.projector.allocs.values()
+                                   if not a.terminal)
+            self._counts_at = self.projector.folded_seq
+        return self._counts
+
+    def summary(self, view: NodeView) -> NodeSummary:
+        return node_summary(view, self.sweeper.heartbeat_age(view.id),
+                            self.sweeper.timeouts(view).heartbeat_timeout,
+                            allocations=self._alloc_counts().get(view.id, 0))
+
+    def detail(self, view: NodeView) -> NodeDetail:
+        return node_detail(view, self.sweeper.heartbeat_age(view.id),
+                           self.sweeper.timeouts(view).heartbeat_timeout,
+                           allocations=self._alloc_counts().get(view.id, 0))
+
+    async def node_list(self, data: bytes) -> Page[NodeSummary]:
+        req = decode(data, ListNodes, empty=True)
+        approvals = {a.upper() for a in req.filter_approval}
+        bad = approvals - set(APPROVALS)
+        if bad:
+            raise ApiError("bad_request", f"unknown approval {sorted(bad)[0]!r}; choose from "
+                                          "pending, approved, rejected")
+        states = resolve_state_filter(req.filter_state) if req.filter_state else None
+        limit = min(req.limit, MAX_PAGE_ITEMS)
+        build = self.detail if req.wide else self.summary
+        items: list[NodeSummary] = []
+        size = 0
+        next_token = None
+        nodes = self.projector.nodes
+        for node_id in sorted(nodes):
+            if req.next_token is not None and node_id <= req.next_token:
+                continue
+            view = nodes[node_id]
+            if approvals and view.approval.value not in approvals:
+                continue
+            if states is not None and view.state not in states and not (
+                    "UNHEALTHY" in states and view.health is Health.UNHEALTHY):
+                continue
+            if any(view.info.labels.get(k) != v for k, v in req.labels.items()):
+                continue
+            item = build(view)
+            size += len(_encoder.encode(item)) + 1
+            if items and (len(items) >= limit or size > PAGE_BYTES):
+                next_token = items[-1].id
+                break
+            items.append(item)
+        return Page(items=items, next_token=next_token)
+
+    async def node_describe(self, data: bytes) -> NodeDescription:
+        req = decode(data, ById)
+        view: NodeView = resolve(self.projector.nodes, req.id, "node")
+        beat = self.sweeper.beats.get(view.id)
+        heartbeat = None if beat is None or not beat.boot_id else Heartbeat(
+            boot_id=beat.boot_id, seq=beat.seq, agent_sent_at=beat.sent_at,
+            gpu_count=beat.gpu_count, running_allocs=beat.running_allocs,
+            reattaching=beat.reattaching, fingerprint=beat.fingerprint)
+        resources: dict[str, Any] | None
+        try:
+            msg = await self.nc.jetstream().get_last_msg(
+                HEARTBEATS_STREAM, resources_subject(view.id), direct=True)
+            resources = msgspec.to_builtins(decode_resources(msg.data or b""))
+        except (NotFoundError, msgspec.DecodeError):
+            resources = None
+        detail = self.detail(view)
+        return NodeDescription(**{f: getattr(detail, f) for f in detail.__struct_fields__},
+                               heartbeat=heartbeat, resources=resources)
+
+    async def node_conformance(self, data: bytes) -> Page[dict[str, Any]]:
+        """The fleet grouped by conformance fingerprint, per pool, with what drifted."""
+        groups: dict[tuple[str, str], list[NodeView]] = {}
+        for view in self.projector.nodes.values():
+            if view.fingerprint:
+                key = (view.info.labels.get("pool", ""), view.fingerprint)
+                groups.setdefault(key, []).append(view)
+        items = [{"pool": pool or None, "fingerprint": fp, "nodes": len(members),
+                  "expected": members[0].fingerprint_expected or None,
+                  "drift": any(m.drift for m in members),
+                  "node_ids": sorted(m.id for m in members)}
+                 for (pool, fp), members in sorted(groups.items(),
+                                                   key=lambda kv: (kv[0][0], -len(kv[1])))]
+        return Page(items=items)
+
+    # commands -----------------------------------------------------------------------
+    def _command(self, kind: type[C], decide: Callable[[NodeView, C], NodeEvent]) -> Handler:
+        async def handler(data: bytes) -> CommandResult:
+            req = decode(data, kind)
+
+            def decision(context: Context) -> Any:
+                return on_node(self.projector.nodes.get(req.id), req.id,
+                               lambda view: decide(view, req), context)
+
+            appended = await self.runner.run("node", req.id, decision)
+            return self._result(req.id, appended.events[0], appended.seq)
+        return handler
+
+    async def node_add(self, data: bytes) -> CommandResult:
+        """Declare a node that has never reported (UNKNOWN), Lattice's inventory."""
+        req = decode(data, AddNode)
+        version = await self.store.last_sequence("node", req.id)
+        appended = await self.runner.run("node", req.id, lambda context: decide_add_node(
+            self.projector.nodes.get(req.id), version, req.id, actor=caller(req),
+            reason=req.reason, node_class=req.node_class, labels=req.labels,
+            context=context))
+        return self._result(req.id, appended.events[0], appended.seq)
+
+    def _result(self, node_id: str, event: NodeEvent, seq: int) -> CommandResult:
+        after = self.projector.nodes.get(node_id)
+        return CommandResult(event=event.event_name, event_id=event.event_id, seq=seq,
+                             node=None if after is None else self.detail(after))
+
+    def _facts(self, view: NodeView) -> intents.HeartbeatFacts:
+        beat = self.sweeper.beats.get(view.id)
+        return intents.HeartbeatFacts(
+            heartbeat_age=self.sweeper.heartbeat_age(view.id),
+            heartbeat_timeout=self.sweeper.timeouts(view).heartbeat_timeout,
+            gpu_count=None if beat is None else beat.gpu_count,
+            fingerprint=None if beat is None else beat.fingerprint)
