@@ -48,3 +48,6 @@ class NodeHealthChanged(NodeEvent, frozen=True, kw_only=True, tag="node.health_c
     reason: str = ""
     report_id: str = ""
     fatal: bool = False
+    report_seq: int = 0
+    """The HERD_HEALTH sequence of the report decided on: the classifier's position,
+    committed with what it decided (0: not decided on a report, or before it was kept)."""

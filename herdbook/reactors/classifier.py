@@ -1,13 +1,19 @@
 """The health classifier: reads HERD_HEALTH, classifies each report with the CEL policy,
-appends health changes (and DOWN on a fatal event) with optimistic concurrency.
+and decides health changes (and DOWN on a fatal event) through the decide runner.
 
-Its position in HERD_HEALTH is kept in ``<data-dir>/health.position`` so reports that
-arrive while the control plane is down are classified when it comes back.
+Its position in HERD_HEALTH commits with what it decides (pyeventsourcing's tracking
+record): every ``node.health_changed`` carries the HERD_HEALTH sequence of the report it
+was decided on (``report_seq``). On start the classifier reads each node's last health
+change and resumes after the latest, so reports that arrived while the control plane
+was down are classified when it comes back. A report at or before its node's last
+decided one (a restart, another replica that decided first) changes nothing; reports
+after it that decided nothing are classified again, which rebuilds the count of
+consecutive unhealthy reports and appends nothing the view does not call for.
 
 A report counts only if its subject vouches for it (``herd.health.<id>`` with a valid id
-the body names, valid ids in the body: ``events.authority``); anything else, undecodable bodies included, is
-dead-lettered to ``herd.deadletter.HERD_HEALTH`` and counted. Reports of nodes not in the
-view keep no state.
+the body names, valid ids in the body: ``events.authority``); anything else, undecodable
+bodies included, is dead-lettered to ``herd.deadletter.HERD_HEALTH`` and counted.
+Reports of nodes not in the view keep no state.
 """
 
 from __future__ import annotations
@@ -20,53 +26,98 @@ from pathlib import Path
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
-from herdbook.events.authority import bind_node_report, check_ids
+from herdbook.clock import SYSTEM_CLOCK, Clock
+from herdbook.events.authority import bind_event, bind_node_report, check_ids
 from herdbook.events.codec import decode_health_report
 from herdbook.events.deadletters import DeadLetters
 from herdbook.events.feed import StreamFeed, stream_seq
+from herdbook.events.health_report import HealthReport, NodeHealthChanged
 from herdbook.events.node import NodeEvent
 from herdbook.events.states import Health
-from herdbook.events.store import ConflictError, EventStore
-from herdbook.events.subjects import HEALTH_STREAM
-from herdbook.files import write_atomic
+from herdbook.events.store import EventStore
+from herdbook.events.subjects import EVENTS_STREAM, HEALTH_STREAM, printable
 from herdbook.projector.node_view import NodeView
 from herdbook.projector.runner import ProjectorRunner
 from herdbook.reactors.health import decide_health
-from herdbook.reactors.health_policy import Policy
+from herdbook.reactors.health_policy import Policy, Verdict
+from herdbook.reactors.runner import Context, DecideRunner, Decision
 
 log = logging.getLogger(__name__)
+
+HEALTH_CHANGES = "herd.node.*.health_changed"
+
+
+def decide_on_report(view: NodeView | None, verdict: Verdict, report: HealthReport, seq: int,
+                     unhealthy_in_a_row: int, threshold: int,
+                     decided_through: int) -> tuple[Decision[NodeEvent] | None, int]:
+    """The decision on report ``seq`` of a node whose last health change was decided on
+    report ``decided_through``, and the new count of consecutive unhealthy reports. A
+    report already decided on, or of a node not in the view, decides nothing."""
+    if view is None or seq <= decided_through:
+        return None, unhealthy_in_a_row
+    events, count = decide_health(view, verdict, unhealthy_in_a_row, threshold,
+                                  report.report_id, seq)
+    return Decision(view.version, events), count
+
+
+async def decided_reports(nc: NATS, timeout: float = 120.0) -> dict[str, int]:
+    """Per node, the report its last health change was decided on: the last
+    ``node.health_changed`` of every node, read once from HERD_EVENTS."""
+    decided: dict[str, int] = {}
+
+    async def on_event(msg: Msg) -> None:
+        try:
+            event = bind_event(msg.subject, msg.data)
+        except Exception:  # noqa: BLE001 - the projector dead-letters what it cannot read
+            return
+        if isinstance(event, NodeHealthChanged) and event.report_seq:
+            decided[event.node_id] = event.report_seq
+
+    feed = StreamFeed(nc, EVENTS_STREAM, HEALTH_CHANGES, 1, on_event, batch=2000,
+                      last_per_subject=True)
+    await feed.start()
+    try:
+        await asyncio.wait_for(feed.caught_up.wait(), timeout=timeout)
+    finally:
+        await feed.stop()
+    return decided
 
 
 class HealthClassifier:
     def __init__(self, nc: NATS, store: EventStore, projector: ProjectorRunner, policy: Policy,
-                 threshold: int, position_file: Path,
-                 pool_thresholds: dict[str, int] | None = None) -> None:
+                 threshold: int, position_file: Path | None = None,
+                 pool_thresholds: dict[str, int] | None = None, *,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
+        """``position_file``: not read or written any more (the position commits with
+        the health changes); accepted while the composition root still passes it."""
         self.nc = nc
-        self._unsubscribe: Callable[[], None] | None = None
-        self.store = store
+        self.runner = DecideRunner(store, projector, clock)
         self.projector = projector
         self.policy = policy
         self.threshold = threshold
         self.pool_thresholds = pool_thresholds or {}
-        self.position_file = position_file
         self.unhealthy_in_a_row: dict[str, int] = {}
+        self.decided: dict[str, int] = {}
+        """Per node, the HERD_HEALTH sequence of the report its last health change was
+        decided on (by this replica or another)."""
         self.reports = 0
-        self.dead_letters = DeadLetters(nc, HEALTH_STREAM, logger=log)
+        self.dead_letters = DeadLetters(nc, HEALTH_STREAM, clock=clock.monotonic, logger=log)
         self._position = 0
-        self._saved = 0
+        self._unsubscribe: Callable[[], None] | None = None
         self._feed: StreamFeed | None = None
-        self._saver: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        try:
-            self._position = self._saved = int(self.position_file.read_text().strip() or 0)
-        except (FileNotFoundError, ValueError):
-            self._position = self._saved = 0
-        self._unsubscribe = self.projector.nodes.subscribe(self._on_view_change)
+        self.follow(await decided_reports(self.nc))
         self._feed = StreamFeed(self.nc, HEALTH_STREAM, "herd.health.*", self._position + 1,
                                 self._on_report, batch=500)
         await self._feed.start()
-        self._saver = asyncio.create_task(self._save_loop())
+
+    def follow(self, decided: dict[str, int]) -> None:
+        """Resume after the reports already decided on (``decided_reports``), and follow
+        the view from now on."""
+        self.decided = dict(decided)
+        self._position = max(self.decided.values(), default=0)
+        self._unsubscribe = self.projector.nodes.subscribe(self._on_view_change)
 
     async def stop(self) -> None:
         if self._unsubscribe is not None:
@@ -74,27 +125,20 @@ class HealthClassifier:
             self._unsubscribe = None
         if self._feed is not None:
             await self._feed.stop()
-        if self._saver is not None:
-            self._saver.cancel()
-        self._save()
-
-    def _save(self) -> None:
-        if self._position != self._saved:
-            write_atomic(self.position_file, f"{self._position}\n")
-            self._saved = self._position
-
-    async def _save_loop(self) -> None:
-        while True:
-            await asyncio.sleep(1.0)
-            self._save()
 
     @property
     def deadlettered(self) -> int:
         return self.dead_letters.count
 
     def _on_view_change(self, node_id: str, view: NodeView | None, event: NodeEvent) -> None:
+        if view is None:
+            self.unhealthy_in_a_row.pop(node_id, None)
+            self.decided.pop(node_id, None)
+            return
+        if isinstance(event, NodeHealthChanged) and event.report_seq:
+            self.decided[node_id] = max(self.decided.get(node_id, 0), event.report_seq)
         # An operator cleared UNHEALTHY (uncordon/enable): counting starts again.
-        if view is None or view.health is Health.UNKNOWN:
+        if view.health is Health.UNKNOWN:
             self.unhealthy_in_a_row.pop(node_id, None)
 
     async def _on_report(self, msg: Msg) -> None:
@@ -108,23 +152,32 @@ class HealthClassifier:
             self._position = seq
             return
         self.reports += 1
-        verdict = self.policy.classify(report)
-        for _ in range(5):
-            view = self.projector.nodes.get(report.node_id)
-            if view is None:
-                break
-            count = self.unhealthy_in_a_row.get(report.node_id, 0)
-            threshold = self.pool_thresholds.get(view.info.labels.get("pool", ""),
-                                                 self.threshold)
-            events, count = decide_health(view, verdict, count, threshold, report.report_id)
-            try:
-                version = await self.store.append_decided(events, view.version)
-                if events:
-                    await self.projector.wait_applied(version)
-            except ConflictError:
-                latest = await self.store.last_sequence("node", report.node_id)
-                await self.projector.wait_applied(latest)
-                continue
-            self.unhealthy_in_a_row[report.node_id] = count
-            break
+        try:
+            await self.classify(report, seq)
+        except Exception as err:  # noqa: BLE001 - the next report decides again
+            log.error("classifying report %d of %s failed: %s", seq, printable(report.node_id),
+                      printable(f"{type(err).__name__}: {err}"))
         self._position = seq
+
+    async def classify(self, report: HealthReport, seq: int) -> None:
+        """Decide on report ``seq`` (its HERD_HEALTH sequence) from the node's current
+        view; after a conflict, again from the newer one."""
+        node_id = report.node_id
+        if node_id not in self.projector.nodes or seq <= self.decided.get(node_id, 0):
+            return
+        verdict = self.policy.classify(report)
+        counted: list[int] = []
+
+        def decide(_: Context) -> Decision[NodeEvent] | None:
+            view = self.projector.nodes.get(node_id)
+            threshold = self.threshold if view is None else self.pool_thresholds.get(
+                view.info.labels.get("pool", ""), self.threshold)
+            decision, count = decide_on_report(
+                view, verdict, report, seq, self.unhealthy_in_a_row.get(node_id, 0), threshold,
+                self.decided.get(node_id, 0))
+            counted[:] = [count]
+            return decision
+
+        await self.runner.run("node", node_id, decide)
+        if counted and node_id in self.projector.nodes:
+            self.unhealthy_in_a_row[node_id] = counted[0]

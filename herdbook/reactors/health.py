@@ -20,8 +20,10 @@ ACTOR = "health-classifier"
 
 
 def decide_health(view: NodeView, verdict: Verdict, unhealthy_in_a_row: int, threshold: int,
-                  report_id: str = "") -> tuple[list[NodeEvent], int]:
-    """Return the events to append and the new count of consecutive unhealthy reports."""
+                  report_id: str = "", report_seq: int = 0) -> tuple[list[NodeEvent], int]:
+    """Return the events to append and the new count of consecutive unhealthy reports.
+    A health change carries ``report_seq``, the report's HERD_HEALTH sequence: the
+    classifier's position commits with it."""
     reason = "; ".join(verdict.reasons)
     events: list[NodeEvent] = []
     if verdict.fatal:
@@ -30,7 +32,8 @@ def decide_health(view: NodeView, verdict: Verdict, unhealthy_in_a_row: int, thr
         if view.health is not Health.UNHEALTHY:
             classified = NodeHealthChanged(node_id=view.id, actor=ACTOR, health=Health.UNHEALTHY,
                                            reason=f"fatal: {reason}", report_id=report_id,
-                                           fatal=True, causation_id=cause)
+                                           fatal=True, causation_id=cause,
+                                           report_seq=report_seq)
             events.append(classified)
             cause = classified.event_id
         if next_lifecycle(view.lifecycle, Trigger.FATAL) is not None:
@@ -42,7 +45,7 @@ def decide_health(view: NodeView, verdict: Verdict, unhealthy_in_a_row: int, thr
         if count >= threshold and view.health is not Health.UNHEALTHY:
             events.append(NodeHealthChanged(
                 node_id=view.id, actor=ACTOR, health=Health.UNHEALTHY, report_id=report_id,
-                causation_id=report_id or None,
+                causation_id=report_id or None, report_seq=report_seq,
                 reason=f"{count} consecutive unhealthy reports: {reason}"))
         return events, count
     if view.health is Health.UNHEALTHY:
@@ -51,5 +54,5 @@ def decide_health(view: NodeView, verdict: Verdict, unhealthy_in_a_row: int, thr
     if view.health is not target:
         events.append(NodeHealthChanged(node_id=view.id, actor=ACTOR, health=target,
                                         reason=reason or "all checks pass", report_id=report_id,
-                                        causation_id=report_id or None))
+                                        causation_id=report_id or None, report_seq=report_seq))
     return events, 0
