@@ -30,7 +30,7 @@ def main(seconds: float, gpus: int) -> None:
     try:
         subprocess.run([sys.executable, "-c", (
             "import asyncio, nats\n"
-            "from herdbook.control.app import ensure_streams\n"
+            "from herdbook.control.nats_parts import ensure_streams\n"
             "async def m():\n"
             f"    nc = await nats.connect('{server.url}')\n"
             "    await ensure_streams(nc, 1, 3600.0)\n"

@@ -18,8 +18,10 @@ import time
 import nats
 
 from benchmarks.common import report, start_server, stop_server
+from herdbook.clock import SYSTEM_CLOCK
 from herdbook.config import parse_config
-from herdbook.control.app import ControlPlane, ensure_streams
+from herdbook.control.bootstrap import bootstrap
+from herdbook.control.nats_parts import ensure_streams
 from herdbook.events.codec import encode
 from herdbook.events.heartbeat import Heartbeat
 from herdbook.events.node import NodeBootChecked, NodeRegistered
@@ -79,7 +81,7 @@ async def main(nodes: int, dead: int, timeout: float, interval: float) -> None:
         await nc.subscribe("herd.node.*.degraded", cb=on_degraded)
         config = parse_config(f"nats: {{url: '{server.url}'}}\ndata_dir: '{tmp / 'd'}'\n"
                               f"lifecycle: {{heartbeat_timeout: {timeout}s}}\n")
-        plane = ControlPlane(config)
+        plane = bootstrap(config, clock=SYSTEM_CLOCK)
         await plane.start()
         assert plane.projector is not None
         while len(plane.projector.nodes) < nodes:

@@ -16,8 +16,10 @@ import time
 import nats
 
 from benchmarks.common import report, start_server, stop_server
+from herdbook.clock import SYSTEM_CLOCK
 from herdbook.config import parse_config
-from herdbook.control.app import ControlPlane, ensure_streams
+from herdbook.control.bootstrap import bootstrap
+from herdbook.control.nats_parts import ensure_streams
 from herdbook.events.codec import encode
 from herdbook.events.heartbeat import Heartbeat
 from herdbook.events.node import NodeBootChecked, NodeRegistered
@@ -69,7 +71,7 @@ async def main(nodes: int, rate: int, seconds: float) -> None:
     try:
         await register(server.url, nodes)
         config = parse_config(f"nats: {{url: '{server.url}'}}\ndata_dir: '{tmp / 'd'}'\n")
-        plane = ControlPlane(config)
+        plane = bootstrap(config, clock=SYSTEM_CLOCK)
         await plane.start()
         assert plane.sweeper is not None
         base = plane.sweeper.accepted

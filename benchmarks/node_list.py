@@ -11,8 +11,10 @@ import time
 import nats
 
 from benchmarks.common import report, start_server, stop_server
+from herdbook.clock import SYSTEM_CLOCK
 from herdbook.config import parse_config
-from herdbook.control.app import ControlPlane, ensure_streams
+from herdbook.control.bootstrap import bootstrap
+from herdbook.control.nats_parts import ensure_streams
 from herdbook.events.codec import encode
 from herdbook.events.node import NodeInfo, NodeRegistered
 from herdbook.events.store import subject_of
@@ -29,7 +31,7 @@ async def main(nodes: int, runs: int, output: str) -> None:
             await nc.publish(subject_of(event), encode(event))
         await nc.flush()
         config = parse_config(f"nats: {{url: '{server.url}'}}\ndata_dir: '{tmp / 'd'}'\n")
-        plane = ControlPlane(config)
+        plane = bootstrap(config, clock=SYSTEM_CLOCK)
         await plane.start()
         assert plane.projector is not None
         while len(plane.projector.nodes) < nodes:

@@ -11,7 +11,7 @@ import nats
 
 from benchmarks.common import report, start_server, stop_server
 from herdbook.config import Config
-from herdbook.control.app import ensure_streams
+from herdbook.control.nats_parts import ensure_streams
 from herdbook.events.evals import EvalStatus
 from herdbook.events.evals import EvalTrigger as Trigger
 from herdbook.events.jobs import JobRegistered, JobSpec, Resources

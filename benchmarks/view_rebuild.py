@@ -10,7 +10,7 @@ import time
 import nats
 
 from benchmarks.common import report, start_server, stop_server
-from herdbook.control.app import ensure_streams
+from herdbook.control.nats_parts import ensure_streams
 from herdbook.events.codec import encode
 from herdbook.events.node import NodeApproved, NodeDegraded, NodeInfo, NodeRecovered, NodeRegistered
 from herdbook.events.store import stream_last_seq, subject_of

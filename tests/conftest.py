@@ -35,7 +35,7 @@ def nats_server(tmp_path: Path) -> Iterator[EmbeddedNats]:
 async def nc(nats_server: EmbeddedNats) -> AsyncIterator[object]:
     import nats
 
-    from herdbook.control.app import ensure_streams
+    from herdbook.control.nats_parts import ensure_streams
 
     client = await nats.connect(nats_server.url)
     await ensure_streams(client, 1, 3600.0)

@@ -1,5 +1,5 @@
 """The node's side of the agent protocol, for every kind of node: the real agent
-(``agent/main.py``), the control plane's own requester node (``control/app.py``) and the
+(``agent/main.py``), the control plane's own requester node (``control/requester.py``) and the
 simulator's lightweight nodes (``sim/fleet.py``).
 
 Per boot, a node

@@ -129,7 +129,8 @@ def up(
     import msgspec
 
     from herdbook.config import ConfigError, load_config
-    from herdbook.control.app import ControlPlaneFailed, StartupError, run
+    from herdbook.control.errors import ControlPlaneFailed, StartupError
+    from herdbook.control.up import run
 
     try:
         cfg = load_config(config)
@@ -360,7 +361,7 @@ app.add_typer(health_app, name="health")
 @health_app.command("check-policy")
 def check_policy(file: Annotated[Path, typer.Argument(help="A CEL policy YAML file.")]) -> None:
     """Compile every rule of a health policy; a bad rule is named with its CEL error."""
-    from herdbook.reactors.health_policy import Policy, PolicyError
+    from herdbook.health_policy import Policy, PolicyError
     readable_file(file, "FILE")
     try:
         policy = Policy.load(file)

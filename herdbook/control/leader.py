@@ -1,9 +1,10 @@
 """One leader among control-plane replicas, by a lease in a JetStream KV bucket.
 
 The reactors that must not run twice (the scheduler's workers, the allocation reactor,
-the sensitive-node timers, the instance manager and the notifier) run on the leader
-only; everything else (projector, sweeper, approver, health classifier, API) runs on
-every replica and stays correct through optimistic concurrency.
+the sensitive-node timers, the instance manager and the notifier: the ``leader_only``
+parts of ``control/parts.py``) run on the leader only; everything else (projector,
+sweeper, approver, health classifier, API) runs on every replica and stays correct
+through optimistic concurrency.
 
 The lease is the key ``<name>`` in bucket ``herd_leases`` (TTL ``ttl``): ``create``
 wins it only if nobody holds it; the holder renews it with ``update(last=revision)``
@@ -104,7 +105,13 @@ class LeaderLease:
         self.elections += 1
         log.warning("%s is the leader", self.holder)
         if self.on_elected is not None:
-            await self.on_elected()
+            try:
+                await self.on_elected()
+            except Exception as err:
+                # A leader without its reactors is no leader: step down (what started
+                # stops) and win it again on a later tick, which starts them again.
+                log.exception("%s could not start what the leader runs", self.holder)
+                await self._step_down(f"starting failed: {err}")
 
     async def _step_down(self, why: str) -> None:
         if not self.leader:

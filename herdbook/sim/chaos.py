@@ -19,10 +19,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from herdbook.control.app import StartupError
+from herdbook.control.errors import StartupError
 from herdbook.durations import Duration
 from herdbook.sim.detections import latency_summary
-from herdbook.sim.fleet import SimError
+from herdbook.sim.nodes import SimError
 from herdbook.sim.scenario import FleetGroup
 from herdbook.sim.world import CONTROL_NODE_ID, World, prepare_data_dir, remove_data_dir
 

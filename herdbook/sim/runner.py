@@ -17,9 +17,9 @@ from typing import Any
 
 import msgspec
 
-from herdbook.control.app import StartupError
+from herdbook.control.errors import StartupError
 from herdbook.sim import checks
-from herdbook.sim.fleet import SimError
+from herdbook.sim.nodes import SimError
 from herdbook.sim.scenario import (
     DEFAULT_WAIT_TIMEOUT,
     Check,

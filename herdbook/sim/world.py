@@ -1,5 +1,5 @@
-"""A simulated world: an embedded nats-server and a ``ControlPlane`` on a free port with
-their data in one directory, the simulated fleet, and the detection tracker."""
+"""A simulated world: the control plane (``bootstrap``, its embedded nats-server on a free
+port) with their data in one directory, the simulated fleet, and the detection tracker."""
 
 from __future__ import annotations
 
@@ -15,9 +15,10 @@ from typing import Any
 import nats
 from nats.aio.client import Client as NATS
 
+from herdbook.api.present import instance_json, node_json
+from herdbook.clock import SYSTEM_CLOCK
 from herdbook.config import parse_config
-from herdbook.control.app import ControlPlane
-from herdbook.control.present import instance_json, node_json
+from herdbook.control.bootstrap import bootstrap
 from herdbook.events.states import NodeType
 from herdbook.events.subjects import API_PREFIX
 from herdbook.projector.node_view import NodeView
@@ -149,7 +150,7 @@ class World:
         base = {"data_dir": str(data_dir / "control"), "node_id": CONTROL_NODE_ID,
                 "nats": {"port": free_port()}}
         self.config = parse_config(sim_config_text(config_overrides, base), "config")
-        self.plane = ControlPlane(self.config)
+        self.plane = bootstrap(self.config, clock=SYSTEM_CLOCK)
         self.fleet: Fleet | None = None
         self.nc: NATS | None = None
         self.detections = Detections()
@@ -159,7 +160,6 @@ class World:
     async def start(self) -> None:
         self.loop_lag.start()
         await self.plane.start()
-        assert self.plane.projector is not None
         self.plane.projector.nodes.subscribe(self.detections.on_event)
         self.nc = await nats.connect(self.plane.url, name="herd-sim-control",
                                      max_reconnect_attempts=-1)
@@ -180,11 +180,9 @@ class World:
         await self.plane.stop()
 
     def nodes(self) -> FleetFacts:
-        assert self.plane.projector is not None and self.plane.sweeper is not None
         return FleetFacts(self.plane.projector.nodes, self.plane.sweeper)
 
     def instances(self) -> list[dict[str, Any]]:
-        assert self.plane.projector is not None
         return [instance_json(i) for i in list(self.plane.projector.instances.values())]
 
     async def inject(self, node_id: str, fault: str, gpu: int, value: float | None) -> str:

@@ -10,8 +10,10 @@ from typing import Any
 
 import pytest
 
+from herdbook.clock import SYSTEM_CLOCK
 from herdbook.config import parse_config
-from herdbook.control.app import ControlPlane
+from herdbook.control.bootstrap import bootstrap
+from herdbook.control.plane import ControlPlane
 from tests.integration.test_scheduler import Harness
 
 
@@ -19,7 +21,7 @@ from tests.integration.test_scheduler import Harness
 async def running_plane(config_yaml: str) -> AsyncIterator[ControlPlane]:
     """A control plane in-process (`herd up` without the process), started from a YAML
     config and stopped at the end."""
-    control = ControlPlane(parse_config(config_yaml))
+    control = bootstrap(parse_config(config_yaml), clock=SYSTEM_CLOCK)
     await control.start()
     try:
         yield control

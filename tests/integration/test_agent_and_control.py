@@ -10,8 +10,12 @@ from pathlib import Path
 import pytest
 
 from herdbook.agent.main import Agent, AgentOptions
+from herdbook.clock import SYSTEM_CLOCK
 from herdbook.config import parse_config
-from herdbook.control.app import ControlPlane, StartupError, check_server_version
+from herdbook.control.bootstrap import bootstrap
+from herdbook.control.errors import StartupError
+from herdbook.control.nats_parts import check_server_version
+from herdbook.control.plane import ControlPlane
 from herdbook.events.codec import decode_heartbeat, encode
 from herdbook.events.heartbeat import Heartbeat
 from herdbook.events.node import NodeBootChecked, NodeRegistered
@@ -44,7 +48,7 @@ async def eventually(predicate, timeout: float = 15.0):  # type: ignore[no-untyp
 async def test_agent_survives_a_nats_server_restart_and_resumes(tmp_path: Path) -> None:
     import nats
 
-    from herdbook.control.app import ensure_streams
+    from herdbook.control.nats_parts import ensure_streams
     from tests.conftest import free_port
 
     server = EmbeddedNats(tmp_path / "nats", port=free_port())
@@ -119,7 +123,7 @@ async def test_list_pages_under_max_payload_and_the_cli_follows_them(nc, nats_se
     await nc.flush()
     config = parse_config(f"nats: {{url: '{nats_server.url}'}}\ndata_dir: '{tmp_path / 'd'}'\n"
                           "node_id: cp-page\n")
-    plane = ControlPlane(config)
+    plane = bootstrap(config, clock=SYSTEM_CLOCK)
     await plane.start()
     try:
         assert plane.projector is not None
@@ -168,7 +172,7 @@ async def test_a_restarted_control_plane_ages_stored_heartbeats_on_the_server_cl
     config = parse_config(f"nats: {{url: '{nats_server.url}'}}\ndata_dir: '{tmp_path / 'd'}'\n"
                           "node_id: cp-r\nlifecycle: {heartbeat_timeout: 2s, "
                           "grace_period: {standard: 60s}}\n")
-    plane = ControlPlane(config)
+    plane = bootstrap(config, clock=SYSTEM_CLOCK)
     starting = time.monotonic()
     await plane.start()
     try:

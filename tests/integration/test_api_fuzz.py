@@ -8,8 +8,9 @@ import random
 from pathlib import Path
 from typing import Any
 
+from herdbook.clock import SYSTEM_CLOCK
 from herdbook.config import parse_config
-from herdbook.control.app import ControlPlane
+from herdbook.control.bootstrap import bootstrap
 
 PAYLOADS: list[bytes] = [
     b"", b"{", b"null", b"[]", b'"x"', b"42", b"\xff\xfe\x00", b'{"id": null}',
@@ -22,8 +23,9 @@ PAYLOADS: list[bytes] = [
 
 async def test_every_endpoint_survives_hostile_payloads(nats_server: Any, nc: Any,
                                                         tmp_path: Path) -> None:
-    plane = ControlPlane(parse_config(f"nats: {{url: '{nats_server.url}'}}\n"
-                                      f"data_dir: '{tmp_path / 'd'}'\nnode_id: cp-fuzz\n"))
+    plane = bootstrap(parse_config(f"nats: {{url: '{nats_server.url}'}}\n"
+                                   f"data_dir: '{tmp_path / 'd'}'\nnode_id: cp-fuzz\n"),
+                      clock=SYSTEM_CLOCK)
     await plane.start()
     try:
         info = json.loads((await nc.request("$SRV.INFO.herd-api", b"", timeout=5)).data)
@@ -49,8 +51,9 @@ async def test_undecodable_stream_messages_go_to_the_dead_letter_subject(
         nats_server: Any, nc: Any, tmp_path: Path) -> None:
     import asyncio
 
-    plane = ControlPlane(parse_config(f"nats: {{url: '{nats_server.url}'}}\n"
-                                      f"data_dir: '{tmp_path / 'd'}'\nnode_id: cp-dead\n"))
+    plane = bootstrap(parse_config(f"nats: {{url: '{nats_server.url}'}}\n"
+                                   f"data_dir: '{tmp_path / 'd'}'\nnode_id: cp-dead\n"),
+                      clock=SYSTEM_CLOCK)
     await plane.start()
     got: list[Any] = []
 

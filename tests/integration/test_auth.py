@@ -15,8 +15,10 @@ import pytest
 from nats.js.errors import NotFoundError
 
 from herdbook.agent.main import Agent, AgentOptions
+from herdbook.clock import SYSTEM_CLOCK
 from herdbook.config import parse_config
-from herdbook.control.app import ControlPlane
+from herdbook.control.bootstrap import bootstrap
+from herdbook.control.plane import ControlPlane
 from herdbook.credentials import CredentialsError, NatsAuth, read_creds, tls_context
 from herdbook.events.codec import encode
 from herdbook.events.heartbeat import Heartbeat
@@ -306,7 +308,7 @@ async def test_control_plane_agent_and_cli_over_tls(pki: Path, tls_server: str,
     ca, cert, key = (str(pki / f) for f in ("ca.pem", "client.pem", "client.key"))
     config = parse_config(f"nats: {{url: '{tls_server}', tls: {{ca: '{ca}', cert: '{cert}', "
                           f"key: '{key}'}}}}\ndata_dir: '{tmp_path / 'd'}'\nnode_id: cp-tls\n")
-    plane = ControlPlane(config)
+    plane = bootstrap(config, clock=SYSTEM_CLOCK)
     await plane.start()
     agent = Agent(AgentOptions(server=tls_server, node_id="gpu-t", fake_gpus=1,
                                state_dir=str(tmp_path / "a"), heartbeat_interval=0.2,

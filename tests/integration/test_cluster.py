@@ -10,14 +10,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from herdbook.agent.connection import server_list
 from herdbook.agent.main import Agent, AgentOptions
+from herdbook.clock import SYSTEM_CLOCK
 from herdbook.config import parse_config
-from herdbook.control.app import ControlPlane
+from herdbook.control.bootstrap import bootstrap
 from herdbook.events.node import NodeCordoned, NodeDegraded, NodeDown, NodeRecovered
 from herdbook.events.states import Lifecycle
 from herdbook.events.store import EventStore
 from herdbook.events.subjects import EVENTS_STREAM, HEALTH_STREAM, HEARTBEATS_STREAM
+from herdbook.nats_connection import server_list
 from herdbook.natsd.cluster import LocalCluster
 from tests.conftest import herd
 
@@ -55,7 +56,8 @@ async def test_control_plane_and_agents_survive_the_loss_of_one_server(tmp_path:
 
     cluster = LocalCluster(tmp_path / "cluster", base_port=None)
     await asyncio.to_thread(cluster.start)
-    plane = ControlPlane(parse_config(CONFIG.format(url=cluster.url, data=tmp_path / "cp")))
+    plane = bootstrap(parse_config(CONFIG.format(url=cluster.url, data=tmp_path / "cp")),
+                      clock=SYSTEM_CLOCK)
     agents: list[tuple[Agent, asyncio.Task[None]]] = []
     probe: Any = None
     try:

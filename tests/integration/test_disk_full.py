@@ -20,12 +20,14 @@ from typing import Any
 import nats
 import pytest
 
-from herdbook.agent.connection import quiet_errors
 from herdbook.cli.client import EXIT_STORAGE_FULL
+from herdbook.clock import SYSTEM_CLOCK
 from herdbook.config import parse_config
-from herdbook.control.app import ControlPlane, ensure_streams
+from herdbook.control.bootstrap import bootstrap
+from herdbook.control.nats_parts import ensure_streams
 from herdbook.events.node import NodeDeclared
 from herdbook.events.store import EventStore, StorageFullError
+from herdbook.nats_connection import quiet_errors
 from herdbook.natsd.server import launch, terminate, wait_listening
 from tests.conftest import free_port, herd
 from tests.integration.test_agent_and_control import eventually
@@ -97,7 +99,7 @@ async def test_disk_full_is_one_line_with_exit_4_and_everything_resumes_when_fre
     config = parse_config(f"nats: {{port: {free_port()}}}\ndata_dir: '{small_disk / 'd'}'\n"
                           "node_id: cp-disk\nleader_ttl: 3s\n"
                           "lifecycle: {heartbeat_timeout: 10s}\n")
-    plane = ControlPlane(config)
+    plane = bootstrap(config, clock=SYSTEM_CLOCK)
     await plane.start()
     nc = await nats.connect(plane.url, error_cb=quiet_errors)
     try:

@@ -6,7 +6,7 @@ import asyncio
 
 import nats
 
-from herdbook.control.app import ensure_streams
+from herdbook.control.nats_parts import ensure_streams
 from herdbook.events.codec import encode
 from herdbook.events.feed import StreamFeed
 from herdbook.events.node import NodeRegistered

@@ -13,8 +13,11 @@ from typing import Any
 
 import pytest
 
+from herdbook.clock import SYSTEM_CLOCK
 from herdbook.config import parse_config
-from herdbook.control.app import ControlPlane, ensure_streams
+from herdbook.control.bootstrap import bootstrap
+from herdbook.control.nats_parts import ensure_streams
+from herdbook.control.plane import ControlPlane
 from herdbook.events.codec import encode
 from herdbook.events.heartbeat import Heartbeat
 from herdbook.events.node import NodeBootChecked, NodeRegistered
@@ -38,7 +41,7 @@ async def started(nats_server: EmbeddedNats, tmp_path: Path) -> ControlPlane:
     config = parse_config(f"nats: {{url: '{nats_server.url}'}}\ndata_dir: '{tmp_path / 'd'}'\n"
                           "node_id: cp\nlifecycle: {heartbeat_timeout: 2s, "
                           "grace_period: {standard: 60s}}\n")
-    plane = ControlPlane(config)
+    plane = bootstrap(config, clock=SYSTEM_CLOCK)
     await plane.start()
     return plane
 

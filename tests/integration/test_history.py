@@ -14,8 +14,9 @@ from typing import Any
 
 from msgspec.structs import replace
 
+from herdbook.clock import SYSTEM_CLOCK
 from herdbook.config import parse_config
-from herdbook.control.app import ControlPlane
+from herdbook.control.bootstrap import bootstrap
 from herdbook.events.alloc import AllocStatus
 from herdbook.events.codec import encode
 from herdbook.events.node import (
@@ -28,10 +29,10 @@ from herdbook.events.node import (
 )
 from herdbook.events.states import Intent
 from herdbook.events.store import EventStore, subject_of
+from herdbook.health_policy import Verdict
 from herdbook.history.queries import audit_list, node_history, nodes_at, verify
 from herdbook.history.reader import read_log
 from herdbook.reactors.health import decide_health
-from herdbook.reactors.health_policy import Verdict
 from tests.conftest import herd
 from tests.integration.test_scheduler import Harness
 
@@ -147,7 +148,7 @@ async def test_the_commands_through_the_real_cli(nc: Any, nats_server: Any,
                                                  tmp_path: Path) -> None:
     config = parse_config(f"nats: {{url: '{nats_server.url}'}}\ndata_dir: '{tmp_path / 'd'}'\n"
                           "node_id: cp-h\n")
-    plane = ControlPlane(config)
+    plane = bootstrap(config, clock=SYSTEM_CLOCK)
     await plane.start()
     try:
         store = EventStore(nc.jetstream())

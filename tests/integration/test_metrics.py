@@ -14,8 +14,9 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from herdbook.clock import SYSTEM_CLOCK
 from herdbook.config import parse_config
-from herdbook.control.app import ControlPlane
+from herdbook.control.bootstrap import bootstrap
 from herdbook.control.metrics import Metrics, quantile
 from herdbook.events.node import NodeBootChecked, NodeInfo, NodeRegistered, NodeWipeFailed
 from herdbook.events.states import NodeClass
@@ -106,7 +107,7 @@ async def test_control_plane_serves_metrics(nats_server: EmbeddedNats, tmp_path:
     port = free_port()
     config = parse_config(f"nats: {{url: '{nats_server.url}'}}\ndata_dir: '{tmp_path / 'd'}'\n"
                           f"node_id: cp-metrics\nmetrics: {{port: {port}}}\n")
-    plane = ControlPlane(config)
+    plane = bootstrap(config, clock=SYSTEM_CLOCK)
     info = await plane.start()
     try:
         assert info["metrics_url"] == f"http://127.0.0.1:{port}/metrics"
@@ -180,7 +181,7 @@ async def test_control_plane_serves_metrics(nats_server: EmbeddedNats, tmp_path:
 async def test_no_metrics_port_serves_nothing(nats_server: EmbeddedNats, tmp_path: Path) -> None:
     config = parse_config(f"nats: {{url: '{nats_server.url}'}}\ndata_dir: '{tmp_path / 'd'}'\n"
                           "node_id: cp-quiet\n")
-    plane = ControlPlane(config)
+    plane = bootstrap(config, clock=SYSTEM_CLOCK)
     info = await plane.start()
     try:
         assert info["metrics_url"] is None

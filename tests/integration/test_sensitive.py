@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 
 from herdbook.agent.main import Agent, AgentOptions
+from herdbook.clock import SYSTEM_CLOCK
 from herdbook.config import parse_config
-from herdbook.control.app import ControlPlane
+from herdbook.control.bootstrap import bootstrap
 from herdbook.events.node import NodeConformanceChanged, NodeDrainStarted, NodeWipeFailed
 from herdbook.events.states import NodeClass
 from herdbook.events.store import EventStore
@@ -41,8 +42,8 @@ class World:
         self.nc = nc
         from tests.conftest import free_port
         self.metrics_port = free_port()
-        self.plane = ControlPlane(parse_config(CONFIG.format(
-            url=url, data=tmp / "cp", metrics_port=self.metrics_port)))
+        self.plane = bootstrap(parse_config(CONFIG.format(
+            url=url, data=tmp / "cp", metrics_port=self.metrics_port)), clock=SYSTEM_CLOCK)
         self.agents: list[tuple[Agent, asyncio.Task[None]]] = []
 
     async def agent(self, node_id: str, wipe_steps: str | None = None) -> Agent:

@@ -14,7 +14,7 @@ import nats
 import pytest
 
 from herdbook.agent.main import Agent, AgentOptions
-from herdbook.control.app import ControlPlane
+from herdbook.control.plane import ControlPlane
 from herdbook.events.node import NodeRegistered
 from herdbook.events.store import EventStore
 from herdbook.events.subjects import EVENTS_STREAM, HEARTBEATS_STREAM

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from herdbook.agent.main import Agent, AgentOptions
-from herdbook.control.app import ControlPlane
+from herdbook.control.plane import ControlPlane
 from herdbook.credentials import NatsAuth
 from herdbook.events.alloc import AllocLost, AllocPlaced
 from herdbook.events.codec import encode

@@ -9,8 +9,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from herdbook.clock import SYSTEM_CLOCK
 from herdbook.config import parse_config
-from herdbook.control.app import ControlPlane
+from herdbook.control.bootstrap import bootstrap
 from herdbook.events.node import NodeCordoned, NodeInfo, NodeRegistered
 from herdbook.events.store import EventStore
 from tests.conftest import herd
@@ -28,8 +29,9 @@ async def test_the_cli_escapes_what_events_carry(nc: Any, nats_server: Any,
         info=NodeInfo(hostname=HOSTILE, labels={"team": HOSTILE})), expected_version=0)
     await store.append(NodeCordoned(node_id="gpu-1", reason=HOSTILE, actor=HOSTILE),
                        expected_version=seq)
-    plane = ControlPlane(parse_config(f"nats: {{url: '{nats_server.url}'}}\n"
-                                      f"data_dir: '{tmp_path / 'd'}'\nnode_id: cp-esc\n"))
+    plane = bootstrap(parse_config(f"nats: {{url: '{nats_server.url}'}}\n"
+                                   f"data_dir: '{tmp_path / 'd'}'\nnode_id: cp-esc\n"),
+                      clock=SYSTEM_CLOCK)
     await plane.start()
     try:
         assert plane.projector is not None

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from herdbook.agent.main import Agent, AgentOptions
-from herdbook.control.app import ControlPlane
+from herdbook.control.plane import ControlPlane
 from herdbook.events.states import Approval, Lifecycle
 from herdbook.events.subjects import EVENTS_STREAM
 from herdbook.history.queries import verify

@@ -21,8 +21,11 @@ from typing import Any
 import nats
 import pytest
 
+from herdbook.clock import SYSTEM_CLOCK
 from herdbook.config import Config, parse_config
-from herdbook.control.app import ControlPlane, ensure_streams
+from herdbook.control.bootstrap import bootstrap
+from herdbook.control.nats_parts import ensure_streams
+from herdbook.control.plane import ControlPlane
 from herdbook.events.node import NodeDeclared
 from herdbook.events.store import EventStore, stream_last_seq
 from herdbook.events.subjects import EVENTS_STREAM
@@ -55,7 +58,7 @@ def rebuild_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 
 async def run_plane(cfg: Config, step: Callable[[ControlPlane, Any], Any]) -> Any:
-    plane = ControlPlane(cfg)
+    plane = bootstrap(cfg, clock=SYSTEM_CLOCK)
     await plane.start()
     nc = await nats.connect(plane.url)
     try:

@@ -19,8 +19,8 @@ from herdbook.events.node import (
     NodeUncordoned,
 )
 from herdbook.events.states import Health, Lifecycle
+from herdbook.health_policy import Policy
 from herdbook.reactors.classifier import HealthClassifier, decide_on_report
-from herdbook.reactors.health_policy import Policy
 from tests.fakes import FakeClock, FakeNats, FakeProjector, FakeStore
 
 POLICY = Policy.load(None)

@@ -10,9 +10,9 @@ from herdbook.agent.gpu_checks import HealthMonitor
 from herdbook.events.health_report import CheckResult, GpuEvent, HealthReport, NodeHealthChanged
 from herdbook.events.node import NodeDown
 from herdbook.events.states import Approval, Health, Lifecycle, NodeType
+from herdbook.health_policy import Policy, PolicyError, Verdict
 from herdbook.projector.node_view import NodeView
 from herdbook.reactors.health import decide_health
-from herdbook.reactors.health_policy import Policy, PolicyError, Verdict
 
 POLICY = Policy.load(None)
 

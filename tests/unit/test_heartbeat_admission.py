@@ -26,8 +26,8 @@ from herdbook.events.node import (
 from herdbook.events.states import Lifecycle
 from herdbook.events.streams import DAY, heartbeats_stream
 from herdbook.events.subjects import event_subject
+from herdbook.health_policy import Policy
 from herdbook.reactors.classifier import HealthClassifier
-from herdbook.reactors.health_policy import Policy
 from herdbook.reactors.heartbeats import NodeBeat, Verdict, judge
 from herdbook.reactors.sweeper import Sweeper
 from tests.fakes import Clock, FakeNats, FakeProjector, FakeStore

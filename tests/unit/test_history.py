@@ -26,6 +26,7 @@ from herdbook.events.node import (
 )
 from herdbook.events.states import Approval, Health, Intent, Lifecycle, NodeType
 from herdbook.events.subjects import event_subject
+from herdbook.health_policy import Verdict
 from herdbook.history.audit import ChainVerifier, audit_row, is_audited
 from herdbook.history.causes import CauseIndex, build_history, is_nodes
 from herdbook.history.reader import LogEntry, entry_of
@@ -34,7 +35,6 @@ from herdbook.projector.as_of import fold_nodes
 from herdbook.projector.eval_view import spawn
 from herdbook.projector.node_view import NodeView
 from herdbook.reactors.health import decide_health
-from herdbook.reactors.health_policy import Verdict
 
 T0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
 

@@ -1,0 +1,265 @@
+"""The composition root (cosmicpython's ``bootstrap``): the whole control plane built as a
+list of parts of one shape (``control/parts.py``), in the order they start.
+
+``herd up`` (``control/up.py``), ``herd sim`` (``sim/world.py``), the integration tests
+and the benchmarks call ``bootstrap`` and then ``start``/``stop`` what it returns. One
+``clock`` reaches every part that reads the time. Nothing here does I/O but reading the
+health policy: connecting, creating streams and starting servers are the parts' starts.
+
+The order: the data dir's lock; the embedded nats-server, its supervisor and its disk
+watch; the connection (and streams); the projector, the streams guard, a catch-up (what
+decides reads a view at the stream's end); the agent sync; node-event counting for
+``/metrics``; this control plane's own node (registered and heartbeating before the
+sweeper reads the stored heartbeats, so a restart does not find itself silent); the
+sweeper, approver and health classifier; the fake provider; the leader lease and, while
+it is held, a catch-up and the reactors that must not run twice; the API; ``/metrics``;
+demo agents.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from nats.aio.client import Client as NATS
+from nats.js.api import StreamConfig
+
+from herdbook.agent.protocol import NodeProtocol
+from herdbook.agent.state import SeqAllocator
+from herdbook.api.server import Api
+from herdbook.clock import Clock
+from herdbook.config import Config, heartbeats_max_age
+from herdbook.control.agent_sync import AgentSync
+from herdbook.control.data_dir import DataDirLock
+from herdbook.control.demo import DemoAgents
+from herdbook.control.errors import StartupError
+from herdbook.control.instances import InstanceManager
+from herdbook.control.leader import LeaderLease
+from herdbook.control.metrics import ControlPlaneCollector, Metrics, MetricsServer, scrape
+from herdbook.control.nats_parts import EmbeddedServer, NatsConnection, ServerSupervisor
+from herdbook.control.parts import Part, Parts, PerTerm, Service, Subscribed
+from herdbook.control.plane import ControlPlane
+from herdbook.control.providers import FakeProvider, LocalProvider, Provider
+from herdbook.control.requester import RequesterNode, default_requester_id, this_host
+from herdbook.control.streams_guard import StreamsGuard
+from herdbook.control.view_rebuild import ViewRebuild
+from herdbook.credentials import CredsFile, NatsAuth, write_creds
+from herdbook.events.store import EventStore
+from herdbook.events.streams import all_streams
+from herdbook.events.subjects import EVENTS_STREAM, validate_id
+from herdbook.health_policy import Policy, PolicyError
+from herdbook.natsd.server import EmbeddedNats
+from herdbook.natsd.storage_watch import StorageWatch
+from herdbook.natsd.users import UserRegistry
+from herdbook.projector.integrity import ViewError
+from herdbook.projector.runner import ProjectorRunner
+from herdbook.reactors.allocations import AllocationReactor
+from herdbook.reactors.approver import AutoApprover
+from herdbook.reactors.classifier import HealthClassifier
+from herdbook.reactors.notifier import Notifier
+from herdbook.reactors.runner import DecideRunner
+from herdbook.reactors.scheduler import Scheduler
+from herdbook.reactors.sensitive import SensitiveReactor
+from herdbook.reactors.sweeper import Sweeper
+
+REQUESTER_HEARTBEAT_INTERVAL = 5.0
+CATCH_UP_TIMEOUT = 60.0
+
+
+def bootstrap(config: Config, *, clock: Clock, demo: int = 0,
+              on_failure: Callable[[], None] | None = None) -> ControlPlane:
+    """The control plane of ``config``, not started. ``demo``: that many in-process
+    agents with fake GPUs. ``on_failure``: called once it cannot go on (``failure``
+    says why). Raises StartupError for a health policy that does not load."""
+    cfg = config
+    data_dir = Path(cfg.data_dir)
+    node_id = validate_id(cfg.node_id or default_requester_id())
+    try:
+        policy = Policy.load(cfg.health.policy)
+    except PolicyError as err:
+        raise StartupError(str(err)) from err
+
+    nc = NATS()
+    projector = ProjectorRunner(nc, str(data_dir / "view.db"),
+                                batch_size=cfg.projector.batch_size,
+                                batch_interval=float(cfg.projector.batch_interval))
+    rebuild_view = ViewRebuild(nc, projector, data_dir / "view.db", cfg.projector)
+    parts: list[Part] = [DataDirLock(data_dir)]
+    embedded: EmbeddedNats | None = None
+    users: UserRegistry | None = None
+    storage: StorageWatch | None = None
+    supervisor: ServerSupervisor | None = None
+    tls = cfg.nats.tls
+    auth = NatsAuth(creds=cfg.nats.creds, tls_ca=tls.ca, tls_cert=tls.cert, tls_key=tls.key)
+    if cfg.nats.url:
+        url = cfg.nats.url
+        if cfg.nats.auth:
+            raise StartupError("nats.auth (--auth) is for the embedded nats-server; with "
+                               "--nats-url pass that server's credentials (nats.creds, or "
+                               "user:password in the URL)")
+    else:
+        users = UserRegistry(data_dir / "nats") if cfg.nats.auth else None
+        embedded = EmbeddedNats(data_dir / "nats", cfg.nats.port, cfg.nats.host,
+                                cfg.nats.sync_interval,
+                                users_conf=users.conf_path if users is not None else None)
+        url = embedded.url
+        server = EmbeddedServer(embedded, users)
+        supervisor = ServerSupervisor(embedded, clock, on_failure or (lambda: None))
+
+        async def restart_server() -> None:
+            await server.restart(nc)
+            await rebuild_view.if_ahead()
+
+        storage = StorageWatch(embedded.store_dir, restart_server)
+        parts += [server, supervisor, Service("storage watch", storage.start, storage.stop)]
+    parts.append(NatsConnection(nc, url, connection_auth(auth, users),
+                                f"herd-control:{node_id}", streams_of(cfg)))
+    store = EventStore(nc.jetstream(), storage_full=storage.full if storage is not None else None)
+
+    async def start_projector() -> None:
+        try:
+            await projector.start()
+        except ViewError as err:
+            raise StartupError(str(err)) from err
+
+    def folded(stream: str) -> int:
+        """How far the projector read ``stream``: a recreated one starts after it."""
+        return projector.folded_seq if stream == EVENTS_STREAM else 0
+
+    async def catch_up() -> None:
+        await projector.catch_up(timeout=CATCH_UP_TIMEOUT)
+
+    streams_guard = StreamsGuard(nc, streams_of(cfg), floor=folded)
+    agent_sync = AgentSync(nc)
+    parts += [Service("projector", start_projector, projector.stop),
+              Service("streams guard", streams_guard.start, streams_guard.stop),
+              Service("catch-up", catch_up),
+              Service("agent sync", agent_sync.start, agent_sync.stop)]
+    metrics = Metrics() if cfg.metrics.port else None
+    if metrics is not None:
+        # Counted from here on: what the catch-up folded happened before this start.
+        counting = metrics
+        parts.append(Subscribed("metrics counting",
+                                lambda: projector.nodes.subscribe(counting.on_node_event)))
+
+    runner = DecideRunner(store, projector, clock)
+    interval = min(REQUESTER_HEARTBEAT_INTERVAL, float(cfg.lifecycle.heartbeat_timeout) / 3)
+    requester = NodeProtocol(node_id, actor=f"control:{node_id}", seqs=SeqAllocator(data_dir))
+    sweeper = Sweeper(nc, store, projector, cfg, clock=clock.monotonic)
+    approver = AutoApprover(store, projector, cfg.approval.auto_approve)
+    classifier = HealthClassifier(nc, store, projector, policy, cfg.health.unhealthy_threshold,
+                                  data_dir / "health.position",
+                                  {name: pool.health.unhealthy_threshold
+                                   for name, pool in cfg.pools.items()})
+    fake_provider = FakeProvider(nc, data_dir)
+    parts += [RequesterNode(nc, runner, projector.nodes, requester, this_host(),
+                            interval=interval),
+              Service("sweeper", sweeper.start, sweeper.stop),
+              Service("approver", approver.start, approver.stop),
+              Service("health classifier", classifier.start, classifier.stop),
+              Service("fake provider", stop=fake_provider.stop_all)]
+
+    # What must not run twice runs on the leader only (control/leader.py), built afresh
+    # for every term.
+    lease = LeaderLease(nc, node_id, ttl=float(cfg.leader_ttl), replicas=cfg.nats.replicas)
+    providers: dict[str, Provider] = {
+        "local": LocalProvider(data_dir, url, local_agent_args(cfg, url, users, embedded)),
+        "fake": fake_provider}
+
+    def fingerprints() -> dict[str, str]:
+        return {n: b.fingerprint for n, b in sweeper.beats.items() if b.fingerprint}
+
+    parts += [
+        Service("leader lease", lease.start, lease.stop),
+        Service("leader catch-up", catch_up, leader_only=True),
+        PerTerm("instance manager",
+                lambda: InstanceManager(cfg, store, projector, sweeper, providers)),
+        PerTerm("notifier", lambda: Notifier(cfg.notifier, store, projector)),
+        PerTerm("allocation reactor", lambda: AllocationReactor(store, projector, cfg)),
+        PerTerm("scheduler", lambda: Scheduler(nc, store, projector, cfg)),
+        PerTerm("sensitive reactor",
+                lambda: SensitiveReactor(store, projector, cfg, fingerprints))]
+
+    api = Api(nc, store, projector, sweeper, rebuild_view, node_id, cfg, metrics=metrics,
+              clock=clock)
+    api.is_leader = lambda: lease.leader
+
+    async def start_api() -> None:
+        await api.start()
+        # The API's subscriptions reach the server before start() returns, so a request
+        # sent right after finds a responder.
+        await nc.flush()
+
+    parts.append(Service("api", start_api, api.stop))
+    metrics_server: MetricsServer | None = None
+    if metrics is not None:
+        metrics_server = metrics_endpoint(cfg, metrics, projector, sweeper, nc)
+        parts.append(Service("metrics server", serving(metrics_server), metrics_server.stop))
+    if demo:
+        parts.append(DemoAgents(nc, url, data_dir / "demo", demo))
+    return ControlPlane(
+        config=cfg, clock=clock, node_id=node_id, data_dir=data_dir, url=url, nc=nc,
+        store=store, runner=runner, projector=projector, sweeper=sweeper, approver=approver,
+        classifier=classifier, agent_sync=agent_sync, streams_guard=streams_guard,
+        lease=lease, api=api, rebuild_view=rebuild_view, parts=Parts(parts, lease),
+        embedded=embedded, users=users, storage=storage, supervisor=supervisor,
+        metrics=metrics, metrics_server=metrics_server)
+
+
+def streams_of(cfg: Config) -> list[StreamConfig]:
+    return all_streams(cfg.nats.replicas, float(cfg.health.max_age), heartbeats_max_age(cfg))
+
+
+def connection_auth(auth: NatsAuth, users: UserRegistry | None) -> Callable[[], NatsAuth]:
+    """The control plane's own credentials: with ``nats.auth``, its user on the embedded
+    server (created by the server's start); else what the config gives."""
+    if users is None:
+        return lambda: auth
+
+    def control_user() -> NatsAuth:
+        control = users.ensure_control()
+        return NatsAuth(user=control.user, password=control.password)
+    return control_user
+
+
+def metrics_endpoint(cfg: Config, metrics: Metrics, projector: ProjectorRunner,
+                     sweeper: Sweeper, nc: NATS) -> MetricsServer:
+    """``GET /metrics`` on ``metrics.host:port``, collected from the view and the
+    sweeper at scrape time."""
+    collector = ControlPlaneCollector(metrics, projector, sweeper)
+    metrics.registry.register(collector)
+    js = nc.jetstream()
+    return MetricsServer(cfg.metrics.host, cfg.metrics.port,
+                         lambda: scrape(metrics.registry, collector, js))
+
+
+def serving(server: MetricsServer) -> Callable[[], Awaitable[None]]:
+    async def start() -> None:
+        try:
+            await server.start()
+        except OSError as err:
+            raise StartupError(f"cannot serve metrics on {server.host}:{server.port}: "
+                               f"{err.strerror} (pass another --metrics-port)") from err
+    return start
+
+
+def local_agent_args(cfg: Config, url: str, users: UserRegistry | None,
+                     embedded: EmbeddedNats | None) -> Callable[[str, Path], list[str]]:
+    """How an agent the local provider starts connects: its own credentials, issued
+    here, on an auth-enabled embedded server; the control plane's TLS options."""
+    def agent_args(node_id: str, state_dir: Path) -> list[str]:
+        args: list[str] = []
+        if users is not None:
+            user = users.add_agent(node_id)
+            users.reload_server()
+            path = state_dir / "agent.creds"
+            write_creds(path, CredsFile(user=user.user, password=user.password, url=url,
+                                        kind=user.kind, node_id=node_id))
+            args += ["--creds", str(path)]
+        tls = cfg.nats.tls
+        for flag, value in (("--tls-ca", tls.ca), ("--tls-cert", tls.cert),
+                            ("--tls-key", tls.key)):
+            if value and embedded is None:
+                args += [flag, value]
+        return args
+    return agent_args

@@ -1,0 +1,39 @@
+"""``herd up``: the control plane of a config, run until a signal."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from herdbook.clock import SYSTEM_CLOCK
+from herdbook.config import Config
+from herdbook.control.bootstrap import bootstrap
+from herdbook.control.errors import ControlPlaneFailed
+from herdbook.signals import stop_on_signals, stopped_by_signal
+
+
+async def run(config: Config, *, demo: int = 0,
+              on_ready: Callable[[dict[str, Any]], None] | None = None,
+              stop: asyncio.Event | None = None) -> None:
+    """Run the control plane until ``stop`` is set (SIGINT/SIGTERM by default); stopped
+    within 2 s of the signal whatever NATS does (``herdbook.signals``). Raises
+    ``ControlPlaneFailed`` once it could not go on (its embedded server kept dying)."""
+    stop = stop or asyncio.Event()
+    plane = bootstrap(config, clock=SYSTEM_CLOCK, demo=demo, on_failure=stop.set)
+    stop_on_signals(stop)
+    try:
+        info = await plane.start()
+        if on_ready is not None:
+            on_ready(info)
+        await stop.wait()
+    except asyncio.CancelledError as err:
+        if not stopped_by_signal(stop, err):
+            raise
+    finally:
+        try:
+            await plane.stop()
+        finally:
+            if plane.failure is not None:
+                # The cause of whatever else went wrong meanwhile: one line, no traceback.
+                raise ControlPlaneFailed(plane.failure)  # noqa: B012
