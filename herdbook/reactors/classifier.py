@@ -36,10 +36,10 @@ from herdbook.events.node import NodeEvent
 from herdbook.events.states import Health
 from herdbook.events.store import EventStore
 from herdbook.events.subjects import EVENTS_STREAM, HEALTH_STREAM, printable
+from herdbook.health_policy import Policy, Verdict
 from herdbook.projector.node_view import NodeView
 from herdbook.projector.runner import ProjectorRunner
 from herdbook.reactors.health import decide_health
-from herdbook.reactors.health_policy import Policy, Verdict
 from herdbook.reactors.runner import Context, DecideRunner, Decision
 
 log = logging.getLogger(__name__)

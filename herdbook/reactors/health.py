@@ -13,8 +13,8 @@ from herdbook.events.machine import LifecycleTrigger as Trigger
 from herdbook.events.machine import next_lifecycle
 from herdbook.events.node import NodeDown, NodeEvent
 from herdbook.events.states import Health
+from herdbook.health_policy import Verdict
 from herdbook.projector.node_view import NodeView
-from herdbook.reactors.health_policy import Verdict
 
 ACTOR = "health-classifier"
 
