@@ -91,7 +91,7 @@ def sim_command(
                           client.EXIT_USAGE)
     from herdbook.signals import until_signalled
     from herdbook.sim.runner import StepResult, run_scenario
-    from herdbook.sim.scenario import ScenarioError, load_scenario
+    from herdbook.sim.scenario_file import ScenarioError, load_scenario
     from herdbook.sim.world import DataDirError
     try:
         loaded = load_scenario(scenario)

@@ -25,7 +25,8 @@ from herdbook.projector.node_view import NodeView
 from herdbook.reactors.sweeper import Sweeper
 from herdbook.sim.detections import Detections, latency_summary
 from herdbook.sim.fleet import Fleet, inject_agent
-from herdbook.sim.scenario import FleetGroup, sim_config_text
+from herdbook.sim.scenario import FleetGroup
+from herdbook.sim.scenario_file import sim_config_text
 
 CONTROL_NODE_ID = "sim-control"
 

@@ -12,7 +12,7 @@ import pytest
 
 from herdbook.sim.chaos import ChaosOptions, run_chaos
 from herdbook.sim.runner import EXIT_FAILED, run_scenario
-from herdbook.sim.scenario import load_scenario, parse_scenario
+from herdbook.sim.scenario_file import load_scenario, parse_scenario
 from tests.conftest import herd
 
 SCENARIOS = sorted((Path(__file__).parents[2] / "scenarios").glob("*.yaml"))

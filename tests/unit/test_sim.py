@@ -16,7 +16,8 @@ from herdbook.events.states import Health
 from herdbook.sim import checks
 from herdbook.sim.chaos import parse_mix, plan_failures
 from herdbook.sim.detections import Detections, percentile
-from herdbook.sim.scenario import Check, ScenarioError, group_ids, parse_scenario
+from herdbook.sim.scenario import Check, group_ids
+from herdbook.sim.scenario_file import ScenarioError, parse_scenario
 
 BASE = "name: t\nfleet: [{count: 3, prefix: n}]\ntimeline:\n"
 
