@@ -146,11 +146,11 @@ def bootstrap(config: Config, *, clock: Clock, demo: int = 0,
     interval = min(REQUESTER_HEARTBEAT_INTERVAL, float(cfg.lifecycle.heartbeat_timeout) / 3)
     requester = NodeProtocol(node_id, actor=f"control:{node_id}", seqs=SeqAllocator(data_dir))
     sweeper = Sweeper(nc, store, projector, cfg, clock=clock.monotonic)
-    approver = AutoApprover(store, projector, cfg.approval.auto_approve)
+    approver = AutoApprover(store, projector, cfg.approval.auto_approve, clock=clock)
     classifier = HealthClassifier(nc, store, projector, policy, cfg.health.unhealthy_threshold,
-                                  data_dir / "health.position",
-                                  {name: pool.health.unhealthy_threshold
-                                   for name, pool in cfg.pools.items()})
+                                  pool_thresholds={name: pool.health.unhealthy_threshold
+                                                   for name, pool in cfg.pools.items()},
+                                  clock=clock)
     fake_provider = FakeProvider(nc, data_dir)
     parts += [RequesterNode(nc, runner, projector.nodes, requester, this_host(),
                             interval=interval),
@@ -173,12 +173,13 @@ def bootstrap(config: Config, *, clock: Clock, demo: int = 0,
         Service("leader lease", lease.start, lease.stop),
         Service("leader catch-up", catch_up, leader_only=True),
         PerTerm("instance manager",
-                lambda: InstanceManager(cfg, store, projector, sweeper, providers)),
-        PerTerm("notifier", lambda: Notifier(cfg.notifier, store, projector)),
-        PerTerm("allocation reactor", lambda: AllocationReactor(store, projector, cfg)),
-        PerTerm("scheduler", lambda: Scheduler(nc, store, projector, cfg)),
+                lambda: InstanceManager(cfg, store, projector, sweeper, providers, clock=clock)),
+        PerTerm("notifier", lambda: Notifier(cfg.notifier, store, projector, clock=clock)),
+        PerTerm("allocation reactor",
+                lambda: AllocationReactor(store, projector, cfg, clock=clock)),
+        PerTerm("scheduler", lambda: Scheduler(nc, store, projector, cfg, clock=clock)),
         PerTerm("sensitive reactor",
-                lambda: SensitiveReactor(store, projector, cfg, fingerprints))]
+                lambda: SensitiveReactor(store, projector, cfg, fingerprints, clock=clock))]
 
     api = Api(nc, store, projector, sweeper, rebuild_view, node_id, cfg, metrics=metrics,
               clock=clock)
