@@ -31,7 +31,7 @@ from herdbook.events.authority import Unvouched, bind_event
 from herdbook.events.base import Event
 from herdbook.events.codec import encode
 from herdbook.events.heartbeat import Heartbeat
-from herdbook.events.machine import LifecycleTrigger as Trigger
+from herdbook.events.machine import LifecycleTrigger
 from herdbook.events.node import NodeBootStarted, NodeInfo, NodeInfoUpdated, NodeWipeStarted
 from herdbook.events.states import NodeClass
 from herdbook.events.store import EventStore
@@ -245,7 +245,7 @@ class Agent:
             event = bind_event(msg.subject, msg.data)
         except Unvouched:
             return
-        if isinstance(event, NodeBootStarted) and event.trigger == Trigger.REBOOT:
+        if isinstance(event, NodeBootStarted) and event.trigger == LifecycleTrigger.REBOOT:
             log.info("%s: reboot requested by %s; running the boot check", self.node_id,
                      event.actor)
             self.node.new_boot()

@@ -26,7 +26,7 @@ from nats.aio.client import Client as NATS
 
 from herdbook.events.codec import encode
 from herdbook.events.heartbeat import Heartbeat
-from herdbook.events.machine import LifecycleTrigger as Trigger
+from herdbook.events.machine import LifecycleTrigger
 from herdbook.events.node import NodeBootChecked, NodeBootStarted, NodeInfo, NodeRegistered
 from herdbook.events.states import NodeType
 from herdbook.events.subjects import heartbeat_subject
@@ -86,7 +86,7 @@ class NodeProtocol:
                               boot_id=self.boot_id, info=info, actor=self.actor)
 
     def boot_started(self, reason: str = "agent started",
-                     trigger: Trigger = Trigger.AGENT_STARTED) -> NodeBootStarted:
+                     trigger: LifecycleTrigger = LifecycleTrigger.AGENT_STARTED) -> NodeBootStarted:
         return NodeBootStarted(node_id=self.node_id, boot_id=self.boot_id, actor=self.actor,
                                trigger=trigger.value, reason=reason)
 

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from herdbook.events.machine import Command, next_intent, next_lifecycle
-from herdbook.events.machine import LifecycleTrigger as Trigger
+from herdbook.events.machine import Command, LifecycleTrigger, next_intent, next_lifecycle
 from herdbook.events.node import (
     NodeBootStarted,
     NodeClaimed,
@@ -84,7 +83,7 @@ def decide_undrain(view: NodeView, actor: str, reason: str, live: HeartbeatFacts
 
 def decide_disable(view: NodeView, actor: str, reason: str) -> NodeEvent:
     _intent(view, Command.DISABLE)
-    if next_lifecycle(view.lifecycle, Trigger.DISABLE) is None:
+    if next_lifecycle(view.lifecycle, LifecycleTrigger.DISABLE) is None:
         raise CommandRefused(f"cannot disable node {view.id}: it is {view.lifecycle.value}")
     return NodeDisabled(node_id=view.id, actor=actor, reason=reason)
 
@@ -99,11 +98,11 @@ def decide_enable(view: NodeView, actor: str, reason: str, live: HeartbeatFacts,
 
 
 def decide_reboot(view: NodeView, actor: str, reason: str) -> NodeEvent:
-    if next_lifecycle(view.lifecycle, Trigger.REBOOT) is None:
+    if next_lifecycle(view.lifecycle, LifecycleTrigger.REBOOT) is None:
         raise CommandRefused(f"cannot reboot node {view.id}: it is {view.lifecycle.value}; reboot "
                              "takes a DOWN or FAILED node")
     return NodeBootStarted(node_id=view.id, actor=actor, reason=reason or "reboot requested",
-                           trigger=Trigger.REBOOT.value)
+                           trigger=LifecycleTrigger.REBOOT.value)
 
 
 # sensitive nodes (Lattice) -------------------------------------------------------------
@@ -140,7 +139,7 @@ def decide_wipe(view: NodeView, actor: str, reason: str, force: bool,
                              "are wiped")
     if not force:
         raise CommandRefused(f"wiping node {view.id} erases its disks: use --force")
-    if next_lifecycle(view.lifecycle, Trigger.WIPE) is None:
+    if next_lifecycle(view.lifecycle, LifecycleTrigger.WIPE) is None:
         raise CommandRefused(f"cannot wipe node {view.id}: it is {view.lifecycle.value}")
     return NodeWipeStarted(node_id=view.id, actor=actor, attempt=view.wipe_attempt + 1,
                            forced=True, timeout_s=timeout_s, reason=reason or "forced wipe")
