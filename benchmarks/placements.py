@@ -7,28 +7,33 @@ import argparse
 import asyncio
 import time
 
-import nats
-
 from benchmarks.common import report, start_server, stop_server
-from herdbook.config import Config
-from herdbook.control.nats_parts import ensure_streams
+from herdbook.clock import SYSTEM_CLOCK
+from herdbook.config import parse_config
+from herdbook.control.bootstrap import bootstrap
 from herdbook.events.evals import EvalStatus
 from herdbook.events.evals import EvalTrigger as Trigger
 from herdbook.events.jobs import JobRegistered, JobSpec, Resources
 from herdbook.events.node import GpuInfo, NodeApproved, NodeBootChecked, NodeInfo, NodeRegistered
-from herdbook.events.store import EventStore
-from herdbook.projector.runner import ProjectorRunner
-from herdbook.reactors.scheduler import Scheduler, new_eval
+from herdbook.reactors.scheduler import new_eval
+
+# Nodes that never heartbeat stay READY for the benchmark's length.
+CONFIG = """
+nats: {{url: '{url}'}}
+data_dir: '{data}'
+node_id: cp-bench
+lifecycle: {{heartbeat_timeout: 1h}}
+"""
 
 
 async def main(nodes: int, count: int, gpus: int) -> None:
     server, tmp = start_server()
     try:
-        nc = await nats.connect(server.url)
-        await ensure_streams(nc, 1, 3600.0)
-        store = EventStore(nc.jetstream())
-        projector = ProjectorRunner(nc, str(tmp / "view.db"))
-        await projector.start()
+        # The whole control plane, as herd up builds it (it leads: the scheduler runs).
+        plane = bootstrap(parse_config(CONFIG.format(url=server.url, data=tmp / "cp")),
+                          clock=SYSTEM_CLOCK)
+        await plane.start()
+        store, projector = plane.store, plane.projector
         info = NodeInfo(cpus=0, gpus=tuple(GpuInfo(index=i, uuid=f"g{i}", name="H100")
                                            for i in range(gpus)))
         last = 0
@@ -39,8 +44,6 @@ async def main(nodes: int, count: int, gpus: int) -> None:
                           NodeBootChecked(node_id=node_id, boot_id="b", passed=True)):
                 last = await store.append(event)
         await projector.wait_applied(last, timeout=120)
-        scheduler = Scheduler(nc, store, projector, Config())
-        await scheduler.start()
         spec = JobSpec(id="bench", command=["true"], count=count,
                        resources=Resources(cpu=0.1, memory_mb=0, gpus=1))
         await projector.wait_applied(await store.append(JobRegistered(job_id="bench",
@@ -53,9 +56,7 @@ async def main(nodes: int, count: int, gpus: int) -> None:
             await asyncio.sleep(0.01)
         elapsed = time.monotonic() - start
         placed = sum(1 for a in projector.allocs.values() if a.job_id == "bench")
-        await scheduler.stop()
-        await projector.stop()
-        await nc.close()
+        await plane.stop()
         report("placements", f"{placed / elapsed:,.0f} placements/s ({placed} allocations on "
                f"{nodes} nodes, eval {e.status.value} in {elapsed:.2f}s)", ">= 4,000 allocations/s",
                f"python -m benchmarks.placements --nodes {nodes} --count {count} --gpus {gpus}")
