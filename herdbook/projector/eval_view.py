@@ -14,7 +14,7 @@ from herdbook.events.eval_events import (
     EvalLinked,
     EvalStatusChanged,
 )
-from herdbook.events.evals import SPAWNS, EvalStatus, Step, EvalTrigger, next_status
+from herdbook.events.evals import SPAWNS, EvalStatus, EvalTrigger, Step, next_status
 
 
 class EvalView(msgspec.Struct, frozen=True, kw_only=True):
