@@ -145,7 +145,7 @@ def bootstrap(config: Config, *, clock: Clock, demo: int = 0,
     runner = DecideRunner(store, projector, clock)
     interval = min(REQUESTER_HEARTBEAT_INTERVAL, float(cfg.lifecycle.heartbeat_timeout) / 3)
     requester = NodeProtocol(node_id, actor=f"control:{node_id}", seqs=SeqAllocator(data_dir))
-    sweeper = Sweeper(nc, store, projector, cfg, clock=clock.monotonic)
+    sweeper = Sweeper(nc, store, projector, cfg, clock=clock)
     approver = AutoApprover(store, projector, cfg.approval.auto_approve, clock=clock)
     classifier = HealthClassifier(nc, store, projector, policy, cfg.health.unhealthy_threshold,
                                   pool_thresholds={name: pool.health.unhealthy_threshold
