@@ -27,6 +27,7 @@ from herdbook.events.node import (
 )
 from herdbook.events.states import Intent, Lifecycle
 from herdbook.projector.node_view import NodeView
+from herdbook.reactors.runner import Decision
 
 ACTOR = "sweeper"
 
@@ -73,6 +74,17 @@ def decide(view: NodeView, seen: Observation, timeouts: Timeouts,
         events.append(NodeDrained(node_id=view.id, actor=ACTOR,
                                   reason="no allocation runs on the node"))
     return events
+
+
+def declaration(view: NodeView | None, seen: Observation, timeouts: Timeouts,
+                recover_down_on_heartbeat: bool = False,
+                drained_by_heartbeat: bool = True) -> Decision[NodeEvent] | None:
+    """``decide`` on the node's view as it is now, as a decision of its version (none for
+    a node that left the view)."""
+    if view is None:
+        return None
+    return Decision(view.version, decide(view, seen, timeouts, recover_down_on_heartbeat,
+                                         drained_by_heartbeat))
 
 
 def decide_on_age(view: NodeView, age: float, timeouts: Timeouts,

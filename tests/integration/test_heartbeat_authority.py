@@ -157,8 +157,8 @@ async def test_heartbeats_of_unknown_nodes_cost_no_memory_and_expire(
         await until(lambda: sweeper.unknown_dropped == 20_000, timeout=30.0)
         # then nothing per node grew
         assert set(sweeper.beats) <= {"cp", "n1"}
-        assert len(sweeper._armed) <= 2 and len(sweeper._heap) <= 10
-        assert sweeper._unannounced == {}
+        assert len(sweeper.deadlines.armed) <= 2 and len(sweeper.deadlines.heap) <= 10
+        assert sweeper.intake.unannounced == {}
     finally:
         await plane.stop()
     # when the control plane starts again, it reads them back but keeps nothing of them

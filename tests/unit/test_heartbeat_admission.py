@@ -30,7 +30,7 @@ from herdbook.health_policy import Policy
 from herdbook.reactors.classifier import HealthClassifier
 from herdbook.reactors.heartbeats import NodeBeat, Verdict, judge
 from herdbook.reactors.sweeper import Sweeper
-from tests.fakes import Clock, FakeNats, FakeProjector, FakeStore
+from tests.fakes import Clock, FakeNats, FakeProjector, FakeStore, SecondsClock
 from tests.unit.test_sweeper_heap import CONFIG
 
 DEEP = b"[" * 50_000 + b"]" * 50_000
@@ -49,7 +49,7 @@ class World:
         self.projector = FakeProjector()
         self.store = store_type(self.projector)
         self.sweeper = Sweeper(self.nc, self.store, self.projector, CONFIG,  # type: ignore[arg-type]
-                               clock=self.clock)
+                               clock=SecondsClock(self.clock))
         self.projector.nodes.subscribe(self.sweeper._on_view_change)
 
     def fold(self, event: AnyEvent) -> None:
@@ -66,7 +66,7 @@ class World:
 
     async def receive(self, subject: str, data: bytes) -> None:
         msg = SimpleNamespace(subject=subject, data=data)
-        await self.sweeper._on_heartbeat(msg, self.clock.now)  # type: ignore[arg-type]
+        await self.sweeper.intake.on_heartbeat(msg, self.clock.now)  # type: ignore[arg-type]
 
     async def tick(self, to: float) -> None:
         self.clock.now = to
@@ -79,10 +79,10 @@ class World:
 
     def per_node_sizes(self) -> dict[str, int]:
         s = self.sweeper
-        return {"beats": len(s.beats), "armed": len(s._armed), "heap": len(s._heap),
-                "unannounced": len(s._unannounced), "inflight": len(s._inflight),
+        return {"beats": len(s.beats), "armed": len(s.deadlines.armed), "heap": len(s.deadlines.heap),
+                "unannounced": len(s.intake.unannounced), "inflight": len(s.declarations.inflight),
                 "booting": len(s._booting_since), "ready": len(s._ready_since),
-                "backoff": len(s._append_backoff)}
+                "backoff": len(s.declarations.backoff)}
 
 
 @pytest.fixture
@@ -295,7 +295,7 @@ def test_only_the_latest_unannounced_heartbeat_is_kept_and_only_its_boot_promote
     world.accept("n1", seq=1)
     world.accept("n1", seq=2, boot_id="boot-b")
     world.accept("n1", seq=10**18, boot_id="evil")   # a forger replaces it
-    assert len(world.sweeper._unannounced) == 1
+    assert len(world.sweeper.intake.unannounced) == 1
     world.fold(NodeBootStarted(node_id="n1", boot_id="boot-b"))
     assert world.sweeper.beats["n1"].boot_id == "boot-a"   # evil was not promoted
     assert world.accept("n1", seq=3, boot_id="boot-b") is Verdict.ACCEPTED
@@ -347,7 +347,7 @@ async def test_a_failing_append_backs_off_and_is_logged_once(
         for step in range(3300, 3300 + 400):
             await world.tick(step * 0.2)
         assert world.appended(node_id) == ["degraded", "down"]
-        assert world.sweeper._append_backoff == {}
+        assert world.sweeper.declarations.backoff == {}
 
 
 # health reports ----------------------------------------------------------------------

@@ -22,7 +22,7 @@ from herdbook.events.states import Lifecycle, NodeClass
 from herdbook.projector.node_view import NodeView, apply
 from herdbook.reactors.heartbeats import Verdict
 from herdbook.reactors.sweeper import Sweeper
-from tests.fakes import Clock, FakeProjector, FakeStore
+from tests.fakes import Clock, FakeProjector, FakeStore, SecondsClock
 
 CONFIG = parse_config(b"lifecycle: {heartbeat_timeout: 30s}")  # grace standard 60s
 
@@ -33,7 +33,7 @@ class World:
         self.projector = FakeProjector()
         self.store = FakeStore(self.projector)
         self.sweeper = Sweeper(None, self.store, self.projector, CONFIG,  # type: ignore[arg-type]
-                               clock=self.clock)
+                               clock=SecondsClock(self.clock))
 
     def register(self, node_id: str, node_class: NodeClass = NodeClass.STANDARD) -> NodeView:
         self.store.fold(NodeRegistered(node_id=node_id, boot_id="boot-a",
@@ -238,7 +238,7 @@ async def test_the_heap_does_not_grow_per_heartbeat(world: World) -> None:
             seqs[node_id] += 1
             assert world.heartbeat(node_id, seqs[node_id])
             await world.tick(world.clock.now)
-            largest = max(largest, len(world.sweeper._heap))
+            largest = max(largest, len(world.sweeper.deadlines.heap))
     # then the heap holds about one entry per node, and no node was degraded
     print(f"largest heap={largest}")
     assert largest <= len(NODES) + 2, f"heap grew to {largest} (seed={seed})"
@@ -253,7 +253,7 @@ def test_heartbeats_alone_never_push(world: World) -> None:
         world.clock.now = float(seq)
         for node_id in NODES:
             world.heartbeat(node_id, seq)
-    assert len(world.sweeper._heap) == len(NODES)
+    assert len(world.sweeper.deadlines.heap) == len(NODES)
 
 
 async def test_silent_nodes_are_all_detected_once(world: World) -> None:
@@ -265,7 +265,7 @@ async def test_silent_nodes_are_all_detected_once(world: World) -> None:
     for node_id in NODES:
         assert [name for name, _ in world.store.of(node_id)] == ["degraded", "down"]
     assert world.sweeper.detections == 2 * len(NODES)
-    assert len(world.sweeper._heap) <= len(NODES) + 2
+    assert len(world.sweeper.deadlines.heap) <= len(NODES) + 2
 
 
 async def test_a_reattaching_agent_does_not_count_as_running_nothing(world: World) -> None:
@@ -280,7 +280,7 @@ async def test_a_reattaching_agent_does_not_count_as_running_nothing(world: Worl
         hb = Heartbeat(node_id="n1", boot_id="boot-a", seq=seq, running_allocs=0,
                        reattaching=reattaching)
         msg = SimpleNamespace(data=encode(hb), subject="herd.hb.n1")
-        await world.sweeper._on_heartbeat(msg, world.clock.now)  # type: ignore[arg-type]
+        await world.sweeper.intake.on_heartbeat(msg, world.clock.now)  # type: ignore[arg-type]
 
     await beat(1, reattaching=True)
     assert world.sweeper.beats["n1"].running_allocs is None   # unknown, not zero
@@ -302,7 +302,7 @@ async def test_an_agent_clock_an_hour_off_changes_nothing_in_liveness(world: Wor
     for seq in range(1, 30):   # a heartbeat every 10s for ~5 minutes, sent_at an hour off
         hb = Heartbeat(node_id="n1", boot_id="boot-a", seq=seq, sent_at=_time.time() + skew)
         msg = SimpleNamespace(data=encode(hb), subject="herd.hb.n1")
-        await world.sweeper._on_heartbeat(msg, world.clock.now)  # type: ignore[arg-type]
+        await world.sweeper.intake.on_heartbeat(msg, world.clock.now)  # type: ignore[arg-type]
         await world.tick(world.clock.now + 10.0)
     assert world.store.of("n1") == []           # never DEGRADED
     await world.tick(world.clock.now + 30.0)    # then silence: detected on our clock

@@ -23,6 +23,7 @@ from herdbook.events.node import (
 from herdbook.events.states import Lifecycle
 from herdbook.reactors.heartbeats import Verdict
 from herdbook.reactors.sweeper import JUMP_FLOOR, Sweeper
+from tests.fakes import SecondsClock
 from tests.unit.test_sweeper_heap import CONFIG, Clock, FakeProjector, FakeStore
 
 TIMEOUT, GRACE = 30.0, 60.0       # CONFIG: heartbeat_timeout 30s, standard grace 60s
@@ -47,7 +48,7 @@ class Fleet:
         self.projector = FakeProjector()
         self.store = FakeStore(self.projector)
         self.sweeper = Sweeper(self.nc, self.store, self.projector, CONFIG,  # type: ignore[arg-type]
-                               clock=self.clock)
+                               clock=SecondsClock(self.clock))
         self.seq: dict[str, int] = {}
         self.beating: set[str] = set()
         self.last_beat: dict[str, float] = {}
@@ -89,7 +90,7 @@ async def stored_heartbeat(sweeper: Sweeper, node_id: str, seq: int, at: datetim
     hb = Heartbeat(node_id=node_id, boot_id="boot-a", seq=seq)
     msg = SimpleNamespace(subject=f"herd.hb.{node_id}", data=encode(hb),
                           metadata=SimpleNamespace(timestamp=at))
-    await sweeper._on_stored_heartbeat(msg)  # type: ignore[arg-type]
+    await sweeper.intake.on_stored(msg)  # type: ignore[arg-type]
 
 
 # a start ---------------------------------------------------------------------------
@@ -103,8 +104,8 @@ async def restarted_after(outage: float) -> Fleet:
     fleet.register(*LIVE, "n4")
     sweeper = fleet.sweeper
     # what start() does: probe the server's clock, read the stored heartbeats, arm
-    sweeper._probe_time = SERVER_STOPPED + timedelta(seconds=outage)
-    sweeper._probe_clock = fleet.clock.now
+    sweeper.intake.probe_time = SERVER_STOPPED + timedelta(seconds=outage)
+    sweeper.intake.probe_clock = fleet.clock.now
     for node_id in [*LIVE, "n4"]:
         fleet.seq[node_id] = 41
         await stored_heartbeat(sweeper, node_id, 41, SERVER_STOPPED - timedelta(seconds=1))
@@ -155,8 +156,8 @@ async def test_a_node_degraded_before_the_outage_is_not_recovered_by_its_old_hea
     fleet = Fleet(start=1000.0)
     fleet.register("n4")
     fleet.store.fold(NodeDegraded(node_id="n4", heartbeat_age=30.0))
-    fleet.sweeper._probe_time = SERVER_STOPPED + timedelta(seconds=120)
-    fleet.sweeper._probe_clock = 1000.0
+    fleet.sweeper.intake.probe_time = SERVER_STOPPED + timedelta(seconds=120)
+    fleet.sweeper.intake.probe_clock = 1000.0
     await stored_heartbeat(fleet.sweeper, "n4", 41, SERVER_STOPPED - timedelta(seconds=40))
     # when it starts and n4 stays silent
     fleet.sweeper.begin_observing()

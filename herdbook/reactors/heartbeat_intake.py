@@ -1,0 +1,208 @@
+"""Heartbeats in: what this control plane knows of each node's last heartbeat.
+
+Clock (DESIGN §3): a heartbeat's age is measured on this process's monotonic clock from
+when it was observed. Heartbeats stored before this process started (read back from
+HERD_HEARTBEATS) are aged against the NATS server's clock, read from the JetStream
+timestamp of a probe message, so no clock skew matters.
+
+Bounded by the fleet, not by what is published (``reactors.heartbeats``): a heartbeat
+its subject does not vouch for is dead-lettered; one of a node not in the view is only
+counted, and keeps no state; one of a boot the node has not announced is dropped, the
+latest kept per known node until its announcement is folded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+
+from herdbook.clock import Clock
+from herdbook.events.authority import bind_node_report
+from herdbook.events.codec import decode_heartbeat
+from herdbook.events.deadletters import DeadLetters
+from herdbook.events.feed import StreamFeed
+from herdbook.events.heartbeat import Heartbeat
+from herdbook.events.subjects import CLOCK_PROBE_SUBJECT, HEARTBEATS_STREAM, ID_PATTERN
+from herdbook.projector.node_view import NodeView
+from herdbook.reactors.heartbeats import NodeBeat, Verdict, is_newer, judge
+
+log = logging.getLogger(__name__)
+
+MAX_RECENT_BOOTS = 16
+
+
+async def probe_server_clock(nc: NATS) -> datetime:
+    """The NATS server's current time: the stored timestamp of a probe message."""
+    js = nc.jetstream()
+    ack = await js.publish(CLOCK_PROBE_SUBJECT, b"", stream=HEARTBEATS_STREAM)
+    msg = await js.get_msg(HEARTBEATS_STREAM, ack.seq)
+    assert msg.time is not None
+    return msg.time
+
+
+def record(beat: NodeBeat | None, hb: Heartbeat, observed: float) -> NodeBeat:
+    """The node's heartbeat state after accepting ``hb`` (observed at ``observed``)."""
+    if beat is None:
+        beat = NodeBeat(last_seen=observed, boot_id=hb.boot_id, seq=hb.seq)
+    else:
+        beat.last_seen = max(beat.last_seen, observed)
+        if hb.boot_id != beat.boot_id:
+            if beat.boot_id:
+                beat.recent_boots = [beat.boot_id, *beat.recent_boots][:MAX_RECENT_BOOTS]
+            beat.boot_id = hb.boot_id
+        beat.seq = hb.seq
+    beat.sent_at = hb.sent_at
+    # While the agent reattaches its workloads its count is not yet known: a draining
+    # node must not look empty (DRAINED) because of it.
+    beat.running_allocs = None if hb.reattaching else hb.running_allocs
+    beat.reattaching = hb.reattaching
+    beat.gpu_count = hb.gpu_count
+    if hb.fingerprint:
+        beat.fingerprint = hb.fingerprint
+    return beat
+
+
+class HeartbeatIntake:
+    """Reads the heartbeats (live, then the last stored one per node), judges each and
+    keeps the last accepted one per known node. ``on_counted(node_id, view)`` is told
+    of every heartbeat that counts."""
+
+    def __init__(self, nc: NATS, nodes: Mapping[str, NodeView], clock: Clock,
+                 on_counted: Callable[[str, NodeView], None]) -> None:
+        self.nc = nc
+        self.nodes = nodes
+        self.clock = clock
+        self.on_counted = on_counted
+        self.beats: dict[str, NodeBeat] = {}   # known nodes only
+        self.accepted = 0
+        self.replays_dropped = 0
+        self.unknown_dropped = 0        # heartbeats of nodes not in the view
+        self.unannounced_dropped = 0    # heartbeats of a boot the node has not announced
+        self.dead_letters = DeadLetters(nc, HEARTBEATS_STREAM, clock=clock.monotonic,
+                                        logger=log)
+        self.unannounced: dict[str, tuple[Heartbeat, float]] = {}
+        """The latest heartbeat of an unannounced boot per known node, with when it was
+        observed: accepted if its boot's announcement is folded after it (a race)."""
+        self.probe_time: datetime | None = None
+        self.probe_clock = 0.0
+        self._sub: Any = None
+
+    async def start(self) -> None:
+        self.probe_time = await probe_server_clock(self.nc)
+        self.probe_clock = self.clock.monotonic()
+        # Live heartbeats on a core subscription (the cheapest path: no consumer state;
+        # a heartbeat lost to overload is tolerated by design), opened before the
+        # snapshot so nothing falls between the two.
+        self._sub = await self.nc.subscribe(
+            "herd.hb.*", cb=self.on_live, pending_msgs_limit=1_000_000,
+            pending_bytes_limit=256 * 1024 * 1024)
+        # Then the last stored heartbeat of every node, aged on the server's clock.
+        snapshot = StreamFeed(self.nc, HEARTBEATS_STREAM, "herd.hb.*", 1, self.on_stored,
+                              batch=2000, last_per_subject=True)
+        await snapshot.start()
+        try:
+            await asyncio.wait_for(snapshot.caught_up.wait(), timeout=120)
+        finally:
+            await snapshot.stop()
+
+    async def stop(self) -> None:
+        if self._sub is not None:
+            try:
+                await self._sub.unsubscribe()
+            except Exception:  # noqa: BLE001 - connection may already be gone
+                pass
+
+    async def on_live(self, msg: Msg) -> None:
+        await self.on_heartbeat(msg, self.clock.monotonic())
+
+    async def on_stored(self, msg: Msg) -> None:
+        await self.on_heartbeat(msg, self.observed_at(msg))
+
+    async def on_heartbeat(self, msg: Msg, observed: float) -> None:
+        try:
+            hb = decode_heartbeat(msg.data)
+            bind_node_report(msg.subject, hb.node_id)
+            if not ID_PATTERN.fullmatch(hb.boot_id):
+                raise ValueError("the boot id is not a valid id")
+        except Exception as err:  # noqa: BLE001 - any garbage, RecursionError included
+            await self.dead_letters.send(msg, f"{type(err).__name__}: {err}")
+            return
+        self.accept(hb, observed)
+
+    def observed_at(self, msg: Msg) -> float:
+        now = self.clock.monotonic()
+        if self.probe_time is None:
+            return now
+        stored = msg.metadata.timestamp
+        if stored >= self.probe_time:
+            return now
+        # Stored before we started: its age is measured on the server's clock.
+        age_at_probe = (self.probe_time - stored).total_seconds()
+        return self.probe_clock - age_at_probe
+
+    def accept(self, hb: Heartbeat, observed: float) -> Verdict:
+        """Judge a heartbeat its subject vouches for (``reactors.heartbeats``) and, if it
+        counts, record it."""
+        node_id = hb.node_id
+        view = self.nodes.get(node_id)
+        if view is None:
+            # Before any per-node state: garbage for made-up ids costs a counter. A
+            # heartbeat that beats its node's registration is lost; the node's clock
+            # starts at registration (``registered``).
+            self.unknown_dropped += 1
+            return Verdict.UNKNOWN_NODE
+        beat = self.beats.get(node_id)
+        verdict = judge(beat, view.boot_id, hb.boot_id, hb.seq)
+        if verdict is Verdict.REPLAY:
+            self.replays_dropped += 1
+            return verdict
+        if verdict is Verdict.UNANNOUNCED_BOOT:
+            self.unannounced_dropped += 1
+            self.unannounced[node_id] = (hb, observed)
+            return verdict
+        self.accepted += 1
+        beat = self.beats[node_id] = record(beat, hb, observed)
+        pending = self.unannounced.get(node_id)
+        if pending is not None and not is_newer(beat, pending[0].boot_id, pending[0].seq):
+            del self.unannounced[node_id]   # of this boot or an older one: stale
+        self.on_counted(node_id, view)
+        return verdict
+
+    def known(self, node_id: str, view: NodeView) -> None:
+        """The node is in the view (it registered, or changed): a node never heard from
+        is timed from now; a heartbeat held for its boot's announcement counts now."""
+        if node_id not in self.beats:
+            self.beats[node_id] = NodeBeat(last_seen=self.clock.monotonic(), boot_id="", seq=0)
+        pending = self.unannounced.get(node_id)
+        if pending is not None and pending[0].boot_id == view.boot_id:
+            del self.unannounced[node_id]
+            self.accept(*pending)
+
+    def forget(self, node_id: str) -> None:
+        """The node left the view (deleted): nothing of it is kept."""
+        self.beats.pop(node_id, None)
+        self.unannounced.pop(node_id, None)
+
+    def heartbeat_age(self, node_id: str) -> float | None:
+        beat = self.beats.get(node_id)
+        if beat is None or beat.boot_id == "":
+            return None
+        return max(0.0, self.clock.monotonic() - beat.last_seen)
+
+    @property
+    def deadlettered(self) -> int:
+        return self.dead_letters.count
+
+    def stats(self) -> dict[str, int]:
+        """The heartbeat counters since start, for status and metrics."""
+        return {"heartbeats_accepted": self.accepted,
+                "heartbeat_replays_dropped": self.replays_dropped,
+                "heartbeat_unknown_node_dropped": self.unknown_dropped,
+                "heartbeat_unannounced_boot_dropped": self.unannounced_dropped,
+                "heartbeat_deadletters": self.deadlettered}
