@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 import nats.errors
@@ -25,6 +25,7 @@ import herdbook
 from herdbook.api.admin import AdminRoutes
 from herdbook.api.allocs import AllocRoutes
 from herdbook.api.caller import CALLER
+from herdbook.api.history_routes import HistoryRoutes
 from herdbook.api.jobs import JobRoutes
 from herdbook.api.lookup import ApiError
 from herdbook.api.messages import ErrorCode, Failed, Ok
@@ -32,8 +33,6 @@ from herdbook.api.nodes import NodeRoutes
 from herdbook.api.pools import PoolRoutes
 from herdbook.clock import SYSTEM_CLOCK, Clock
 from herdbook.config import Config
-from herdbook.api.history_routes import HistoryRoutes
-from herdbook.control.metrics import Metrics
 from herdbook.events.jobs import JobSpecError
 from herdbook.events.store import EventStore, StorageFullError
 from herdbook.events.subjects import API_PREFIX, InvalidIdError, validate_id
@@ -48,6 +47,12 @@ QUEUE_GROUP = "herd-api"
 _encoder = msgspec.json.Encoder()
 
 Handler = Callable[[bytes], Awaitable[Any]]
+
+
+class Metrics(Protocol):
+    """Where a request's duration goes (``control.metrics.Metrics``)."""
+
+    def observe_request(self, route: str, seconds: float) -> None: ...
 
 
 class Api:
@@ -112,28 +117,34 @@ class Api:
         return endpoint
 
     def failed(self, subject: str, err: Exception) -> Failed:
-        """The reply to a request that raised ``err``."""
-        match err:
-            case ApiError():
-                return Failed(code=ErrorCode(err.code), error=str(err))
-            case CommandRefused():
-                return Failed(code=ErrorCode.REFUSED, error=str(err))
-            case KeptChanging():
-                # Another writer moved the aggregate under every attempt.
-                return Failed(code=ErrorCode.UNAVAILABLE, error=str(err))
-            case StorageFullError():
-                # Said once in the log by whoever noticed it, not once per request.
-                return Failed(code=ErrorCode.STORAGE_FULL, error=str(err))
-            case nats.errors.TimeoutError() | nats.errors.NoRespondersError():
-                why = self.store.storage_full() if self.store.storage_full else None
-                if why is not None:
-                    return Failed(code=ErrorCode.STORAGE_FULL, error=why)
-                log.warning("API request on %s: NATS did not answer (%s)", subject,
-                            type(err).__name__)
-                return Failed(code=ErrorCode.UNAVAILABLE,
-                              error="NATS did not answer in time; try again")
-            case (InvalidIdError() | msgspec.ValidationError() | msgspec.DecodeError()
-                  | ValueError() | JobSpecError()):
-                return Failed(code=ErrorCode.BAD_REQUEST, error=str(err))
-        log.error("API request on %s failed", subject, exc_info=err)
-        return Failed(code=ErrorCode.INTERNAL, error=f"internal error: {err!r}")
+        return failure(err, subject, self.store.storage_full)
+
+
+def failure(err: Exception, subject: str,
+            storage_full: Callable[[], str | None] | None = None) -> Failed:
+    """The reply to a request that raised ``err`` (``storage_full``: why NATS cannot
+    store now, if it cannot)."""
+    match err:
+        case ApiError():
+            return Failed(code=ErrorCode(err.code), error=str(err))
+        case CommandRefused():
+            return Failed(code=ErrorCode.REFUSED, error=str(err))
+        case KeptChanging():
+            # Another writer moved the aggregate under every attempt: try again later.
+            return Failed(code=ErrorCode.UNAVAILABLE, error=str(err))
+        case StorageFullError():
+            # Said once in the log by whoever noticed it, not once per request.
+            return Failed(code=ErrorCode.STORAGE_FULL, error=str(err))
+        case nats.errors.TimeoutError() | nats.errors.NoRespondersError():
+            why = storage_full() if storage_full is not None else None
+            if why is not None:
+                return Failed(code=ErrorCode.STORAGE_FULL, error=why)
+            log.warning("API request on %s: NATS did not answer (%s)", subject,
+                        type(err).__name__)
+            return Failed(code=ErrorCode.UNAVAILABLE,
+                          error="NATS did not answer in time; try again")
+        case (InvalidIdError() | msgspec.ValidationError() | msgspec.DecodeError()
+              | ValueError() | JobSpecError()):
+            return Failed(code=ErrorCode.BAD_REQUEST, error=str(err))
+    log.error("API request on %s failed", subject, exc_info=err)
+    return Failed(code=ErrorCode.INTERNAL, error=f"internal error: {err!r}")

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import getpass
-import json
 import socket
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import msgspec
 import typer
@@ -29,6 +28,7 @@ EXIT_STORAGE_FULL = 4
 DEFAULT_SERVER = "nats://127.0.0.1:4222"
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 _auth: NatsAuth | None = None
 """The global --creds/--user/--password/--tls-* options, set once by the app callback."""
@@ -95,8 +95,8 @@ async def _ignore(err: Exception) -> None:
 async def connect(server: str) -> Any:
     import nats
 
-    from herdbook.nats_connection import server_list
     from herdbook.credentials import CredentialsError, NatsAuth, redact, url_user
+    from herdbook.nats_connection import server_list
     global _user
     check_server(server)
     try:
@@ -123,10 +123,25 @@ async def connect(server: str) -> Any:
         raise fail(f"control plane unreachable at {shown}: {reason}", EXIT_UNREACHABLE) from None
 
 
-async def request(nc: Any, route: str, payload: dict[str, Any], timeout: float = 15.0) -> Any:
+@overload
+async def request(nc: Any, route: str, payload: msgspec.Struct | dict[str, Any],
+                  reply: type[R], *, timeout: float = 15.0) -> R: ...
+
+
+@overload
+async def request(nc: Any, route: str, payload: msgspec.Struct | dict[str, Any],
+                  reply: None = None, *, timeout: float = 15.0) -> Any: ...
+
+
+async def request(nc: Any, route: str, payload: msgspec.Struct | dict[str, Any],
+                  reply: type[R] | None = None, *, timeout: float = 15.0) -> R | Any:
+    """Send the route's request Struct and decode its reply Struct (``reply``; without
+    one, the result as plain JSON). An error reply exits with its code."""
     import nats.errors
+
+    from herdbook.api.messages import Envelope
     try:
-        msg = await nc.request(api_subject(route), json.dumps(payload).encode(),
+        msg = await nc.request(api_subject(route), msgspec.json.encode(payload),
                                timeout=timeout)
     except nats.errors.NoRespondersError:
         raise fail("no control plane answers (is `herd up` running?)",
@@ -134,12 +149,16 @@ async def request(nc: Any, route: str, payload: dict[str, Any], timeout: float =
     except nats.errors.TimeoutError:
         raise fail(f"the control plane did not answer {route} within {timeout:g}s",
                    EXIT_UNREACHABLE) from None
-    body = msgspec.json.decode(msg.data)
-    if not body.get("ok"):
-        code = {"bad_request": EXIT_USAGE,
-                "storage_full": EXIT_STORAGE_FULL}.get(body.get("code"), EXIT_REFUSED)
-        raise fail(body.get("error", "refused"), code)
-    return body["result"]
+    try:
+        body = msgspec.json.decode(msg.data, type=Envelope)
+        if not body.ok:
+            code = {"bad_request": EXIT_USAGE,
+                    "storage_full": EXIT_STORAGE_FULL}.get(body.code, EXIT_REFUSED)
+            raise fail(body.error or "refused", code)
+        return msgspec.json.decode(body.result, type=reply or Any)
+    except (msgspec.DecodeError, msgspec.ValidationError) as err:
+        raise fail(f"the control plane's reply to {route} does not decode: {err}",
+                   EXIT_REFUSED) from None
 
 
 def run(server: str, fn: Callable[[Any], Awaitable[T]]) -> T:
@@ -152,5 +171,22 @@ def run(server: str, fn: Callable[[Any], Awaitable[T]]) -> T:
     return asyncio.run(main())
 
 
-def call(server: str, route: str, payload: dict[str, Any]) -> Any:
-    return run(server, lambda nc: request(nc, route, payload))
+@overload
+def call(server: str, route: str, payload: msgspec.Struct | dict[str, Any],
+         reply: type[R]) -> R: ...
+
+
+@overload
+def call(server: str, route: str, payload: msgspec.Struct | dict[str, Any],
+         reply: None = None) -> Any: ...
+
+
+def call(server: str, route: str, payload: msgspec.Struct | dict[str, Any],
+         reply: type[R] | None = None) -> R | Any:
+    return run(server, lambda nc: request(nc, route, payload, reply))
+
+
+def plain(reply: Any) -> Any:
+    """A reply Struct (or a list of them) as the JSON objects the renderers take: the
+    same keys in the same order as the wire."""
+    return msgspec.to_builtins(reply)

@@ -28,17 +28,20 @@ def instance_list(ctx: typer.Context, output: Output = Format.table,
                   ) -> None:
     """Every instance with its state: PROVISIONING, PENDING_REGISTRATION, RUNNING,
     TERMINATING, TERMINATED or FAILED."""
-    result = client.call(str(ctx.obj["server"]), "instance.list", {"pool": pool})
-    render_rows(result["items"], INSTANCE_COLUMNS, output)
+    from herdbook.api.messages import InstanceReply, ListInstances, Page
+    result = client.call(str(ctx.obj["server"]), "instance.list", ListInstances(pool=pool),
+                         Page[InstanceReply])
+    render_rows(client.plain(result.items), INSTANCE_COLUMNS, output)
 
 
 @instance_app.command("describe")
 def instance_describe(ctx: typer.Context, instance_id: Annotated[str, typer.Argument(
         help="Instance id or a unique prefix.")], output: Output = Format.table) -> None:
     """One instance, with its provider reference and provider errors."""
+    from herdbook.api.messages import ById, InstanceReply
     client.check_id(instance_id, "instance id")
-    render_object(client.call(str(ctx.obj["server"]), "instance.describe",
-                              {"id": instance_id}), output)
+    render_object(client.plain(client.call(str(ctx.obj["server"]), "instance.describe",
+                                           ById(id=instance_id), InstanceReply)), output)
 
 
 @pool_app.command("list")
@@ -52,8 +55,10 @@ def pool_list(ctx: typer.Context, output: Output = Format.table) -> None:
 def pool_status(ctx: typer.Context, pool: Annotated[str, typer.Argument(help="Pool name.")],
                 output: Output = Format.table) -> None:
     """A pool's instances by state and its nodes by state."""
+    from herdbook.api.messages import PoolByName
     client.check_id(pool, "pool name")
-    render_object(client.call(str(ctx.obj["server"]), "pool.status", {"pool": pool}), output)
+    render_object(client.call(str(ctx.obj["server"]), "pool.status", PoolByName(pool=pool)),
+                  output)
 
 
 @pool_app.command("scale")
@@ -62,7 +67,8 @@ def pool_scale(ctx: typer.Context, pool: Annotated[str, typer.Argument(help="Poo
                message: Annotated[str, typer.Option("--message", "-m")] = "") -> None:
     """Keep N instances (within min_nodes..max_nodes); scale-down takes cordoned, then idle
     nodes and drains busy ones before terminating them."""
+    from herdbook.api.messages import ScalePool
     client.check_id(pool, "pool name")
     client.call(str(ctx.obj["server"]), "pool.scale",
-                {"pool": pool, "size": size, "reason": message, "actor": client.actor()})
+                ScalePool(pool=pool, size=size, reason=message, actor=client.actor()))
     console.print("Ok")

@@ -28,6 +28,7 @@ def run(ctx: typer.Context, file: Annotated[Path, typer.Argument(help="A YAML jo
     create its job-register evaluation."""
     import msgspec
 
+    from herdbook.api.messages import RegisterJob, RegisterResult
     from herdbook.events.jobs import JobSpecError, parse_job_spec
     try:
         spec = parse_job_spec(file.read_bytes(), str(file))
@@ -36,19 +37,22 @@ def run(ctx: typer.Context, file: Annotated[Path, typer.Argument(help="A YAML jo
     except JobSpecError as err:
         raise client.fail(str(err), client.EXIT_USAGE) from None
     result = client.call(str(ctx.obj["server"]), "job.register",
-                         {"spec": msgspec.to_builtins(spec), "actor": client.actor()})
+                         RegisterJob(spec=msgspec.to_builtins(spec), actor=client.actor()),
+                         RegisterResult)
     if output is Format.table:
-        echo(f"Ok: job {spec.id} registered, evaluation {result['eval_id']}")
+        echo(f"Ok: job {spec.id} registered, evaluation {result.eval_id}")
     else:
-        render_object(result, output)
+        render_object(client.plain(result), output)
 
 
 @job_app.command("status")
 def status(ctx: typer.Context, job_id: Annotated[str, typer.Argument(help="Job id.")],
            output: Output = Format.table) -> None:
     """A job, its spec, its allocations by status and its evaluations."""
+    from herdbook.api.messages import ById, JobReply
     client.check_id(job_id, "job id")
-    result = client.call(str(ctx.obj["server"]), "job.status", {"id": job_id})
+    result = client.plain(client.call(str(ctx.obj["server"]), "job.status", ById(id=job_id),
+                                      JobReply))
     if output is not Format.table:
         render_object(result, output)
         return
@@ -64,9 +68,10 @@ def status(ctx: typer.Context, job_id: Annotated[str, typer.Argument(help="Job i
 def stop(ctx: typer.Context, job_id: Annotated[str, typer.Argument(help="Job id.")],
          message: Annotated[str, typer.Option("--message", "-m")] = "") -> None:
     """Deregister a job (a job-deregister evaluation stops its allocations)."""
+    from herdbook.api.messages import JobReply, StopJob
     client.check_id(job_id, "job id")
     client.call(str(ctx.obj["server"]), "job.stop",
-                {"id": job_id, "reason": message, "actor": client.actor()})
+                StopJob(id=job_id, reason=message, actor=client.actor()), JobReply)
     console.print("Ok")
 
 
@@ -82,22 +87,25 @@ def eval_list(ctx: typer.Context, output: Output = Format.table,
     if bad:
         raise client.fail(f"unknown eval status {bad[0]!r}; choose from "
                           + ", ".join(EVAL_STATUSES), client.EXIT_USAGE)
-    result = client.call(str(ctx.obj["server"]), "eval.list", {"status": wanted, "job_id": job})
-    render_rows(result["items"], EVAL_COLUMNS, output)
+    from herdbook.api.messages import EvalReply, ListEvals, Page
+    result = client.call(str(ctx.obj["server"]), "eval.list",
+                         ListEvals(status=wanted, job_id=job), Page[EvalReply])
+    render_rows(client.plain(result.items), EVAL_COLUMNS, output)
 
 
 @eval_app.command("status")
 def eval_status(ctx: typer.Context, eval_id: Annotated[str, typer.Argument(
         help="Eval id or a unique prefix.")], output: Output = Format.table) -> None:
     """One evaluation and its chain (PreviousEval / NextEval / BlockedEval)."""
+    from herdbook.api.messages import ById, EvalChain
     client.check_id(eval_id, "eval id")
-    result = client.call(str(ctx.obj["server"]), "eval.status", {"id": eval_id})
+    result = client.call(str(ctx.obj["server"]), "eval.status", ById(id=eval_id), EvalChain)
     if output is not Format.table:
-        render_object(result, output)
+        render_object(client.plain(result), output)
         return
-    render_object(result["eval"], output)
+    render_object(client.plain(result.eval), output)
     console.print("\nchain:", markup=False)
-    render_rows(result["chain"], EVAL_COLUMNS, output)
+    render_rows(client.plain(result.chain), EVAL_COLUMNS, output)
 
 
 @eval_app.command("retry")
@@ -105,10 +113,11 @@ def eval_retry(ctx: typer.Context, eval_id: Annotated[str, typer.Argument(
         help="A failed eval's id or a unique prefix.")],
         message: Annotated[str, typer.Option("--message", "-m")] = "") -> None:
     """Hand a failed evaluation to the broker again (failed -> scheduling)."""
+    from herdbook.api.messages import EvalReply, RetryEval
     client.check_id(eval_id, "eval id")
     result = client.call(str(ctx.obj["server"]), "eval.retry",
-                         {"id": eval_id, "reason": message, "actor": client.actor()})
-    echo(f"Ok: eval {result['id']} is {result['status']}")
+                         RetryEval(id=eval_id, reason=message, actor=client.actor()), EvalReply)
+    echo(f"Ok: eval {result.id} is {result.status.value}")
 
 
 alloc_app = typer.Typer(help="Allocations: one running copy of a job on a node.",
@@ -135,15 +144,17 @@ def alloc_list(ctx: typer.Context, output: Output = Format.table,
     if bad:
         raise client.fail(f"unknown allocation status {bad[0]!r}; choose from "
                           + ", ".join(ALLOC_STATUSES), client.EXIT_USAGE)
+    from herdbook.api.messages import AllocReply, ListAllocs, Page
     result = client.call(str(ctx.obj["server"]), "alloc.list",
-                         {"node_id": node, "job_id": job, "status": wanted})
-    render_rows(result["items"], ALLOC_COLUMNS, output)
+                         ListAllocs(node_id=node, job_id=job, status=wanted), Page[AllocReply])
+    render_rows(client.plain(result.items), ALLOC_COLUMNS, output)
 
 
 @alloc_app.command("status")
 def alloc_status(ctx: typer.Context, alloc_id: Annotated[str, typer.Argument(
         help="Allocation id or a unique prefix.")], output: Output = Format.table) -> None:
     """One allocation: where, what, its exit code and why."""
+    from herdbook.api.messages import AllocReply, ById
     client.check_id(alloc_id, "allocation id")
-    render_object(client.call(str(ctx.obj["server"]), "alloc.status", {"id": alloc_id}),
-                  output)
+    render_object(client.plain(client.call(str(ctx.obj["server"]), "alloc.status",
+                                           ById(id=alloc_id), AllocReply)), output)

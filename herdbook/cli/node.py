@@ -95,22 +95,32 @@ def list_nodes(
     if key not in ORDER_KEYS:
         raise client.fail(f"cannot order by {order_by!r}; choose from {', '.join(ORDER_KEYS)}",
                           client.EXIT_USAGE)
-    payload: dict[str, Any] = {"filter_approval": approvals, "filter_state": states,
-                               "labels": parse_labels(labels),
-                               "wide": output in (Format.json, Format.yaml)}
-    route, timeout = "node.list", 15.0
-    if at is not None:
-        payload["at"] = parse_at(at)
-        route, timeout = "node.list_at", LOG_TIMEOUT
+    from msgspec.structs import replace
+
+    from herdbook.api.messages import ListNodes, NodeDetail, NodeSummary, Page
+    query = ListNodes(filter_approval=approvals, filter_state=states,
+                      labels=parse_labels(labels), wide=output in (Format.json, Format.yaml))
+    reply = Page[NodeDetail] if query.wide else Page[NodeSummary]
+    when = None if at is None else parse_at(at)
+
+    async def page(nc: Any, token: str | None) -> dict[str, Any]:
+        if when is None:
+            now: dict[str, Any] = client.plain(await client.request(
+                nc, "node.list", replace(query, next_token=token), reply))
+            return now
+        past: dict[str, Any] = await client.request(
+            nc, "node.list_at", {"filter_approval": approvals, "filter_state": states,
+                                 "labels": query.labels, "wide": query.wide, "at": when,
+                                 "next_token": token}, timeout=LOG_TIMEOUT)
+        return past
 
     async def fetch(nc: Any) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = []
         token = None
         while True:
-            page = await client.request(nc, route, {**payload, "next_token": token},
-                                        timeout=timeout)
-            items.extend(page["items"])
-            token = page.get("next_token")
+            found = await page(nc, token)
+            items.extend(found["items"])
+            token = found.get("next_token")
             if not token:
                 return items
 
@@ -134,7 +144,9 @@ def describe(ctx: typer.Context,
     With --at, the node as the event log had it then (no heartbeat or resources)."""
     client.check_id(node_id)
     if at is None:
-        render_object(client.call(_server(ctx), "node.describe", {"id": node_id}), output)
+        from herdbook.api.messages import ById, NodeDescription
+        render_object(client.plain(client.call(_server(ctx), "node.describe",
+                                               ById(id=node_id), NodeDescription)), output)
         return
     payload = {"id": node_id, "at": parse_at(at)}
     render_object(client.run(_server(ctx), lambda nc: client.request(
@@ -177,21 +189,25 @@ Yes = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmat
 
 
 def _command(ctx: typer.Context, route: str, node_id: str, reason: str,
-             **extra: Any) -> None:
+             kind: Any = None, **extra: Any) -> None:
+    """Send a node command: ``kind`` is its request Struct (``NodeCommand`` unless the
+    route takes more, given as ``extra``)."""
+    from herdbook.api.messages import CommandResult, NodeCommand
     client.check_id(node_id)
-    result = client.call(_server(ctx), route, {"id": node_id, "reason": reason,
-                                               "actor": client.actor(), **extra})
+    request = (kind or NodeCommand)(id=node_id, reason=reason, actor=client.actor(), **extra)
+    result = client.call(_server(ctx), route, request, CommandResult)
     console.print("Ok")
-    _warn_if_stale(result.get("node"))
+    _warn_if_stale(result.node)
 
 
-def _warn_if_stale(node: dict[str, Any] | None) -> None:
+def _warn_if_stale(node: Any) -> None:
     """An operator acting on a node that stopped heartbeating should know it."""
-    if not node or node.get("heartbeating") or node.get("type") == "requester":
+    from herdbook.events.states import NodeType
+    if node is None or node.heartbeating or node.type is NodeType.REQUESTER:
         return
-    age = node.get("heartbeat_age")
+    age = node.heartbeat_age
     when = "has never heartbeated" if age is None else f"last heartbeated {age:.0f}s ago"
-    client.err_console.print(safe(f"Warning: node {node['id']} {when}"), markup=False)
+    client.err_console.print(safe(f"Warning: node {node.id} {when}"), markup=False)
 
 
 def _confirm(question: str, yes: bool) -> None:
@@ -231,7 +247,9 @@ def add(ctx: typer.Context, node_id: NodeId, message: Reason = "",
     if node_class not in ("standard", "sensitive", "borrowed"):
         raise client.fail(f"invalid class {node_class!r}; choose from standard, sensitive, "
                           "borrowed", client.EXIT_USAGE)
-    _command(ctx, "node.add", node_id, message, node_class=node_class,
+    from herdbook.api.messages import AddNode
+    from herdbook.events.states import NodeClass
+    _command(ctx, "node.add", node_id, message, AddNode, node_class=NodeClass(node_class),
              labels=parse_labels(labels))
 
 
@@ -264,7 +282,9 @@ def drain(ctx: typer.Context, node_id: NodeId, message: Reason = "",
             raise client.fail(f"--deadline: {err}", client.EXIT_USAGE) from None
     if urgent:
         _confirm(f"Drain {node_id} urgently? Its allocations will be checkpointed.", yes)
-    _command(ctx, "node.drain", node_id, message, urgent=urgent, deadline_s=deadline_s)
+    from herdbook.api.messages import DrainNode
+    _command(ctx, "node.drain", node_id, message, DrainNode, urgent=urgent,
+             deadline_s=deadline_s)
 
 
 @node_app.command("undrain")
@@ -286,7 +306,8 @@ def enable(ctx: typer.Context, node_id: NodeId, message: Reason = "",
            force: Annotated[bool, typer.Option("--force", help="Even without a recent "
                                                "heartbeat.")] = False) -> None:
     """Bring a disabled node back (DOWN -> READY); needs a recent heartbeat unless --force."""
-    _command(ctx, "node.enable", node_id, message, force=force)
+    from herdbook.api.messages import EnableNode
+    _command(ctx, "node.enable", node_id, message, EnableNode, force=force)
 
 
 @node_app.command("reboot")
@@ -304,6 +325,8 @@ STATUS_KEYS = ("id", "state", "approval", "lifecycle", "health", "intent", "sche
 def status(ctx: typer.Context, node_id: Annotated[str, typer.Argument(
         help="Node id or a unique prefix of one.")], output: Output = Format.table) -> None:
     """The node's current state, allocations and health, in short."""
+    from herdbook.api.messages import ById, NodeDescription
     client.check_id(node_id)
-    node = client.call(_server(ctx), "node.describe", {"id": node_id})
+    node = client.plain(client.call(_server(ctx), "node.describe", ById(id=node_id),
+                                    NodeDescription))
     render_object({k: node.get(k) for k in STATUS_KEYS}, output)

@@ -26,14 +26,16 @@ def claim(ctx: typer.Context, node_id: NodeId,
     """Claim a sensitive node for a user (the first claim wins; the other is refused)."""
     if not user.strip():
         raise client.fail("--user must not be empty", client.EXIT_USAGE)
-    _command(ctx, "node.claim", node_id, message, user=user, tenant=tenant)
+    from herdbook.api.messages import ClaimNode
+    _command(ctx, "node.claim", node_id, message, ClaimNode, user=user, tenant=tenant)
 
 
 @node_app.command("release")
 def release(ctx: typer.Context, node_id: NodeId, message: Reason = "") -> None:
     """End a claim: the node drains if other sensitive allocations run, then it is wiped
     and returns to the pool (or is QUARANTINED if the wipe fails or times out)."""
-    _command(ctx, "node.release", node_id, message)
+    from herdbook.api.messages import ReleaseNode
+    _command(ctx, "node.release", node_id, message, ReleaseNode)
 
 
 @node_app.command("fingerprint")
@@ -88,14 +90,17 @@ def wipe(ctx: typer.Context, node_id: NodeId, message: Reason = "",
     if not force:
         raise client.fail("wiping erases the node's disks: pass --force", client.EXIT_USAGE)
     _confirm(f"Wipe {node_id}? GPU memory, NVMe and RAM are erased.", yes)
-    _command(ctx, "node.wipe", node_id, message, force=True)
+    from herdbook.api.messages import WipeNode
+    _command(ctx, "node.wipe", node_id, message, WipeNode, force=True)
 
 
 @alloc_app.command("requeue")
 def requeue(ctx: typer.Context, alloc_id: Annotated[str, typer.Argument(
         help="A lost allocation's id or unique prefix.")], message: Reason = "") -> None:
     """Requeue an allocation lost on a sensitive node (never done automatically)."""
+    from herdbook.api.messages import RequeueAlloc, RequeueResult
     client.check_id(alloc_id, "allocation id")
     result = client.call(_server(ctx), "alloc.requeue",
-                         {"id": alloc_id, "reason": message, "actor": client.actor()})
-    echo(f"Ok: requeue approved, evaluation {result['eval_id']}")
+                         RequeueAlloc(id=alloc_id, reason=message, actor=client.actor()),
+                         RequeueResult)
+    echo(f"Ok: requeue approved, evaluation {result.eval_id}")

@@ -101,13 +101,16 @@ def top(ctx: typer.Context,
         events.appendleft(f"{event.at:%H:%M:%S} {event.event_name:<18} "
                           f"{event.aggregate_id:<20} {event.actor:<18} {reason}"[:160])
 
+    from herdbook.api.messages import ListNodes, NodeSummary, Page
+
     async def snapshot(nc: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         nodes: list[dict[str, Any]] = []
         token = None
         while True:
-            page = await client.request(nc, "node.list", {"wide": False, "next_token": token})
-            nodes += page["items"]
-            token = page.get("next_token")
+            page = await client.request(nc, "node.list", ListNodes(next_token=token),
+                                        Page[NodeSummary])
+            nodes += client.plain(page.items)
+            token = page.next_token
             if not token:
                 break
         return nodes, await client.request(nc, "status", {})

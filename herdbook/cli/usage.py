@@ -158,6 +158,12 @@ def log_level_option(help: str = "debug, info, warning or error.") -> Any:
     return typer.Option("--log-level", help=help, callback=_log_level)
 
 
+def setup_logging(level: str) -> None:
+    """The log of a long-running command (`herd up`, `herd agent`): one line per record."""
+    logging.basicConfig(level=level.upper(),
+                        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
+
+
 def port(value: int, option: str) -> int:
     if not 1 <= value <= 65535:
         raise client.fail(f"{option} {value} is not a port (1-65535)", client.EXIT_USAGE)

@@ -1,0 +1,177 @@
+"""`herd agent`: run the compute-node agent (it imports ``herdbook.agent`` inside the
+command only: that command is the agent's process), and `herd agent inject`."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from herdbook.cli import client
+from herdbook.cli.creds import (
+    CredsOption,
+    PasswordOption,
+    TlsCa,
+    TlsCert,
+    TlsKey,
+    UserOption,
+    checked_auth,
+)
+from herdbook.cli.node import parse_labels
+from herdbook.cli.output import echo, safe
+from herdbook.cli.usage import log_level_option, plain_files, setup_logging, usable_dir, writable_file
+
+agent_app = typer.Typer(help="Run the compute-node agent (`herd agent --node-id ...`), or "
+                        "inject faults into one (`herd agent inject ...`).")
+
+
+@agent_app.callback(invoke_without_command=True)
+def agent(
+    ctx: typer.Context,
+    server: Annotated[str | None, typer.Option("--server", "-s", envvar="HERD_SERVER",
+                                               help="NATS URL [default: the global --server, "
+                                               "nats://127.0.0.1:4222]")] = None,
+    node_id: Annotated[str | None, typer.Option("--node-id", help="[default: hostname]")] = None,
+    state_dir: Annotated[str, typer.Option("--state-dir", help="Sentinel, heartbeat "
+                                           "sequence and allocation logs live here.")] = "./.herd-agent",
+    state_file: Annotated[str | None, typer.Option(
+        "--state-file", help="The running allocations, kept so that a restarted agent "
+        "reattaches to them (default: <state-dir>/agent-state.json).")] = None,
+    labels: Annotated[str | None, typer.Option("--labels", help="k=v[,k=v]")] = None,
+    node_class: Annotated[str, typer.Option("--class", help="standard, sensitive or "
+                                            "borrowed.")] = "standard",
+    heartbeat_interval: Annotated[float, typer.Option("--heartbeat-interval", min=0.05,
+                                                      help="Seconds.")] = 10.0,
+    info_interval: Annotated[float, typer.Option("--info-interval", min=0.05, help="Seconds "
+                                                 "between node-info checks.")] = 60.0,
+    resource_interval: Annotated[float, typer.Option("--resource-interval", min=0.05,
+                                                     help="Seconds between resource updates.")] = 30.0,
+    fake_gpus: Annotated[int | None, typer.Option("--fake-gpus", min=0, help="Simulate N GPUs "
+                                                  "instead of reading NVML.")] = None,
+    instance_id: Annotated[str | None, typer.Option("--instance-id", envvar="HERD_INSTANCE_ID",
+                                                    help="Provider instance this node runs on.")] = None,
+    boot_retry_interval: Annotated[float, typer.Option(
+        "--boot-retry-interval", min=0.0, help="Seconds between boot check attempts.")] = 10.0,
+    fake_allocs: Annotated[int, typer.Option("--fake-allocs", min=0, hidden=True,
+                                             help="Running allocations to report.")] = 0,
+    health_interval: Annotated[float, typer.Option("--health-interval", min=0.05,
+                                                   help="Seconds between health checks.")] = 60.0,
+    fingerprint_interval: Annotated[str, typer.Option(
+        "--fingerprint-interval", help="Recompute the conformance fingerprint this often "
+        "(e.g. 6h, 30m); also on request.")] = "6h",
+    wipe_config: Annotated[str | None, typer.Option(
+        "--wipe-config", help="YAML with the wipe steps of a sensitive node: steps: "
+        "[{name, command, timeout}] (default: GPU memory clear, NVMe secure erase, RAM scrub, "
+        "reboot into a clean image; fakes with --fake-gpus).")] = None,
+    creds: CredsOption = None, user: UserOption = None, password: PasswordOption = None,
+    tls_ca: TlsCa = None, tls_cert: TlsCert = None, tls_key: TlsKey = None,
+    log_level: Annotated[str, log_level_option()] = "info",
+) -> None:
+    """Run the compute-node agent: register, boot check, heartbeat, health checks, info and
+    resource updates, and run this node's allocations. Stopping the agent leaves them
+    running; the next agent with the same state dir reattaches to them."""
+    from herdbook.credentials import NatsAuth
+    base: NatsAuth = ctx.obj["auth"]
+    auth = NatsAuth(user or base.user, password or base.password, creds or base.creds,
+                    tls_ca or base.tls_ca, tls_cert or base.tls_cert, tls_key or base.tls_key)
+    client.set_auth(auth)
+    if server:
+        ctx.obj["server"] = server
+    elif creds and ctx.obj["server_default"]:
+        ctx.obj["server"] = checked_auth(auth, None) or ctx.obj["server"]
+    checked_auth(auth, ctx.obj["server"])
+    if ctx.invoked_subcommand is not None:
+        return
+    client.check_server(str(ctx.obj["server"]))
+    import asyncio
+
+    from herdbook.agent.main import AgentOptions, default_node_id, run_agent
+    from herdbook.events.states import NodeClass
+
+    try:
+        cls = NodeClass(node_class)
+    except ValueError:
+        raise client.fail(f"invalid class {node_class!r}; choose from standard, sensitive, "
+                          "borrowed", client.EXIT_USAGE) from None
+    nid = client.check_id(node_id or default_node_id())
+    if instance_id is not None:
+        client.check_id(instance_id, "instance id")
+    from herdbook.agent.wipe import WipeConfigError, load_steps
+    from herdbook.durations import parse_duration
+    try:
+        every = float(parse_duration(fingerprint_interval))
+        load_steps(wipe_config, fake_gpus is not None)
+    except (ValueError, WipeConfigError) as err:
+        raise client.fail(str(err), client.EXIT_USAGE) from None
+    if every <= 0:
+        raise client.fail("--fingerprint-interval must be positive", client.EXIT_USAGE)
+    from herdbook.agent.state import SENTINEL, SEQ_FILE
+    from herdbook.agent.workload_state import STATE_FILE
+    usable_dir(state_dir, "--state-dir")
+    plain_files(state_dir, (SEQ_FILE, SENTINEL) + (() if state_file else (STATE_FILE,)),
+                "--state-dir")
+    if state_file:
+        writable_file(state_file, "--state-file")
+    options = AgentOptions(
+        server=str(ctx.obj["server"]), node_id=nid, state_dir=state_dir,
+        labels=parse_labels(labels), node_class=cls, heartbeat_interval=heartbeat_interval,
+        info_interval=info_interval, resource_interval=resource_interval, fake_gpus=fake_gpus,
+        instance_id=instance_id, boot_retry_interval=boot_retry_interval,
+        fake_allocs=fake_allocs, health_interval=health_interval, state_file=state_file,
+        fingerprint_interval=every, wipe_config=wipe_config, auth=auth)
+    setup_logging(log_level)
+    try:
+        asyncio.run(run_agent(options))
+    except KeyboardInterrupt:
+        pass
+
+
+@agent_app.command("inject")
+def inject(
+    ctx: typer.Context,
+    fault: Annotated[str, typer.Argument(help="xid, thermal, ecc-dbe, ecc-sbe, nvlink, pcie "
+                                         "or clear.")],
+    value: Annotated[float | None, typer.Argument(help="XID code, temperature °C or error "
+                                                  "count.")] = None,
+    node: Annotated[str, typer.Option("--node", help="The agent's node id.")] = "",
+    gpu: Annotated[int, typer.Option("--gpu", min=0, help="GPU index.")] = 0,
+) -> None:
+    """Inject a GPU fault into a running agent that uses fake GPUs, e.g.
+    `herd agent inject --node gpu-1 xid 79 --gpu 3`; the agent reports it at once."""
+    from typing import cast
+
+    import msgspec
+
+    from herdbook.events.agent_requests import FAULTS, Fault, InjectReply, InjectRequest
+    from herdbook.events.subjects import inject_subject
+    if not node:
+        raise client.fail("--node is required", client.EXIT_USAGE)
+    client.check_id(node)
+    if fault not in FAULTS:
+        raise client.fail(f"unknown fault {fault!r}; choose from {', '.join(FAULTS)}",
+                          client.EXIT_USAGE)
+    if fault == "xid" and value is None:
+        raise client.fail("xid needs a code, e.g. `xid 79`", client.EXIT_USAGE)
+
+    request = InjectRequest(fault=cast(Fault, fault), gpu=gpu, value=value)
+
+    async def send(nc: object) -> InjectReply:
+        import nats.errors
+        try:
+            msg = await nc.request(inject_subject(node),  # type: ignore[attr-defined]
+                                   msgspec.json.encode(request), timeout=10)
+        except nats.errors.NoRespondersError:
+            raise client.fail(f"no agent {node} is running", client.EXIT_REFUSED) from None
+        except nats.errors.TimeoutError:
+            raise client.fail(f"agent {node} did not answer", client.EXIT_UNREACHABLE) from None
+        try:
+            return msgspec.json.decode(msg.data, type=InjectReply)
+        except msgspec.DecodeError as err:
+            raise client.fail(f"agent {node} sent a reply that does not decode: {err}",
+                              client.EXIT_REFUSED) from None
+
+    reply = client.run(str(ctx.obj["server"]), send)
+    if not reply.ok:
+        raise client.fail(safe(reply.error), client.EXIT_REFUSED)
+    echo(f"Ok: {reply.result}")
+

@@ -1,0 +1,146 @@
+"""The API's business rules, pure: given views, when an operator's command is decided,
+then these events at this version, or this refusal. No store, no server."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from herdbook.api.deciders import (
+    decide_add_node,
+    decide_new_eval,
+    decide_register_job,
+    decide_requeue_alloc,
+    decide_retry_eval,
+    decide_scale_pool,
+    decide_stop_job,
+    on_node,
+)
+from herdbook.api.lookup import ApiError
+from herdbook.config import PoolConfig
+from herdbook.events.alloc import AllocRequeueApproved, AllocStatus
+from herdbook.events.eval_events import EvalCreated
+from herdbook.events.evals import EvalStatus, EvalTrigger
+from herdbook.events.jobs import JobDeregistered, JobRegistered, JobSpec
+from herdbook.events.node import NodeCordoned, NodeDeclared
+from herdbook.events.states import Approval, Lifecycle, NodeClass, NodeType
+from herdbook.projector.alloc_view import AllocView
+from herdbook.projector.eval_view import EvalView
+from herdbook.projector.job_view import JobView
+from herdbook.projector.node_view import NodeView
+from herdbook.reactors.intents import decide_cordon
+from herdbook.reactors.refused import CommandRefused
+from herdbook.reactors.runner import Context
+
+NOW = Context(now=datetime(2026, 11, 23, 12, 0, tzinfo=UTC), new_id=lambda: "fresh")
+NODE = NodeView(id="n1", type=NodeType.COMPUTE, approval=Approval.APPROVED,
+                lifecycle=Lifecycle.READY, version=7)
+SPEC = JobSpec(id="train", command=["python", "train.py"], priority=70)
+JOB = JobView(id="train", spec=SPEC, version=11)
+LOST = AllocView(id="a1", job_id="train", node_id="n1", eval_id="e0", index=0,
+                 command=["x"], status=AllocStatus.LOST, requeue_allowed=False)
+
+
+def test_a_node_command_decides_on_the_view_at_its_version() -> None:
+    decision = on_node(NODE, "n1", lambda v: decide_cordon(v, "ana", "fan"), NOW)
+    [event] = decision.events
+    assert decision.expected == 7
+    assert isinstance(event, NodeCordoned) and (event.actor, event.reason) == ("ana", "fan")
+
+
+def test_a_node_command_on_no_node_is_not_found() -> None:
+    with pytest.raises(ApiError) as err:
+        on_node(None, "n9", lambda v: decide_cordon(v, "ana", ""), NOW)
+    assert err.value.code == "not_found" and str(err.value) == "node n9 not found"
+
+
+def test_adding_a_node_declares_it_at_the_aggregates_last_sequence() -> None:
+    # a deleted node has events but no view: its last sequence is the expected version
+    decision = decide_add_node(None, 42, "n2", actor="ana", reason="racked",
+                               node_class=NodeClass.SENSITIVE, labels={"rack": "r9"},
+                               context=NOW)
+    [event] = decision.events
+    assert decision.expected == 42
+    assert isinstance(event, NodeDeclared)
+    assert (event.node_id, event.node_class, event.labels) == ("n2", NodeClass.SENSITIVE,
+                                                                {"rack": "r9"})
+
+
+def test_adding_a_node_that_exists_is_refused() -> None:
+    with pytest.raises(CommandRefused, match="node n1 already exists"):
+        decide_add_node(NODE, 7, "n1", actor="ana", reason="", node_class=NodeClass.STANDARD,
+                        labels={}, context=NOW)
+
+
+def test_registering_a_job_expects_its_version_or_none() -> None:
+    new = decide_register_job(None, SPEC, actor="ana", context=NOW)
+    again = decide_register_job(JOB, SPEC, actor="ana", context=NOW)
+    assert (new.expected, again.expected) == (0, 11)
+    assert all(isinstance(d.events[0], JobRegistered) for d in (new, again))
+
+
+def test_stopping_a_job_deregisters_it_once() -> None:
+    decision = decide_stop_job(JOB, "train", actor="ana", reason="done", context=NOW)
+    [event] = decision.events
+    assert decision.expected == 11 and isinstance(event, JobDeregistered)
+    with pytest.raises(CommandRefused, match="job train is already stopped"):
+        decide_stop_job(JobView(id="train", spec=SPEC, status="dead"), "train", actor="ana",
+                        reason="", context=NOW)
+    with pytest.raises(ApiError, match="job nope not found"):
+        decide_stop_job(None, "nope", actor="ana", reason="", context=NOW)
+
+
+def test_a_new_eval_is_a_new_aggregate_caused_by_the_command() -> None:
+    decision = decide_new_eval("e1", "train", EvalTrigger.JOB_REGISTER, priority=70,
+                               actor="ana", cause="registered-id", context=NOW)
+    [created] = decision.events
+    assert decision.expected == 0
+    assert isinstance(created, EvalCreated)
+    assert (created.eval_id, created.job_id, created.priority, created.causation_id) == (
+        "e1", "train", 70, "registered-id")
+
+
+def test_only_a_failed_eval_is_retried() -> None:
+    failed = EvalView(id="e1", job_id="train", status=EvalStatus.FAILED,
+                      triggered_by=EvalTrigger.JOB_REGISTER, version=5)
+    decision = decide_retry_eval(failed, "e1", actor="ana", reason="", context=NOW)
+    [event] = decision.events
+    assert decision.expected == 5 and event.reason == "retried by an operator"
+    pending = EvalView(id="e2", job_id="train", status=EvalStatus.PENDING,
+                       triggered_by=EvalTrigger.JOB_REGISTER)
+    with pytest.raises(CommandRefused, match="only a failed eval can be retried"):
+        decide_retry_eval(pending, "e2", actor="ana", reason="", context=NOW)
+
+
+def test_requeueing_a_lost_allocation_expects_the_nodes_allocation_version() -> None:
+    decision = decide_requeue_alloc(LOST, "a1", JOB, 33, actor="ana", reason="checked",
+                                    context=NOW)
+    [event] = decision.events
+    assert decision.expected == 33
+    assert isinstance(event, AllocRequeueApproved)
+    assert (event.node_id, event.alloc_id, event.reason) == ("n1", "a1", "checked")
+
+
+@pytest.mark.parametrize(("alloc", "job", "refusal"), [
+    (AllocView(id="a1", job_id="train", node_id="n1", eval_id="e0", index=0, command=["x"],
+               status=AllocStatus.RUNNING), JOB, "is running: only a lost one is requeued"),
+    (LOST, None, "job train is stopped: nothing to requeue"),
+    (LOST, JobView(id="train", spec=SPEC, status="dead"), "nothing to requeue"),
+    (AllocView(id="a1", job_id="train", node_id="n1", eval_id="e0", index=0, command=["x"],
+               status=AllocStatus.LOST, requeue_allowed=True), JOB,
+     "requeued automatically by its job's policy"),
+])
+def test_requeue_refusals(alloc: AllocView, job: JobView | None, refusal: str) -> None:
+    with pytest.raises(CommandRefused, match=refusal):
+        decide_requeue_alloc(alloc, "a1", job, 0, actor="ana", reason="", context=NOW)
+
+
+def test_a_pool_scales_only_within_its_bounds() -> None:
+    pool = PoolConfig(provider="fake", min_nodes=1, max_nodes=4)
+    assert decide_scale_pool(pool, "gpu", 3, actor="ana", reason="").size == 3
+    for size in (0, 5, None):
+        with pytest.raises(CommandRefused, match="pool gpu takes 1 to 4 nodes"):
+            decide_scale_pool(pool, "gpu", size, actor="ana", reason="")
+    with pytest.raises(ApiError, match="pool nope not found"):
+        decide_scale_pool(None, "nope", 1, actor="ana", reason="")
