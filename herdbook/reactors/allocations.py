@@ -15,6 +15,10 @@
   ends): the blocked evals are unblocked (after ``unblock_delay``, to batch bursts).
 - Eval GC: complete, failed and canceled evals older than ``eval_gc_threshold`` are
   deleted from the view (the log keeps them).
+
+What is due is decided by the pure deciders in ``alloc_deciders`` and ``eval_deciders``;
+this reactor turns node and allocation changes into those decisions and hands each to
+the one decide runner (a conflict catches up and decides again).
 """
 
 from __future__ import annotations
