@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from pathlib import Path
 
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
@@ -85,11 +84,8 @@ async def decided_reports(nc: NATS, timeout: float = 120.0) -> dict[str, int]:
 
 class HealthClassifier:
     def __init__(self, nc: NATS, store: EventStore, projector: ProjectorRunner, policy: Policy,
-                 threshold: int, position_file: Path | None = None,
-                 pool_thresholds: dict[str, int] | None = None, *,
+                 threshold: int, pool_thresholds: dict[str, int] | None = None, *,
                  clock: Clock = SYSTEM_CLOCK) -> None:
-        """``position_file``: not read or written any more (the position commits with
-        the health changes); accepted while the composition root still passes it."""
         self.nc = nc
         self.runner = DecideRunner(store, projector, clock)
         self.projector = projector

@@ -359,7 +359,7 @@ class Classifier:
         self.store = FakeStore(self.projector)
         self.classifier = HealthClassifier(
             self.nc, self.store, self.projector, Policy.load(None),  # type: ignore[arg-type]
-            threshold=1, position_file=tmp_path / "health.position")
+            threshold=1)
         self.seq = 0
 
     async def receive(self, subject: str, data: bytes) -> None:
