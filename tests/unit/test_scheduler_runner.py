@@ -224,3 +224,31 @@ async def test_giving_up_fails_the_eval_and_links_a_delayed_failed_follow_up() -
     assert w.scheduler.given_up == 1
     await w.scheduler.give_up(eval_id, "again")      # already failed: nothing more
     assert len(w.appended(EvalCreated)) == 1
+
+
+async def test_a_plan_expects_the_node_versions_it_was_made_from_not_later_ones() -> None:
+    """Another placement lands on n1 (and is folded) after the plan was made but before
+    it is applied: the plan was made from the older view, so it conflicts and is made
+    again instead of over-booking n1."""
+    w = World()
+    w.node("n1", gpus=1)
+    w.node("n2", gpus=1)
+    w.job(count=1)
+    eval_id = w.eval()
+    append = w.store.append
+    landed: list[int] = []
+
+    async def meanwhile(event: Any, expected_version: int | None = None) -> int:
+        if isinstance(event, EvalStatusChanged) and event.step is Step.SUBMIT and not landed:
+            landed.append(1)
+            w.store.fold(AllocPlaced(node_id="n1", alloc_id="theirs", job_id="other",
+                                     eval_id="x", index=0, command=["true"],
+                                     resources=Resources(gpus=1)))
+        return await append(event, expected_version)
+
+    w.store.append = meanwhile  # type: ignore[method-assign]
+    await w.scheduler.process(eval_id)
+    assert w.statuses(eval_id) == ["scheduling", "applying", "scheduling", "applying",
+                                   "complete"]
+    [(mine, _)] = w.appended(AllocPlaced)
+    assert mine.node_id == "n2"
