@@ -17,7 +17,7 @@ from herdbook.cli.creds import (
     UserOption,
     checked_auth,
 )
-from herdbook.cli.node import parse_labels
+from herdbook.cli.node_args import parse_labels
 from herdbook.cli.output import echo, safe
 from herdbook.cli.usage import log_level_option, plain_files, setup_logging, usable_dir, writable_file
 

@@ -7,7 +7,17 @@ from typing import Annotated, Any
 import typer
 
 from herdbook.cli import client
-from herdbook.cli.output import Format, Output, console, echo, render_object, render_rows, safe
+from herdbook.cli.node_args import (
+    NodeId,
+    Reason,
+    Yes,
+    confirm,
+    parse_labels,
+    send_command,
+    server,
+    split,
+)
+from herdbook.cli.output import Format, Output, console, echo, render_object, render_rows
 
 node_app = typer.Typer(help="See nodes and decide their membership (Bacalhau style).",
                        no_args_is_help=True)
@@ -19,8 +29,6 @@ WIDE_COLUMNS = [("HEALTH", "health"), ("CLASS", "class"), ("LABELS", "labels"),
                 ("CLAIMED BY", "claimed_by")]
 ORDER_KEYS = ("id", "type", "approval", "state", "health", "class", "last_heartbeat", "gpus")
 
-Reason = Annotated[str, typer.Option("--message", "-m", help="Why: stored on the event.")]
-NodeId = Annotated[str, typer.Argument(help="The node's id.")]
 At = Annotated[str | None, typer.Option("--at", help="As the event log had it then: "
                                         "ISO-8601 (2026-11-21T10:00:00Z) or ago (10m, 2h, 1d).")]
 LOG_TIMEOUT = 300.0
@@ -36,27 +44,6 @@ def parse_at(text: str, option: str = "--at") -> str:
         return parse_time(text, datetime.now(UTC)).isoformat()
     except ValueError as err:
         raise client.fail(f"{option}: {err}", client.EXIT_USAGE) from None
-
-
-def _server(ctx: typer.Context) -> str:
-    return str(ctx.obj["server"])
-
-
-def parse_labels(text: str | None) -> dict[str, str]:
-    labels: dict[str, str] = {}
-    for part in (text or "").split(","):
-        if not part.strip():
-            continue
-        key, sep, value = part.partition("=")
-        if not sep or not key.strip():
-            raise client.fail(f"invalid label {part!r}: write key=value[,key=value]",
-                              client.EXIT_USAGE)
-        labels[key.strip()] = value.strip()
-    return labels
-
-
-def _split(values: list[str] | None) -> list[str]:
-    return [v for item in values or [] for v in item.split(",") if v.strip()]
 
 
 @node_app.command("list")
@@ -81,12 +68,12 @@ def list_nodes(
     With --at, the nodes as the event log had them then (no heartbeat or allocation
     fields)."""
     from herdbook.events.states import resolve_state_filter
-    states = _split(filter_state)
+    states = split(filter_state)
     try:
         resolve_state_filter(states)
     except ValueError as err:
         raise client.fail(str(err), client.EXIT_USAGE) from None
-    approvals = _split(filter_approval)
+    approvals = split(filter_approval)
     bad = [a for a in approvals if a.upper() not in ("PENDING", "APPROVED", "REJECTED")]
     if bad:
         raise client.fail(f"unknown approval {bad[0]!r}; choose from pending, approved, "
@@ -124,7 +111,7 @@ def list_nodes(
             if not token:
                 return items
 
-    rows = client.run(_server(ctx), fetch)
+    rows = client.run(server(ctx), fetch)
     for row in rows:
         age = row.get("heartbeat_age")
         row_age = None if age is None else f"{age:.0f}s ago"
@@ -145,11 +132,11 @@ def describe(ctx: typer.Context,
     client.check_id(node_id)
     if at is None:
         from herdbook.api.messages import ById, NodeDescription
-        render_object(client.plain(client.call(_server(ctx), "node.describe",
+        render_object(client.plain(client.call(server(ctx), "node.describe",
                                                ById(id=node_id), NodeDescription)), output)
         return
     payload = {"id": node_id, "at": parse_at(at)}
-    render_object(client.run(_server(ctx), lambda nc: client.request(
+    render_object(client.run(server(ctx), lambda nc: client.request(
         nc, "node.describe_at", payload, timeout=LOG_TIMEOUT)), output)
 
 
@@ -168,7 +155,7 @@ def history(ctx: typer.Context,
     A table (time, event, actor, reason, caused by), then the cause chains across nodes,
     allocations and evaluations. Reads the whole event log."""
     client.check_id(node_id)
-    result = client.run(_server(ctx), lambda nc: client.request(
+    result = client.run(server(ctx), lambda nc: client.request(
         nc, "node.history", {"id": node_id, "limit": limit}, timeout=LOG_TIMEOUT))
     if output is not Format.table:
         if output is Format.csv:
@@ -185,57 +172,22 @@ def history(ctx: typer.Context,
             echo(line)
 
 
-Yes = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
-
-
-def _command(ctx: typer.Context, route: str, node_id: str, reason: str,
-             kind: Any = None, **extra: Any) -> None:
-    """Send a node command: ``kind`` is its request Struct (``NodeCommand`` unless the
-    route takes more, given as ``extra``)."""
-    from herdbook.api.messages import CommandResult, NodeCommand
-    client.check_id(node_id)
-    request = (kind or NodeCommand)(id=node_id, reason=reason, actor=client.actor(), **extra)
-    result = client.call(_server(ctx), route, request, CommandResult)
-    console.print("Ok")
-    _warn_if_stale(result.node)
-
-
-def _warn_if_stale(node: Any) -> None:
-    """An operator acting on a node that stopped heartbeating should know it."""
-    from herdbook.events.states import NodeType
-    if node is None or node.heartbeating or node.type is NodeType.REQUESTER:
-        return
-    age = node.heartbeat_age
-    when = "has never heartbeated" if age is None else f"last heartbeated {age:.0f}s ago"
-    client.err_console.print(safe(f"Warning: node {node.id} {when}"), markup=False)
-
-
-def _confirm(question: str, yes: bool) -> None:
-    if yes:
-        return
-    import sys
-    if not sys.stdin.isatty():
-        raise client.fail(f"{question} needs confirmation: pass --yes", client.EXIT_USAGE)
-    if not typer.confirm(question, default=False):
-        raise client.fail("aborted", client.EXIT_REFUSED)
-
-
 @node_app.command("approve")
 def approve(ctx: typer.Context, node_id: NodeId, message: Reason = "") -> None:
     """Approve a PENDING (or REJECTED) node so it can take part in the cluster."""
-    _command(ctx, "node.approve", node_id, message)
+    send_command(ctx, "node.approve", node_id, message)
 
 
 @node_app.command("reject")
 def reject(ctx: typer.Context, node_id: NodeId, message: Reason = "") -> None:
     """Reject a node; it stays REJECTED even if it registers again."""
-    _command(ctx, "node.reject", node_id, message)
+    send_command(ctx, "node.reject", node_id, message)
 
 
 @node_app.command("delete")
 def delete(ctx: typer.Context, node_id: NodeId, message: Reason = "") -> None:
     """Remove a node from the view; if its agent registers again it is PENDING."""
-    _command(ctx, "node.delete", node_id, message)
+    send_command(ctx, "node.delete", node_id, message)
 
 
 @node_app.command("add")
@@ -249,20 +201,20 @@ def add(ctx: typer.Context, node_id: NodeId, message: Reason = "",
                           "borrowed", client.EXIT_USAGE)
     from herdbook.api.messages import AddNode
     from herdbook.events.states import NodeClass
-    _command(ctx, "node.add", node_id, message, AddNode, node_class=NodeClass(node_class),
+    send_command(ctx, "node.add", node_id, message, AddNode, node_class=NodeClass(node_class),
              labels=parse_labels(labels))
 
 
 @node_app.command("cordon")
 def cordon(ctx: typer.Context, node_id: NodeId, message: Reason = "") -> None:
     """Stop scheduling new work on the node; running work continues."""
-    _command(ctx, "node.cordon", node_id, message)
+    send_command(ctx, "node.cordon", node_id, message)
 
 
 @node_app.command("uncordon")
 def uncordon(ctx: typer.Context, node_id: NodeId, message: Reason = "") -> None:
     """Schedule on the node again; also clears UNHEALTHY once the hardware was checked."""
-    _command(ctx, "node.uncordon", node_id, message)
+    send_command(ctx, "node.uncordon", node_id, message)
 
 
 @node_app.command("drain")
@@ -281,9 +233,9 @@ def drain(ctx: typer.Context, node_id: NodeId, message: Reason = "",
         except ValueError as err:
             raise client.fail(f"--deadline: {err}", client.EXIT_USAGE) from None
     if urgent:
-        _confirm(f"Drain {node_id} urgently? Its allocations will be checkpointed.", yes)
+        confirm(f"Drain {node_id} urgently? Its allocations will be checkpointed.", yes)
     from herdbook.api.messages import DrainNode
-    _command(ctx, "node.drain", node_id, message, DrainNode, urgent=urgent,
+    send_command(ctx, "node.drain", node_id, message, DrainNode, urgent=urgent,
              deadline_s=deadline_s)
 
 
@@ -291,14 +243,14 @@ def drain(ctx: typer.Context, node_id: NodeId, message: Reason = "",
 def undrain(ctx: typer.Context, node_id: NodeId, message: Reason = "") -> None:
     """Schedule on a draining or drained node again, if it passes the health check (recent
     heartbeat, GPU count equal to its capabilities, a reported fingerprint)."""
-    _command(ctx, "node.undrain", node_id, message)
+    send_command(ctx, "node.undrain", node_id, message)
 
 
 @node_app.command("disable")
 def disable(ctx: typer.Context, node_id: NodeId, message: Reason = "", yes: Yes = False) -> None:
     """Take the node DOWN at once (asks for confirmation: allocations are requeued)."""
-    _confirm(f"Disable {node_id}? It goes DOWN now and its allocations are requeued.", yes)
-    _command(ctx, "node.disable", node_id, message)
+    confirm(f"Disable {node_id}? It goes DOWN now and its allocations are requeued.", yes)
+    send_command(ctx, "node.disable", node_id, message)
 
 
 @node_app.command("enable")
@@ -307,13 +259,13 @@ def enable(ctx: typer.Context, node_id: NodeId, message: Reason = "",
                                                "heartbeat.")] = False) -> None:
     """Bring a disabled node back (DOWN -> READY); needs a recent heartbeat unless --force."""
     from herdbook.api.messages import EnableNode
-    _command(ctx, "node.enable", node_id, message, EnableNode, force=force)
+    send_command(ctx, "node.enable", node_id, message, EnableNode, force=force)
 
 
 @node_app.command("reboot")
 def reboot(ctx: typer.Context, node_id: NodeId, message: Reason = "") -> None:
     """Request a reboot of a DOWN or FAILED node: BOOTING until its boot check passes."""
-    _command(ctx, "node.reboot", node_id, message)
+    send_command(ctx, "node.reboot", node_id, message)
 
 
 STATUS_KEYS = ("id", "state", "approval", "lifecycle", "health", "intent", "schedulable",
@@ -327,6 +279,6 @@ def status(ctx: typer.Context, node_id: Annotated[str, typer.Argument(
     """The node's current state, allocations and health, in short."""
     from herdbook.api.messages import ById, NodeDescription
     client.check_id(node_id)
-    node = client.plain(client.call(_server(ctx), "node.describe", ById(id=node_id),
+    node = client.plain(client.call(server(ctx), "node.describe", ById(id=node_id),
                                     NodeDescription))
     render_object({k: node.get(k) for k in STATUS_KEYS}, output)

@@ -9,7 +9,8 @@ import typer
 
 from herdbook.cli import client
 from herdbook.cli.jobs import alloc_app
-from herdbook.cli.node import NodeId, Reason, Yes, _command, _confirm, _server, node_app
+from herdbook.cli.node import node_app
+from herdbook.cli.node_args import NodeId, Reason, Yes, confirm, send_command, server
 from herdbook.cli.output import Format, Output, echo, render_rows, safe
 
 admin_app = typer.Typer(help="Operator actions that bypass the usual safety checks.",
@@ -27,7 +28,7 @@ def claim(ctx: typer.Context, node_id: NodeId,
     if not user.strip():
         raise client.fail("--user must not be empty", client.EXIT_USAGE)
     from herdbook.api.messages import ClaimNode
-    _command(ctx, "node.claim", node_id, message, ClaimNode, user=user, tenant=tenant)
+    send_command(ctx, "node.claim", node_id, message, ClaimNode, user=user, tenant=tenant)
 
 
 @node_app.command("release")
@@ -35,7 +36,7 @@ def release(ctx: typer.Context, node_id: NodeId, message: Reason = "") -> None:
     """End a claim: the node drains if other sensitive allocations run, then it is wiped
     and returns to the pool (or is QUARANTINED if the wipe fails or times out)."""
     from herdbook.api.messages import ReleaseNode
-    _command(ctx, "node.release", node_id, message, ReleaseNode)
+    send_command(ctx, "node.release", node_id, message, ReleaseNode)
 
 
 @node_app.command("fingerprint")
@@ -51,7 +52,7 @@ def fingerprint(ctx: typer.Context, node_id: NodeId) -> None:
     client.check_id(node_id)
 
     async def ask() -> FingerprintReply:
-        nc = await client.connect(_server(ctx))
+        nc = await client.connect(server(ctx))
         try:
             msg = await nc.request(fingerprint_subject(node_id),
                                    msgspec.json.encode(FingerprintRequest()), timeout=10)
@@ -75,7 +76,7 @@ def fingerprint(ctx: typer.Context, node_id: NodeId) -> None:
 @node_app.command("conformance")
 def conformance(ctx: typer.Context, output: Output = Format.table) -> None:
     """The fleet grouped by conformance fingerprint, per pool: who drifted."""
-    result = client.call(_server(ctx), "node.conformance", {})
+    result = client.call(server(ctx), "node.conformance", {})
     render_rows(result["items"], [("POOL", "pool"), ("FINGERPRINT", "fingerprint"),
                                   ("NODES", "nodes"), ("DRIFT", "drift"),
                                   ("EXPECTED", "expected"), ("IDS", "node_ids")], output)
@@ -89,9 +90,9 @@ def wipe(ctx: typer.Context, node_id: NodeId, message: Reason = "",
     """Wipe a sensitive node again (a QUARANTINED node's way back to the pool)."""
     if not force:
         raise client.fail("wiping erases the node's disks: pass --force", client.EXIT_USAGE)
-    _confirm(f"Wipe {node_id}? GPU memory, NVMe and RAM are erased.", yes)
+    confirm(f"Wipe {node_id}? GPU memory, NVMe and RAM are erased.", yes)
     from herdbook.api.messages import WipeNode
-    _command(ctx, "node.wipe", node_id, message, WipeNode, force=True)
+    send_command(ctx, "node.wipe", node_id, message, WipeNode, force=True)
 
 
 @alloc_app.command("requeue")
@@ -100,7 +101,7 @@ def requeue(ctx: typer.Context, alloc_id: Annotated[str, typer.Argument(
     """Requeue an allocation lost on a sensitive node (never done automatically)."""
     from herdbook.api.messages import RequeueAlloc, RequeueResult
     client.check_id(alloc_id, "allocation id")
-    result = client.call(_server(ctx), "alloc.requeue",
+    result = client.call(server(ctx), "alloc.requeue",
                          RequeueAlloc(id=alloc_id, reason=message, actor=client.actor()),
                          RequeueResult)
     echo(f"Ok: requeue approved, evaluation {result.eval_id}")
