@@ -55,6 +55,8 @@ def cluster(
     import time
 
     from herdbook.cli.usage import usable_dir
+
+    # This command runs the servers itself: it imports what runs them, here only.
     from herdbook.natsd.cluster import LocalCluster
     from herdbook.natsd.server import NatsServerError
 
