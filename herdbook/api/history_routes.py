@@ -12,8 +12,20 @@ from typing import Any
 import msgspec
 from nats.aio.client import Client as NATS
 
+from herdbook.api.history_messages import (
+    AuditList,
+    AuditPage,
+    AuditVerify,
+    ChainReport,
+    NodeAt,
+    NodeHistory,
+    NodeHistoryReply,
+    NodesAt,
+    PastNodesPage,
+)
 from herdbook.api.lookup import ApiError, resolve
 from herdbook.api.present import node_json
+from herdbook.clock import SYSTEM_CLOCK, Clock
 from herdbook.events.states import Health, resolve_state_filter
 from herdbook.events.subjects import aggregate_filter, validate_id
 from herdbook.history.queries import MAX_ITEMS, audit_list, node_history, nodes_at, verify
@@ -22,19 +34,6 @@ from herdbook.history.times import iso
 from herdbook.projector.node_view import NodeView
 
 REPLY_BYTES = 700_000
-
-
-class HistoryRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    id: str = ""
-    node_id: str = ""
-    at: datetime | None = None
-    since: datetime | None = None
-    limit: int = 1000
-    wide: bool = True
-    filter_approval: list[str] = []
-    filter_state: list[str] = []
-    labels: dict[str, str] = {}
-    next_token: str | None = None
 
 
 def _utc(value: datetime) -> datetime:
@@ -69,11 +68,14 @@ def node_at_json(view: NodeView, wide: bool = True) -> dict[str, Any]:
 
 class HistoryRoutes:
     """``node.history``, ``node.list_at``, ``node.describe_at``, ``audit.list``,
-    ``audit.verify``. Each request reads the log."""
+    ``audit.verify``: the requests and replies of ``history_messages``. Each request
+    reads the log. ``clock``: what "now" is for a request without a time."""
 
-    def __init__(self, nc: NATS, views: Callable[[], Mapping[str, NodeView]]) -> None:
+    def __init__(self, nc: NATS, views: Callable[[], Mapping[str, NodeView]], *,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
         self.js = nc.jetstream()
         self.views = views
+        self.clock = clock
         self._at_cache: tuple[tuple[datetime, int], tuple[dict[str, NodeView], int]] | None = None
 
     def routes(self) -> dict[str, Callable[[bytes], Awaitable[Any]]]:
@@ -97,8 +99,8 @@ class HistoryRoutes:
         except TimeoutError as err:
             raise ApiError("unavailable", str(err)) from err
 
-    async def history(self, data: bytes) -> dict[str, Any]:
-        req = msgspec.json.decode(data, type=HistoryRequest)
+    async def history(self, data: bytes) -> NodeHistoryReply:
+        req = msgspec.json.decode(data, type=NodeHistory)
         node_id = await self._node_id(req.id)
         result: dict[str, Any] = await self._read(node_history(self.js, node_id))
         if not result["items"]:
@@ -106,7 +108,7 @@ class HistoryRoutes:
         items = result["items"]
         result["items"] = newest_fitting(items, req.limit)
         result["omitted"] = len(items) - len(result["items"])
-        return result
+        return msgspec.convert(result, NodeHistoryReply)
 
     async def _nodes_at(self, at: datetime) -> tuple[dict[str, NodeView], int]:
         """The fold at ``at``, kept for the next request at the same time while the
@@ -118,8 +120,8 @@ class HistoryRoutes:
         return self._at_cache[1]
 
     async def describe_at(self, data: bytes) -> dict[str, Any]:
-        req = msgspec.json.decode(data, type=HistoryRequest)
-        at = _utc(req.at or datetime.now(UTC))
+        req = msgspec.json.decode(data, type=NodeAt)
+        at = _utc(req.at or self.clock.now())
         views, seq = await self._nodes_at(at)
         try:
             view: NodeView = resolve(views, req.id, "node")
@@ -129,9 +131,9 @@ class HistoryRoutes:
             raise ApiError("not_found", f"node {req.id} did not exist at {iso(at)}") from None
         return {**node_at_json(view), "at": iso(at), "as_of_seq": seq}
 
-    async def list_at(self, data: bytes) -> dict[str, Any]:
-        req = msgspec.json.decode(data or b"{}", type=HistoryRequest)
-        at = _utc(req.at or datetime.now(UTC))
+    async def list_at(self, data: bytes) -> PastNodesPage:
+        req = msgspec.json.decode(data or b"{}", type=NodesAt)
+        at = _utc(req.at or self.clock.now())
         approvals = {a.upper() for a in req.filter_approval}
         if approvals - {"PENDING", "APPROVED", "REJECTED"}:
             raise ApiError("bad_request", "unknown approval; choose from pending, approved, "
@@ -146,21 +148,21 @@ class HistoryRoutes:
                  and all(view.info.labels.get(k) == v for k, v in req.labels.items())]
         page = fitting(items, req.limit)
         more = len(page) < len(items)
-        return {"items": page, "next_token": page[-1]["id"] if more and page else None,
-                "at": iso(at), "as_of_seq": seq}
+        return PastNodesPage(items=page, next_token=page[-1]["id"] if more and page else None,
+                             at=iso(at), as_of_seq=seq)
 
-    async def audit_list(self, data: bytes) -> dict[str, Any]:
-        req = msgspec.json.decode(data or b"{}", type=HistoryRequest)
+    async def audit_list(self, data: bytes) -> AuditPage:
+        req = msgspec.json.decode(data or b"{}", type=AuditList)
         node_id = await self._node_id(req.node_id) if req.node_id else None
         since = _utc(req.since) if req.since else None
         limit = max(1, min(req.limit, MAX_ITEMS))
         rows, total = await self._read(audit_list(self.js, node_id, since, limit))
         items = newest_fitting(rows, limit)
-        return {"items": items, "omitted": total - len(items)}
+        return msgspec.convert({"items": items, "omitted": total - len(items)}, AuditPage)
 
-    async def audit_verify(self, data: bytes) -> dict[str, Any]:
-        req = msgspec.json.decode(data or b"{}", type=HistoryRequest)
+    async def audit_verify(self, data: bytes) -> ChainReport:
+        req = msgspec.json.decode(data or b"{}", type=AuditVerify)
         node_id = await self._node_id(req.node_id) if req.node_id else None
         report: dict[str, Any] = await self._read(verify(self.js, node_id))
         report["broken"] = report["broken"][:MAX_ITEMS]
-        return report
+        return msgspec.convert(report, ChainReport)

@@ -77,7 +77,7 @@ class Api:
             **PoolRoutes(store, projector, self.runner, self.config).routes(),
             **AdminRoutes(nc, projector, sweeper, rebuild, instance,
                           lambda: self.is_leader(), clock).routes(),
-            **HistoryRoutes(nc, lambda: projector.nodes).routes(),
+            **HistoryRoutes(nc, lambda: projector.nodes, clock=clock).routes(),
         }
 
     async def start(self) -> None:

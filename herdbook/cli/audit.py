@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
+import msgspec
 import typer
 
 from herdbook.cli import client
@@ -20,9 +21,10 @@ NodeOption = Annotated[str | None, typer.Option("--node", help="Only this node (
                                                 "unique prefix of one).")]
 
 
-def _ask(ctx: typer.Context, route: str, payload: dict[str, Any]) -> Any:
-    return client.run(str(ctx.obj["server"]), lambda nc: client.request(
-        nc, route, payload, timeout=LOG_TIMEOUT))
+def _ask(ctx: typer.Context, route: str, request: msgspec.Struct, reply: type[Any]) -> Any:
+    """The reply as the JSON objects the renderers take."""
+    return client.plain(client.run(str(ctx.obj["server"]), lambda nc: client.request(
+        nc, route, request, reply, timeout=LOG_TIMEOUT)))
 
 
 @audit_app.command("list")
@@ -40,12 +42,10 @@ def list_actions(
     Every node event but info updates and wipe steps, allocations lost for good (not
     requeued), job (de)registrations; with --node, that node's events and lost
     allocations."""
-    payload: dict[str, Any] = {"limit": limit}
-    if node is not None:
-        payload["node_id"] = client.check_id(node)
-    if since is not None:
-        payload["since"] = parse_at(since, "--since")
-    result = _ask(ctx, "audit.list", payload)
+    from herdbook.api.history_messages import AuditList, AuditPage
+    request = AuditList(limit=limit, node_id="" if node is None else client.check_id(node),
+                        since=None if since is None else parse_at(since, "--since"))
+    result = _ask(ctx, "audit.list", request, AuditPage)
     if result.get("omitted") and output is Format.table:
         console.print(f"({result['omitted']} older entries omitted: --limit, --since)",
                       markup=False)
@@ -58,8 +58,9 @@ def verify(ctx: typer.Context, node: NodeOption = None, output: Output = Format.
 
     Every node event's prev_hash must be the SHA-256 of the node's previous stored event
     (none for its first); the first broken link per node is named. Reads the log."""
-    payload: dict[str, Any] = {} if node is None else {"node_id": client.check_id(node)}
-    report = _ask(ctx, "audit.verify", payload)
+    from herdbook.api.history_messages import AuditVerify, ChainReport
+    request = AuditVerify(node_id="" if node is None else client.check_id(node))
+    report = _ask(ctx, "audit.verify", request, ChainReport)
     if output is not Format.table:
         render_object(report, output)
     elif report["ok"]:

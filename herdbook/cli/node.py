@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Any
 
 import typer
@@ -35,13 +36,13 @@ LOG_TIMEOUT = 300.0
 """Requests that read the event log: their cost grows with it."""
 
 
-def parse_at(text: str, option: str = "--at") -> str:
-    """TIME as an absolute ISO-8601 UTC time for the API; a bad one is a usage error."""
-    from datetime import UTC, datetime
+def parse_at(text: str, option: str = "--at") -> datetime:
+    """TIME as an absolute UTC time for the API; a bad one is a usage error."""
+    from datetime import UTC
 
     from herdbook.history.times import parse_time
     try:
-        return parse_time(text, datetime.now(UTC)).isoformat()
+        return parse_time(text, datetime.now(UTC))
     except ValueError as err:
         raise client.fail(f"{option}: {err}", client.EXIT_USAGE) from None
 
@@ -95,10 +96,12 @@ def list_nodes(
             now: dict[str, Any] = client.plain(await client.request(
                 nc, "node.list", replace(query, next_token=token), reply))
             return now
-        past: dict[str, Any] = await client.request(
-            nc, "node.list_at", {"filter_approval": approvals, "filter_state": states,
-                                 "labels": query.labels, "wide": query.wide, "at": when,
-                                 "next_token": token}, timeout=LOG_TIMEOUT)
+        from herdbook.api.history_messages import NodesAt, PastNodesPage
+        past: dict[str, Any] = client.plain(await client.request(
+            nc, "node.list_at", NodesAt(
+                at=when, filter_approval=approvals, filter_state=states,
+                labels=query.labels, wide=query.wide, next_token=token),
+            PastNodesPage, timeout=LOG_TIMEOUT))
         return past
 
     async def fetch(nc: Any) -> list[dict[str, Any]]:
@@ -135,9 +138,10 @@ def describe(ctx: typer.Context,
         render_object(client.plain(client.call(server(ctx), "node.describe",
                                                ById(id=node_id), NodeDescription)), output)
         return
-    payload = {"id": node_id, "at": parse_at(at)}
+    from herdbook.api.history_messages import NodeAt
+    request = NodeAt(id=node_id, at=parse_at(at))
     render_object(client.run(server(ctx), lambda nc: client.request(
-        nc, "node.describe_at", payload, timeout=LOG_TIMEOUT)), output)
+        nc, "node.describe_at", request, timeout=LOG_TIMEOUT)), output)
 
 
 HISTORY_COLUMNS = [("TIME", "at"), ("EVENT", "event"), ("ACTOR", "actor"),
@@ -154,9 +158,10 @@ def history(ctx: typer.Context,
 
     A table (time, event, actor, reason, caused by), then the cause chains across nodes,
     allocations and evaluations. Reads the whole event log."""
-    client.check_id(node_id)
-    result = client.run(server(ctx), lambda nc: client.request(
-        nc, "node.history", {"id": node_id, "limit": limit}, timeout=LOG_TIMEOUT))
+    from herdbook.api.history_messages import NodeHistory, NodeHistoryReply
+    request = NodeHistory(id=client.check_id(node_id), limit=limit)
+    result = client.plain(client.run(server(ctx), lambda nc: client.request(
+        nc, "node.history", request, NodeHistoryReply, timeout=LOG_TIMEOUT)))
     if output is not Format.table:
         if output is Format.csv:
             render_rows(result["items"], HISTORY_COLUMNS + [("SEQ", "seq")], output)

@@ -4,6 +4,7 @@ stored time reads in a reply. Pure, and light enough for the CLI to import."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import overload
 
 from herdbook.durations import parse_duration
 
@@ -22,6 +23,12 @@ def parse_time(text: str, now: datetime) -> datetime:
         raise ValueError(f"invalid time {text!r}: write ISO-8601 (2026-11-21T10:00:00Z) "
                          "or a duration ago (10m, 2h, 1d)") from None
     return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+
+
+@overload
+def iso(value: datetime) -> str: ...
+@overload
+def iso(value: datetime | None) -> str | None: ...
 
 
 def iso(value: datetime | None) -> str | None:

@@ -6,9 +6,17 @@ import hashlib
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import msgspec
 import pytest
 from msgspec.structs import replace
 
+from herdbook.api.history_messages import (
+    AuditPage,
+    ChainReport,
+    NodeHistory,
+    NodeHistoryReply,
+    NodesAt,
+)
 from herdbook.api.history_routes import fitting, node_at_json
 from herdbook.events.alloc import AllocLost, AllocPlaced, AllocRequeueApproved, AllocRunning
 from herdbook.events.base import Event
@@ -284,3 +292,23 @@ def test_the_reader_binds_each_message_to_its_subject_and_keeps_a_dead_one_raw()
     garbage = entry_of(3, T0, stored.subject, b"not json")
     assert (elsewhere.event, elsewhere.data) == (None, stored.data)
     assert garbage.event is None and garbage.subject == stored.subject
+
+
+def test_the_wire_carries_history_audit_and_chain_reports_unchanged() -> None:
+    entries, _ = xid_79_log()
+    history = {**build_history("n1", entries), "omitted": 0}
+    page = {"items": [row for e in entries if (row := audit_row(e)) is not None], "omitted": 3}
+    report = verify([*chained(NodeRegistered(node_id="n1")),
+                     LogEntry(2, T0, "herd.node.n1.approved", b"not json", None)])
+    for value, reply in ((history, NodeHistoryReply), (page, AuditPage), (report, ChainReport)):
+        sent = msgspec.json.encode(msgspec.convert(value, reply))
+        assert msgspec.json.decode(sent) == value
+        assert msgspec.to_builtins(msgspec.json.decode(sent, type=reply)) == value
+    assert report["broken"] and page["items"] and history["chains"]
+
+
+def test_each_read_route_takes_only_its_own_fields() -> None:
+    at = msgspec.json.decode(b'{"at": "2026-11-21T10:00:00Z", "wide": false}', type=NodesAt)
+    assert (at.at, at.wide) == (T0, False)
+    with pytest.raises(msgspec.ValidationError, match="unknown field `wide`"):
+        msgspec.json.decode(b'{"id": "n1", "wide": true}', type=NodeHistory)

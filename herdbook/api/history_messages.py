@@ -1,0 +1,136 @@
+"""The read side's part of the wire: the requests and replies of ``node.history``,
+``node.list_at``, ``node.describe_at``, ``audit.list`` and ``audit.verify``, imported by
+the server (``api/history_routes.py``) and the CLI alike. Light: msgspec only, like
+``messages``.
+
+Ids are plain strings here: the routes resolve a unique prefix, and a node deleted
+from today's view still has a history. A past node (``list_at``, ``describe_at``) is
+``present.node_json`` with the heartbeat and allocation fields null, so it travels as a
+JSON object, not a Struct.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import msgspec
+
+
+class _Request(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    pass
+
+
+class _Reply(msgspec.Struct, frozen=True, kw_only=True):
+    pass
+
+
+# requests -------------------------------------------------------------------------------
+class NodeHistory(_Request, frozen=True, kw_only=True):
+    id: str
+    limit: int = 1000
+    """The newest N events (at most 5000, and what fits in one reply)."""
+
+
+class NodesAt(_Request, frozen=True, kw_only=True):
+    """``node.list_at``: ``node.list``'s filters, as the event log had the nodes at
+    ``at`` (default: now)."""
+
+    at: datetime | None = None
+    filter_approval: list[str] = []
+    filter_state: list[str] = []
+    labels: dict[str, str] = {}
+    wide: bool = True
+    limit: int = 1000
+    next_token: str | None = None
+
+
+class NodeAt(_Request, frozen=True, kw_only=True):
+    id: str
+    at: datetime | None = None
+
+
+class AuditList(_Request, frozen=True, kw_only=True):
+    node_id: str = ""
+    since: datetime | None = None
+    limit: int = 1000
+
+
+class AuditVerify(_Request, frozen=True, kw_only=True):
+    node_id: str = ""
+
+
+# replies --------------------------------------------------------------------------------
+class CausedEvent(_Reply, frozen=True, kw_only=True):
+    event_id: str
+    event: str
+    seq: int
+    on: str | None
+    """The node it happened on, for a node or allocation event."""
+
+
+class HistoryItem(_Reply, frozen=True, kw_only=True):
+    seq: int
+    at: str
+    event: str
+    actor: str
+    reason: str
+    event_id: str
+    causation_id: str | None
+    caused_by: str | None
+    """The label of its direct cause."""
+    caused: list[CausedEvent]
+    """Every event it caused, transitively, in stream order."""
+
+
+class CauseChain(_Reply, frozen=True, kw_only=True):
+    root: str
+    lines: list[str]
+    """The tree, root first, indented; equal siblings read ``×N``."""
+
+
+class NodeHistoryReply(_Reply, frozen=True, kw_only=True):
+    node_id: str
+    items: list[HistoryItem]
+    chains: list[CauseChain]
+    omitted: int
+    """Older events left out (``limit``, or the reply's size)."""
+
+
+class PastNodesPage(_Reply, frozen=True, kw_only=True):
+    items: list[dict[str, Any]]
+    next_token: str | None
+    at: str
+    as_of_seq: int
+    """The sequence of the last event folded (0: none)."""
+
+
+class AuditRow(_Reply, frozen=True, kw_only=True):
+    seq: int
+    at: str
+    actor: str
+    action: str
+    node: str | None
+    target: str | None
+    reason: str
+    event_id: str
+
+
+class AuditPage(_Reply, frozen=True, kw_only=True):
+    items: list[AuditRow]
+    omitted: int
+
+
+class BrokenLink(_Reply, frozen=True, kw_only=True):
+    node_id: str
+    seq: int
+    event: str
+    expected: str | None
+    found: str | None
+
+
+class ChainReport(_Reply, frozen=True, kw_only=True):
+    ok: bool
+    nodes_checked: int
+    events_checked: int
+    broken: list[BrokenLink]
