@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import uuid
+import os
 from datetime import UTC, datetime
 from typing import ClassVar
 
@@ -10,7 +10,9 @@ import msgspec
 
 
 def new_id() -> str:
-    return uuid.uuid4().hex
+    """128 random bits as 32 hex digits (what ``uuid4().hex`` gave, at a quarter of the
+    cost: every event takes one, and a plan takes thousands)."""
+    return os.urandom(16).hex()
 
 
 def utcnow() -> datetime:
