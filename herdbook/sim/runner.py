@@ -247,7 +247,15 @@ async def run_scenario(scenario: Scenario, *, source: str = "", data_dir: str | 
     path, temporary = prepare_data_dir(data_dir)
     result.data_dir = None if temporary else str(path)
     began = time.monotonic()
-    world = World(scenario.config, scenario.fleet, path)
+    try:
+        # bootstrap refuses a health policy that does not load before anything starts
+        world = World(scenario.config, scenario.fleet, path)
+    except StartupError as err:
+        if temporary:
+            remove_data_dir(path)
+        result.exit_code = EXIT_NOT_STARTED
+        result.failure = f"the simulated control plane did not start: {err}"
+        return result
     try:
         try:
             await world.start()
