@@ -95,7 +95,7 @@ def up(
     where = "--data-dir" if data_dir else "data_dir"
     usable_dir(cfg.data_dir, where)
     usable_dir(Path(cfg.data_dir) / "nats", where)
-    plain_files(cfg.data_dir, (SEQ_FILE, "herd.lock", "view.db", "health.position"), where)
+    plain_files(cfg.data_dir, (SEQ_FILE, "herd.lock", "view.db"), where)
     setup_logging(log_level)
 
     def ready(info: dict[str, object]) -> None:
