@@ -24,7 +24,8 @@ Chaos mode (--chaos, no SCENARIO): --nodes N nodes, random failures at --rate pe
 nodes per minute for --duration, kinds weighted by --mix; prints the seed, the
 failures injected and the detection latency (injection -> DEGRADED/DOWN/UNHEALTHY in
 the view) p50/p99/max. Exit 1 if a failure went undetected or a false alarm fired.
-Scenarios to start from: scenarios/*.yaml in the herdbook repository."""
+SCENARIO is a file, or the name of a scenario shipped with herdbook (e.g. `herd sim
+gpu-failure`; docs/simulator.md lists them)."""
 
 
 def _write_report(path: Path | None, report: dict[str, Any]) -> None:
@@ -38,7 +39,8 @@ def _write_report(path: Path | None, report: dict[str, Any]) -> None:
 
 def sim_command(
     scenario: Annotated[Path | None, typer.Argument(
-        help="Scenario YAML file (name, config, fleet, timeline).", show_default=False)] = None,
+        help="Scenario YAML file (name, config, fleet, timeline), or the name of a "
+             "bundled one (gpu-failure, cordon-drain, ...).", show_default=False)] = None,
     report: Annotated[Path | None, typer.Option(
         "--report", help="Write a JSON report: steps with status and timings, asserts, "
                          "injections, detections.")] = None,
@@ -92,7 +94,12 @@ def sim_command(
     from herdbook.signals import until_signalled
     from herdbook.sim.runner import StepResult, run_scenario
     from herdbook.sim.scenario_file import ScenarioError, load_scenario
+    from herdbook.sim.scenarios import bundled, find
     from herdbook.sim.world import DataDirError
+    scenario = find(scenario)
+    if not scenario.exists():
+        raise client.fail(f"{scenario}: No such file, nor a scenario shipped with herdbook "
+                          f"({', '.join(bundled())})", client.EXIT_USAGE)
     try:
         loaded = load_scenario(scenario)
     except ScenarioError as err:

@@ -1,5 +1,5 @@
-"""`herd sim`: every scenario under scenarios/ passes on a real embedded nats-server and
-control plane with real in-process agents; a failing assert exits 1 naming the step,
+"""`herd sim`: every scenario shipped in herdbook/sim/scenarios/ passes on a real embedded
+nats-server and control plane with real in-process agents; a failing assert exits 1 naming the step,
 what was expected and what was found; a bad file exits 2 with the key path; a short
 chaos run detects every failure it injects."""
 
@@ -13,9 +13,10 @@ import pytest
 from herdbook.sim.chaos import ChaosOptions, run_chaos
 from herdbook.sim.runner import EXIT_FAILED, run_scenario
 from herdbook.sim.scenario_file import load_scenario, parse_scenario
+from herdbook.sim.scenarios import bundled
 from tests.conftest import herd
 
-SCENARIOS = sorted((Path(__file__).parents[2] / "scenarios").glob("*.yaml"))
+SCENARIOS = sorted(bundled().values())
 
 SMALL = """
 name: {name}
@@ -132,6 +133,20 @@ def test_cli_bad_scenario_exits_2_with_the_key_path(tmp_path: Path, text: str,
 def test_cli_missing_file_exits_2(tmp_path: Path) -> None:
     result = herd("sim", str(tmp_path / "nope.yaml"))
     assert result.returncode == 2 and "No such file" in result.stderr
+
+
+def test_cli_runs_a_bundled_scenario_by_name() -> None:
+    result = herd("sim", "gpu-failure", "--seed", "1", timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "PASS gpu-failure" in result.stdout
+
+
+def test_cli_an_unknown_name_lists_the_bundled_scenarios() -> None:
+    result = herd("sim", "gpu-falure")
+    assert result.returncode == 2
+    [line] = result.stderr.strip().splitlines()
+    assert "gpu-falure: No such file, nor a scenario shipped with herdbook" in line
+    assert "gpu-failure" in line and "cordon-drain" in line
 
 
 async def test_short_chaos_run_detects_every_failure() -> None:
