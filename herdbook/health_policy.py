@@ -1,10 +1,28 @@
-"""CEL health policies (Navarch): rules of ``name``, ``condition``, ``result``; the first
-matching rule classifies an event; the worst result across a report's events and
-checks is the report's. Pure apart from compiling CEL."""
+"""CEL health policies: rules of ``name``, ``condition``, ``result``; the first matching
+rule classifies an event; the worst result across a report is the report's. Pure apart
+from compiling CEL.
+
+Two file formats, told apart by ``version`` alone:
+
+- ``version: 1`` (an integer): herdbook's. Results ``healthy``, ``degraded``,
+  ``unhealthy`` (UNHEALTHY after ``unhealthy_threshold`` reports in a row), ``critical``
+  (UNHEALTHY on one report) and ``fatal`` (UNHEALTHY and DOWN on one report). Check
+  results go through the rules too (``event.kind == "check"``).
+- ``version: v1`` (a string): Navarch's, unchanged. Its ``unhealthy`` acts on one report
+  as in Navarch (it is herdbook's ``critical``); herdbook's ``critical`` and ``fatal`` are
+  accepted as extensions. Check results are not given to its rules (Navarch's rules see
+  health events only): a failed check counts as ``unhealthy`` toward the threshold, a
+  degraded one as ``degraded``.
+
+Both formats take ``metadata`` and a ``description`` per rule, and both see the same
+``event`` (``health_policy_navarch``).
+"""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -12,22 +30,31 @@ import msgspec
 import msgspec.yaml
 
 from herdbook.events.health_report import CheckResult, GpuEvent, HealthReport
+from herdbook.health_policy_navarch import check_fields, describe, event_fields
 
-RESULTS = ("healthy", "degraded", "unhealthy", "fatal")
+RESULTS = ("healthy", "degraded", "unhealthy", "critical", "fatal")
 _RANK = {result: rank for rank, result in enumerate(RESULTS)}
+AT_ONCE = ("critical", "fatal")
+"""Results that make a node UNHEALTHY on one report, without waiting for the threshold."""
 
 DEFAULT_POLICY_YAML = """\
 version: 1
+metadata:
+  name: herdbook-default
+  description: XID classes of the Navarch health-monitoring reference
 rules:
-  - name: fatal-xid
+  - name: gpu-lost
+    description: XID 79, the GPU has fallen off the bus; its work is lost, so DOWN too
     condition: event.kind == "xid" && event.xid == 79
     result: fatal
   - name: ecc-double-bit
+    description: an uncorrectable ECC error counted by NVML
     condition: event.kind == "ecc_dbe"
     result: fatal
-  - name: critical-xid
+  - name: fatal-xid
+    description: stopped processing, double-bit ECC, page retirement; replace the node
     condition: event.kind == "xid" && event.xid in [43, 48, 63]
-    result: unhealthy
+    result: critical
   - name: recoverable-xid
     condition: event.kind == "xid" && event.xid in [13, 31, 45, 64, 92, 94]
     result: degraded
@@ -52,15 +79,27 @@ rules:
 """
 
 
+class Format(Enum):
+    HERDBOOK = "herdbook"
+    NAVARCH = "Navarch"
+
+
 class Rule(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     name: str
     condition: str
     result: str
+    description: str = ""
+
+
+class Metadata(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    name: str = ""
+    description: str = ""
 
 
 class PolicyFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    version: int
+    version: int | str
     rules: list[Rule]
+    metadata: Metadata = msgspec.field(default_factory=Metadata)
 
 
 class PolicyError(ValueError):
@@ -70,23 +109,49 @@ class PolicyError(ValueError):
 @dataclass(frozen=True)
 class CompiledRule:
     name: str
-    result: str
+    result: str                 # what it means here (one of RESULTS)
     program: Any
+    declared: str = ""          # as written in the file
 
 
 @dataclass(frozen=True)
 class Verdict:
-    result: str                 # healthy | degraded | unhealthy | fatal
+    result: str                 # one of RESULTS
     reasons: tuple[str, ...]    # "rule-name: what matched", worst first
 
     @property
     def fatal(self) -> bool:
+        """UNHEALTHY and DOWN on this one report."""
         return self.result == "fatal"
+
+    @property
+    def at_once(self) -> bool:
+        """UNHEALTHY on this one report (``critical`` or ``fatal``)."""
+        return self.result in AT_ONCE
+
+
+def detect(version: int | str, source: str) -> Format:
+    """The format by its ``version``: the integer 1 is herdbook's, ``v1`` Navarch's."""
+    if version == 1 and isinstance(version, int):
+        return Format.HERDBOOK
+    if version == "v1":
+        return Format.NAVARCH
+    raise PolicyError(f"{source}: version {version} is not supported (use 1 for herdbook's "
+                      "format or v1 for Navarch's)")
+
+
+def _meaning(result: str, fmt: Format) -> str:
+    if fmt is Format.NAVARCH and result == "unhealthy":
+        return "critical"       # Navarch: an unhealthy event makes the node unhealthy
+    return result
 
 
 class Policy:
-    def __init__(self, rules: list[CompiledRule]) -> None:
+    def __init__(self, rules: list[CompiledRule], fmt: Format = Format.HERDBOOK,
+                 name: str = "") -> None:
         self.rules = rules
+        self.format = fmt
+        self.name = name
 
     @classmethod
     def parse(cls, text: str | bytes, source: str = "policy") -> Policy:
@@ -94,21 +159,31 @@ class Policy:
         try:
             raw = msgspec.yaml.decode(text, type=PolicyFile)
         except (msgspec.ValidationError, msgspec.DecodeError) as err:
-            raise PolicyError(f"{source}: {err}") from err
-        if raw.version != 1:
-            raise PolicyError(f"{source}: version {raw.version} is not supported (use 1)")
+            raise PolicyError(f"{source}: {' '.join(str(err).split())}") from err
+        fmt = detect(raw.version, source)
+        if fmt is Format.NAVARCH and not raw.rules:
+            raise PolicyError(f"{source}: a policy needs at least one rule")
+        seen: set[str] = set()
         compiled = []
-        for rule in raw.rules:
+        for index, rule in enumerate(raw.rules):
+            where = f"{source}: rule {rule.name!r}"
+            if not rule.name.strip():
+                raise PolicyError(f"{source}: rule {index + 1}: name is required")
+            if rule.name in seen:
+                raise PolicyError(f"{where}: duplicate rule name")
+            seen.add(rule.name)
+            if not rule.condition.strip():
+                raise PolicyError(f"{where}: condition is required")
             if rule.result not in RESULTS:
-                raise PolicyError(f"{source}: rule {rule.name!r}: result {rule.result!r} is "
-                                  f"not one of {', '.join(RESULTS)}")
+                raise PolicyError(f"{where}: result {rule.result!r} is not one of "
+                                  f"{', '.join(RESULTS)}")
             try:
                 program = cel.compile(rule.condition)
             except ValueError as err:
-                detail = " ".join(str(err).split())
-                raise PolicyError(f"{source}: rule {rule.name!r}: {detail}") from err
-            compiled.append(CompiledRule(rule.name, rule.result, program))
-        return cls(compiled)
+                raise PolicyError(f"{where}: {' '.join(str(err).split())}") from err
+            compiled.append(CompiledRule(rule.name, _meaning(rule.result, fmt), program,
+                                         rule.result))
+        return cls(compiled, fmt, raw.metadata.name)
 
     @classmethod
     def load(cls, path: str | Path | None) -> Policy:
@@ -119,6 +194,16 @@ class Policy:
         except OSError as err:
             raise PolicyError(f"{path}: {err.strerror}") from err
         return cls.parse(text, str(path))
+
+    def summary(self) -> str:
+        """One line: the format, the name and the rules by result, as written."""
+        counts = Counter(rule.declared or rule.result for rule in self.rules)
+        by_result = ", ".join(f"{counts[r]} {r}" for r in RESULTS if counts[r])
+        version = "v1" if self.format is Format.NAVARCH else "1"
+        named = f" {self.name!r}" if self.name else ""
+        plural = "" if len(self.rules) == 1 else "s"
+        return (f"{self.format.value} format (version {version}){named}: "
+                f"{len(self.rules)} rule{plural}" + (f" ({by_result})" if by_result else ""))
 
     def classify_event(self, event: dict[str, Any]) -> tuple[str, str]:
         """(result, rule name) of the first matching rule; healthy if none matches. A rule
@@ -132,31 +217,25 @@ class Policy:
                 return rule.result, rule.name
         return "healthy", ""
 
+    def _classify_check(self, check: CheckResult) -> tuple[str, str]:
+        if self.format is Format.HERDBOOK:
+            return self.classify_event(check_fields(check))
+        if check.status == "unhealthy":
+            return "unhealthy", "failed-check"
+        return ("degraded", "warning-check") if check.status == "degraded" else ("healthy", "")
+
     def classify(self, report: HealthReport) -> Verdict:
         worst = "healthy"
         reasons: list[tuple[int, str]] = []
         items: list[GpuEvent | CheckResult] = [*report.events, *report.checks]
         for item in items:
-            result, rule = self.classify_event(_as_cel(item))
+            if isinstance(item, GpuEvent):
+                result, rule = self.classify_event(event_fields(item, report.sent_at))
+            else:
+                result, rule = self._classify_check(item)
             if result != "healthy":
-                reasons.append((_RANK[result], f"{rule}: {_describe(item)}"))
+                reasons.append((_RANK[result], f"{rule}: {describe(item)}"))
             if _RANK[result] > _RANK[worst]:
                 worst = result
         reasons.sort(key=lambda r: -r[0])
         return Verdict(worst, tuple(reason for _, reason in reasons))
-
-
-def _as_cel(item: GpuEvent | CheckResult) -> dict[str, Any]:
-    if isinstance(item, GpuEvent):
-        return {"kind": item.kind, "gpu": item.gpu, "xid": item.xid, "value": float(item.value),
-                "message": item.message}
-    return {"kind": "check", "name": item.name, "status": item.status,
-            "message": item.message}
-
-
-def _describe(item: GpuEvent | CheckResult) -> str:
-    if isinstance(item, CheckResult):
-        return f"{item.name} check {item.status}" + (f" ({item.message})" if item.message else "")
-    what = {"xid": f"XID {item.xid}", "thermal": f"{item.value:g}°C"}.get(
-        item.kind, f"{item.kind} {item.value:g}")
-    return f"{what} on GPU {item.gpu}" if item.gpu >= 0 else what

@@ -1,6 +1,9 @@
 """Health decider: a classified report + the node view -> the next events. Pure.
 
-- one fatal event: UNHEALTHY and DOWN at once, bypassing any grace period;
+- one ``fatal`` event (default: XID 79, ECC DBE): UNHEALTHY and DOWN at once, bypassing
+  any grace period;
+- one ``critical`` event (default: XID 43, 48, 63): UNHEALTHY at once; the node stays
+  up, so the pool reconciler drains it before it replaces it;
 - unhealthy reports: UNHEALTHY after ``unhealthy_threshold`` in a row;
 - healthy / degraded: HEALTHY / DEGRADED, except that UNHEALTHY is sticky: only an
   operator's ``uncordon`` or ``enable`` clears it.
@@ -26,7 +29,7 @@ def decide_health(view: NodeView, verdict: Verdict, unhealthy_in_a_row: int, thr
     classifier's position commits with it."""
     reason = "; ".join(verdict.reasons)
     events: list[NodeEvent] = []
-    if verdict.fatal:
+    if verdict.at_once:
         # the cause chain: health report -> classified fatal -> DOWN
         cause = report_id or None
         if view.health is not Health.UNHEALTHY:
@@ -36,7 +39,7 @@ def decide_health(view: NodeView, verdict: Verdict, unhealthy_in_a_row: int, thr
                                            report_seq=report_seq)
             events.append(classified)
             cause = classified.event_id
-        if next_lifecycle(view.lifecycle, Trigger.FATAL) is not None:
+        if verdict.fatal and next_lifecycle(view.lifecycle, Trigger.FATAL) is not None:
             events.append(NodeDown(node_id=view.id, actor=ACTOR, causation_id=cause,
                                    reason=f"fatal hardware event: {reason}"))
         return events, unhealthy_in_a_row + 1

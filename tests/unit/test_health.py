@@ -25,7 +25,7 @@ def report(*events: GpuEvent, checks: tuple[CheckResult, ...] = ()) -> HealthRep
 @pytest.mark.parametrize(("event", "expected"), [
     (GpuEvent(kind="xid", xid=79), "fatal"),
     (GpuEvent(kind="ecc_dbe", value=1), "fatal"),
-    *[(GpuEvent(kind="xid", xid=x), "unhealthy") for x in (43, 48, 63)],
+    *[(GpuEvent(kind="xid", xid=x), "critical") for x in (43, 48, 63)],   # issue 16
     *[(GpuEvent(kind="xid", xid=x), "degraded") for x in (13, 31, 45, 64, 92, 94)],
     (GpuEvent(kind="xid", xid=999), "healthy"),
     (GpuEvent(kind="thermal", value=95), "unhealthy"),
