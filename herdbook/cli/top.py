@@ -15,9 +15,15 @@ from typing import Annotated, Any
 import typer
 
 from herdbook.cli import client
+from herdbook.cli.duration_flags import duration_option
 from herdbook.events.states import STATE_ORDER
 
 RECENT = 12
+LOOK_BACK = 500
+"""Node events read back at start, for the panels' first lines."""
+NOT_STATE = frozenset({"info_updated", "notification_failed", "claimed", "released",
+                       "wipe_started", "wipe_step", "conformance_changed"})
+"""Node events that leave the node's one-word state as it was."""
 
 
 def quantile(values: list[float], q: float) -> float | None:
@@ -43,8 +49,34 @@ def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}s"
 
 
+def event_line(event: Any) -> str:
+    """One line of the recent-events panel; the type column fits the longest type."""
+    from herdbook.cli.events import type_width
+    reason = getattr(event, "reason", "") or ""
+    return (f"{event.at:%H:%M:%S} {event.event_name:<{type_width() - len('node.')}} "
+            f"{event.aggregate_id:<20} {event.actor:<18} {reason}").rstrip()
+
+
+def seed(raws: list[tuple[int, str, bytes]], states: dict[str, str],
+         events: deque[str], changes: deque[str]) -> None:
+    """The panels' first lines from the newest stored node events (oldest first): every
+    event in recent events; those that change a node's state in state changes, with the
+    state the node has now."""
+    from herdbook.events.authority import bind_event
+    for _, subject, data in raws:
+        try:
+            event = bind_event(subject, data)
+        except Exception:  # noqa: BLE001 - refused (dead-lettered by the control plane)
+            continue
+        events.appendleft(event_line(event))
+        if event.event_name not in NOT_STATE:
+            now = states.get(event.aggregate_id, "gone")
+            changes.appendleft(f"{event.at:%H:%M:%S} {event.aggregate_id}: "
+                               f"{event.event_name} (now {now})")
+
+
 def frame(summary: dict[str, Any], status: dict[str, Any], events: deque[str],
-          changes: deque[str], server: str) -> Any:
+          changes: deque[str], server: str, live: bool = True) -> Any:
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
@@ -72,17 +104,23 @@ def frame(summary: dict[str, Any], status: dict[str, Any], events: deque[str],
     recent.add_column("")
     for line in events:
         recent.add_row(Text(safe(line)))
-    return Group(head, Text(""), counts, Text(""), changed, Text(""), recent,
-                 Text("\nCtrl-C to quit", style="dim"))
+    parts: list[Any] = [head, Text(""), counts, Text(""), changed, Text(""), recent]
+    if live:
+        parts.append(Text("\nCtrl-C to quit", style="dim"))
+    return Group(*parts)
 
 
 def top(ctx: typer.Context,
-        interval: Annotated[float, typer.Option("--interval", min=0.2,
-                                                help="Seconds between refreshes.")] = 2.0,
-        once: Annotated[bool, typer.Option("--once", help="Print one frame and exit.")] = False,
+        interval: Annotated[float, duration_option("--interval", help="Between refreshes.",
+                                                   default="2s", minimum=0.2)] = 2.0,
+        once: Annotated[bool, typer.Option("--once", help="Print one frame (every panel, "
+                                           "from the stored events) and exit.")] = False,
         ) -> None:
     """A live view of the fleet: counts by state, nodes changing state, heartbeat and
-    projector lag, recent events. Refreshes in place; Ctrl-C quits."""
+    projector lag, recent events. Refreshes in place; Ctrl-C quits.
+
+    Both event panels start from the newest stored node events (state changes: the events
+    that change a node's state, with the state it has now), then grow as the view runs."""
     from rich.live import Live
 
     from herdbook.cli.output import console
@@ -97,9 +135,7 @@ def top(ctx: typer.Context,
             event = bind_event(msg.subject, msg.data)
         except Exception:  # noqa: BLE001 - refused (dead-lettered by the control plane)
             return
-        reason = getattr(event, "reason", "") or ""
-        events.appendleft(f"{event.at:%H:%M:%S} {event.event_name:<18} "
-                          f"{event.aggregate_id:<20} {event.actor:<18} {reason}"[:160])
+        events.appendleft(event_line(event))
 
     from herdbook.api.messages import ListNodes, NodeSummary, Page
 
@@ -116,14 +152,18 @@ def top(ctx: typer.Context,
         return nodes, await client.request(nc, "status", {})
 
     async def main(nc: Any) -> None:
-        sub = await nc.subscribe("herd.node.>", cb=on_event)
+        from herdbook.cli.events import newest, stream_bounds
         before: dict[str, str] = {}
+        nodes, status = await snapshot(nc)
+        summary = summarize(nodes, before)
+        first, last = await stream_bounds(nc)
+        seed(await newest(nc, "herd.node.>", LOOK_BACK, first, last), summary["now"],
+             events, changes)
+        if once:
+            console.print(frame(summary, status, events, changes, server, live=False))
+            return
+        sub = await nc.subscribe("herd.node.>", cb=on_event)
         try:
-            nodes, status = await snapshot(nc)
-            summary = summarize(nodes, before)
-            if once:
-                console.print(frame(summary, status, events, changes, server))
-                return
             with Live(frame(summary, status, events, changes, server), console=console,
                       refresh_per_second=4, screen=False) as live:
                 while True:

@@ -6,7 +6,11 @@ from collections import deque
 
 from rich.console import Console
 
-from herdbook.cli.top import frame, summarize
+from herdbook.cli.top import RECENT, frame, seed, summarize
+from herdbook.events.base import Event
+from herdbook.events.codec import encode
+from herdbook.events.node import NodeConformanceChanged, NodeCordoned, NodeDown
+from herdbook.events.store import subject_of
 
 
 def test_counts_lags_and_changes_since_the_last_frame() -> None:
@@ -28,3 +32,30 @@ def test_a_frame_renders_every_state_present() -> None:
     text = console.export_text()
     assert "projector lag 7 events" in text and "DRAINING" in text and "READY" in text
     assert "a: READY → DRAINING" in text and "10:00:00 down a" in text
+
+
+def _raw(seq: int, event: Event) -> tuple[int, str, bytes]:
+    return seq, subject_of(event), encode(event)
+
+
+def test_once_shows_the_panels_from_stored_events_without_a_quit_hint() -> None:
+    stored = [_raw(1, NodeCordoned(node_id="gpu-1", reason="maintenance")),
+              _raw(2, NodeConformanceChanged(node_id="gpu-1", fingerprint="f1")),
+              _raw(3, NodeDown(node_id="a-rather-long-node-17", reason="heartbeat timeout"))]
+    events: deque[str] = deque(maxlen=RECENT)
+    changes: deque[str] = deque(maxlen=RECENT)
+    seed(stored, {"gpu-1": "CORDONED", "a-rather-long-node-17": "DOWN"}, events, changes)
+    assert [line.split()[1] for line in events] == ["down", "conformance_changed", "cordoned"]
+    # a conformance change leaves the one-word state as it was: not a state change
+    assert [line.split(" ", 1)[1] for line in changes] == [
+        "a-rather-long-node-17: down (now DOWN)", "gpu-1: cordoned (now CORDONED)"]
+    summary = summarize([{"id": "gpu-1", "state": "CORDONED", "heartbeat_age": 1.0}], {})
+    console = Console(record=True, width=200)
+    console.print(frame(summary, {"projector_lag": 0}, events, changes, "nats://x", live=False))
+    text = console.export_text()
+    assert "state changes" in text and "gpu-1: cordoned (now CORDONED)" in text
+    assert "conformance_changed a-rather-long-node-17" not in text
+    assert "conformance_changed gpu-1" in text and "Ctrl-C" not in text
+    live = Console(record=True, width=200)
+    live.print(frame(summary, {}, events, changes, "nats://x"))
+    assert "Ctrl-C" in live.export_text()
