@@ -23,7 +23,9 @@ async def quiet_errors(err: Exception) -> None:
 
 def connection_callbacks(on_reconnect: Callable[[], Any] | None = None) -> dict[str, Any]:
     async def disconnected() -> None:
-        log.warning("NATS disconnected; reconnecting")
+        # Also the last word of every clean close: info. A server that stays away is
+        # told by error_cb (quiet_errors), at warning level.
+        log.info("NATS disconnected; reconnecting")
 
     async def reconnected() -> None:
         log.info("NATS reconnected")

@@ -103,7 +103,7 @@ class LeaderLease:
                                                   last=entry.revision)
         self.leader = True
         self.elections += 1
-        log.warning("%s is the leader", self.holder)
+        log.info("%s is the leader", self.holder)
         if self.on_elected is not None:
             try:
                 await self.on_elected()
@@ -117,6 +117,8 @@ class LeaderLease:
         if not self.leader:
             return
         self.leader = False
-        log.warning("%s is no longer the leader: %s", self.holder, why)
+        # Handing over on a clean stop is the normal end, not a warning.
+        log.log(logging.INFO if why == "stopping" else logging.WARNING,
+                "%s is no longer the leader: %s", self.holder, why)
         if self.on_lost is not None:
             await self.on_lost()
