@@ -7,6 +7,7 @@ reconciler to replace the node where auto-replace is on. Pure."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -95,3 +96,16 @@ def test_one_fatal_xid_is_enough_for_auto_replacement(xid: int) -> None:
     plan = plan_pool(pool, None, [instance], {"gpu-1": after}, {}, now, 600)
     assert plan.replace == ["gpu-1"] and plan.provision == 1
     assert [iid for iid, _ in plan.terminate] == ["i-1"]
+
+
+EXAMPLES = Path(__file__).parents[2] / "examples"
+
+
+@pytest.mark.parametrize("name", ["policy-herdbook.yaml", "policy-navarch.yaml"])
+def test_both_example_policies_classify_the_reference_xids_alike(name: str) -> None:
+    policy = Policy.load(EXAMPLES / name)
+    for xid, what, health, _ in REFERENCE:
+        verdict = policy.classify(HealthReport(report_id="r", node_id="n", boot_id="b",
+                                               events=(GpuEvent(kind="xid", xid=xid),)))
+        assert verdict.at_once is (health is Health.UNHEALTHY), (name, xid, what)
+        assert (verdict.result == "degraded") is (health is Health.DEGRADED), (name, xid)
