@@ -35,6 +35,7 @@ from herdbook.api.messages import (
 from herdbook.api.present import node_detail, node_summary
 from herdbook.config import Config
 from herdbook.events.codec import decode_resources
+from herdbook.events.liveness import interval_warning
 from herdbook.events.node import NodeEvent
 from herdbook.events.states import Health, resolve_state_filter
 from herdbook.events.store import EventStore
@@ -160,7 +161,7 @@ class NodeRoutes:
         heartbeat = None if beat is None or not beat.boot_id else Heartbeat(
             boot_id=beat.boot_id, seq=beat.seq, agent_sent_at=beat.sent_at,
             gpu_count=beat.gpu_count, running_allocs=beat.running_allocs,
-            reattaching=beat.reattaching, fingerprint=beat.fingerprint)
+            reattaching=beat.reattaching, fingerprint=beat.fingerprint, interval=beat.interval)
         resources: dict[str, Any] | None
         try:
             msg = await self.nc.jetstream().get_last_msg(
@@ -169,15 +170,25 @@ class NodeRoutes:
         except (NotFoundError, msgspec.DecodeError):
             resources = None
         detail = self.detail(view)
+        timeout = self.sweeper.timeouts(view).heartbeat_timeout
+        interval = None if heartbeat is None else heartbeat.interval
         return NodeDescription(**{f: getattr(detail, f) for f in detail.__struct_fields__},
-                               heartbeat=heartbeat, resources=resources)
+                               heartbeat=heartbeat, resources=resources,
+                               heartbeat_interval=interval, heartbeat_timeout=timeout,
+                               heartbeat_warning=None if interval is None
+                               else interval_warning(interval, timeout))
 
     async def node_conformance(self, data: bytes) -> Page[dict[str, Any]]:
         """The fleet grouped by conformance fingerprint, per pool, with what drifted."""
         groups: dict[tuple[str, str], list[NodeView]] = {}
         for view in self.projector.nodes.values():
-            if view.fingerprint:
-                key = (view.info.labels.get("pool", ""), view.fingerprint)
+            # A node held against nothing has no record (the sensitive reactor appends
+            # none for a standard one): its heartbeat's fingerprint stands for it.
+            beat = self.sweeper.beats.get(view.id)
+            fp = view.fingerprint if view.fingerprint_expected else (
+                (beat.fingerprint if beat is not None else "") or view.fingerprint)
+            if fp:
+                key = (view.info.labels.get("pool", ""), fp)
                 groups.setdefault(key, []).append(view)
         items = [{"pool": pool or None, "fingerprint": fp, "nodes": len(members),
                   "expected": members[0].fingerprint_expected or None,

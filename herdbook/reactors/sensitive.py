@@ -12,7 +12,8 @@
   pool's ``expected_fingerprint`` (config) or, without one, from the pool's majority.
   A change is recorded as ``node.conformance_changed`` (an audit entry); a drifted
   standard node is flagged and scheduled last, a drifted sensitive node is drained at
-  once.
+  once. A standard node held against no fingerprint (no expected one, no majority) is
+  not recorded at all: there is nothing to audit.
 """
 
 from __future__ import annotations
@@ -84,6 +85,9 @@ def decide_node_conformance(view: NodeView, fingerprint: str,
     drifted is drained at once (caused by the record)."""
     expected = expectation.expected
     drift = bool(expected) and fingerprint != expected
+    if (not expected and not view.drift and not view.fingerprint_expected
+            and view.info.node_class is not NodeClass.SENSITIVE):
+        return []   # a standard node held against nothing: nothing to audit
     if (fingerprint, expected, drift) == (view.fingerprint, view.fingerprint_expected,
                                           view.drift):
         return []
