@@ -25,3 +25,13 @@ def parse_duration(text: str | float | int) -> Duration:
     if not match:
         raise ValueError(f"invalid duration {text!r}: write e.g. 500ms, 2s, 5m, 1h")
     return Duration(float(match.group(1)) * _UNIT[match.group(2)])
+
+
+def format_duration(seconds: float) -> str:
+    """The shortest way ``parse_duration`` reads back: ``500ms``, ``10s``, ``2m``, ``1.5h``."""
+    if seconds and seconds < 1:
+        return f"{round(seconds * 1000, 3):g}ms"
+    for unit, size in (("d", 86400.0), ("h", 3600.0), ("m", 60.0)):
+        if seconds >= size and (seconds / size) * 10 == int((seconds / size) * 10):
+            return f"{seconds / size:g}{unit}"
+    return f"{round(seconds, 3):g}s"

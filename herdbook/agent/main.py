@@ -20,6 +20,7 @@ from herdbook.agent.allocations import AllocationFollower
 from herdbook.agent.connection import append_until_stored, connect_until_reached
 from herdbook.agent.executor import Executor
 from herdbook.agent.info import node_info, resources
+from herdbook.agent.liveness import HeartbeatPace
 from herdbook.agent.protocol import NodeProtocol
 from herdbook.agent.registration import register, remember_info
 from herdbook.agent.reports import NodeReports
@@ -60,7 +61,9 @@ class AgentOptions:
     state_dir: str = "./.herd-agent"
     labels: dict[str, str] = field(default_factory=dict)
     node_class: NodeClass = NodeClass.STANDARD
-    heartbeat_interval: float = 10.0
+    heartbeat_interval: float | None = None
+    """None: a third of the control plane's heartbeat timeout for this node's class
+    (``agent.liveness``)."""
     info_interval: float = 60.0
     resource_interval: float = 30.0
     fake_gpus: int | None = None
@@ -112,6 +115,8 @@ class Agent:
             state_file=options.state_file or self.state.dir / STATE_FILE, actor=self.actor,
             requeue_allowed=options.node_class is not NodeClass.SENSITIVE)
         self.reports = self.reports_class(self.node, nvml, self.executor, options.fake_allocs)
+        self.pace = self.reports.pace = HeartbeatPace(self.node_id, options.node_class.value,
+                                                      options.heartbeat_interval)
         self.allocations = AllocationFollower(self.node_id, self.executor, self._stop,
                                               options.resync_interval)
 
@@ -141,6 +146,7 @@ class Agent:
         if self.nc is None:
             self.nc = await self.connect()
         self.reports.nc = self.nc
+        await self.pace.refresh(self.nc)
         store = self._store = EventStore(self.nc.jetstream(), direct=True)
         self.info = self.collect_info()
         self.reports.fingerprint = boot.fingerprint(self.nvml)
@@ -167,7 +173,8 @@ class Agent:
         tasks = [
             asyncio.create_task(self._boot_checks(store)),
             asyncio.create_task(every(options.health_interval, self.reports.send_health)),
-            asyncio.create_task(every(options.heartbeat_interval, self.reports.heartbeat)),
+            asyncio.create_task(every(lambda: self.pace.interval, self.reports.heartbeat)),
+            asyncio.create_task(self.pace.follow(self.nc)),
             asyncio.create_task(every(options.info_interval, lambda: self._info_update(store),
                                       first=False)),
             asyncio.create_task(every(options.resource_interval, self.send_resources)),
@@ -280,11 +287,13 @@ class Agent:
         remember_info(self.state, self.node_id, info)
 
 
-async def every(interval: float, fn: Callable[[], Awaitable[Any]], first: bool = True) -> None:
-    """Call ``fn`` every ``interval`` seconds (from one start to the next); a failed call
-    is logged and the next one comes on time."""
+async def every(interval: float | Callable[[], float], fn: Callable[[], Awaitable[Any]],
+                first: bool = True) -> None:
+    """Call ``fn`` every ``interval`` seconds (from one start to the next; a callable is
+    asked each time); a failed call is logged and the next one comes on time."""
+    seconds = interval if callable(interval) else lambda: interval
     if not first:
-        await asyncio.sleep(interval)
+        await asyncio.sleep(seconds())
     while True:
         started = time.monotonic()
         try:
@@ -293,7 +302,7 @@ async def every(interval: float, fn: Callable[[], Awaitable[Any]], first: bool =
             raise
         except Exception as err:  # noqa: BLE001 - one failed tick is not fatal
             log.warning("%s failed: %s", getattr(fn, "__name__", "task"), err)
-        await asyncio.sleep(max(0.0, interval - (time.monotonic() - started)))
+        await asyncio.sleep(max(0.0, seconds() - (time.monotonic() - started)))
 
 
 async def run_agent(options: AgentOptions) -> None:

@@ -98,12 +98,13 @@ class NodeProtocol:
 
     def heartbeat(self, *, gpu_count: int = 0, max_temp_c: float | None = None,
                   ecc_sbe: int = 0, ecc_dbe: int = 0, running_allocs: int = 0,
-                  reattaching: bool = False, fingerprint: str | None = None) -> Heartbeat:
+                  reattaching: bool = False, fingerprint: str | None = None,
+                  interval: float | None = None) -> Heartbeat:
         return Heartbeat(node_id=self.node_id, boot_id=self.boot_id,
                          seq=next_seq(self.seqs), sent_at=time.time(), gpu_count=gpu_count,
                          max_temp_c=max_temp_c, ecc_sbe=ecc_sbe, ecc_dbe=ecc_dbe,
                          running_allocs=running_allocs, reattaching=reattaching,
-                         fingerprint=fingerprint)
+                         fingerprint=fingerprint, interval=interval)
 
 
 async def send_heartbeat(nc: NATS, heartbeat: Heartbeat) -> None:

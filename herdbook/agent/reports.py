@@ -16,6 +16,7 @@ from nats.aio.client import Client as NATS
 from herdbook.agent import boot, gpu
 from herdbook.agent.executor import Executor
 from herdbook.agent.gpu_checks import HealthMonitor
+from herdbook.agent.liveness import HeartbeatPace
 from herdbook.agent.protocol import NodeProtocol, send_heartbeat
 from herdbook.events.agent_requests import (
     FingerprintReply,
@@ -42,6 +43,8 @@ class NodeReports:
         self.nc: NATS | None = None
         self.fingerprint = ""
         self._fingerprint_sent: str | None = None
+        self.pace: HeartbeatPace | None = None
+        """How often the heartbeat goes (``agent.liveness``): each one says so."""
 
     def new_boot(self) -> None:
         """The next heartbeat carries the fingerprint again."""
@@ -61,7 +64,8 @@ class NodeReports:
             gpu_count=gpu_count, max_temp_c=max_temp, ecc_sbe=ecc_sbe, ecc_dbe=ecc_dbe,
             running_allocs=self.executor.running_count + self.fake_allocs,
             reattaching=self.executor.reattaching,
-            fingerprint=self.fingerprint if send_fingerprint else None)
+            fingerprint=self.fingerprint if send_fingerprint else None,
+            interval=None if self.pace is None else self.pace.interval)
 
     async def heartbeat(self) -> None:
         assert self.nc is not None

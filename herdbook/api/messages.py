@@ -244,13 +244,19 @@ class Heartbeat(_Reply, frozen=True, kw_only=True):
     running_allocs: int | None
     reattaching: bool
     fingerprint: str | None
+    interval: float | None = None
 
 
 class NodeDescription(NodeDetail, frozen=True, kw_only=True):
-    """``node.describe``: the node, its last heartbeat and its last resource report."""
+    """``node.describe``: the node, its last heartbeat and its last resource report;
+    the heartbeat interval its agent reports against the node's heartbeat timeout, and
+    why that interval cannot keep it READY (``events.liveness.interval_warning``)."""
 
     heartbeat: Heartbeat | None
     resources: dict[str, Any] | None
+    heartbeat_interval: float | None = None
+    heartbeat_timeout: float | None = None
+    heartbeat_warning: str | None = None
 
 
 class CommandResult(_Reply, frozen=True, kw_only=True):

@@ -17,6 +17,7 @@ from herdbook.cli.creds import (
     UserOption,
     checked_auth,
 )
+from herdbook.cli.duration_flags import duration_option
 from herdbook.cli.node_args import parse_labels
 from herdbook.cli.output import echo, safe
 from herdbook.cli.usage import log_level_option, plain_files, setup_logging, usable_dir, writable_file
@@ -40,25 +41,30 @@ def agent(
     labels: Annotated[str | None, typer.Option("--labels", help="k=v[,k=v]")] = None,
     node_class: Annotated[str, typer.Option("--class", help="standard, sensitive or "
                                             "borrowed.")] = "standard",
-    heartbeat_interval: Annotated[float, typer.Option("--heartbeat-interval", min=0.05,
-                                                      help="Seconds.")] = 10.0,
-    info_interval: Annotated[float, typer.Option("--info-interval", min=0.05, help="Seconds "
-                                                 "between node-info checks.")] = 60.0,
-    resource_interval: Annotated[float, typer.Option("--resource-interval", min=0.05,
-                                                     help="Seconds between resource updates.")] = 30.0,
+    heartbeat_interval: Annotated[float | None, duration_option(
+        "--heartbeat-interval", help="Between heartbeats (default: a third of the control "
+        "plane's heartbeat timeout for this node's class; 10s until it is known).",
+        minimum=0.05)] = None,
+    info_interval: Annotated[float, duration_option(
+        "--info-interval", help="Between node-info checks.", default="1m",
+        minimum=0.05)] = 60.0,
+    resource_interval: Annotated[float, duration_option(
+        "--resource-interval", help="Between resource updates.", default="30s",
+        minimum=0.05)] = 30.0,
     fake_gpus: Annotated[int | None, typer.Option("--fake-gpus", min=0, help="Simulate N GPUs "
                                                   "instead of reading NVML.")] = None,
     instance_id: Annotated[str | None, typer.Option("--instance-id", envvar="HERD_INSTANCE_ID",
                                                     help="Provider instance this node runs on.")] = None,
-    boot_retry_interval: Annotated[float, typer.Option(
-        "--boot-retry-interval", min=0.0, help="Seconds between boot check attempts.")] = 10.0,
+    boot_retry_interval: Annotated[float, duration_option(
+        "--boot-retry-interval", help="Between boot check attempts.", default="10s")] = 10.0,
     fake_allocs: Annotated[int, typer.Option("--fake-allocs", min=0, hidden=True,
                                              help="Running allocations to report.")] = 0,
-    health_interval: Annotated[float, typer.Option("--health-interval", min=0.05,
-                                                   help="Seconds between health checks.")] = 60.0,
-    fingerprint_interval: Annotated[str, typer.Option(
-        "--fingerprint-interval", help="Recompute the conformance fingerprint this often "
-        "(e.g. 6h, 30m); also on request.")] = "6h",
+    health_interval: Annotated[float, duration_option(
+        "--health-interval", help="Between health checks.", default="1m",
+        minimum=0.05)] = 60.0,
+    fingerprint_interval: Annotated[float, duration_option(
+        "--fingerprint-interval", help="Recompute the conformance fingerprint this often; "
+        "also on request.", default="6h", positive=True)] = 6 * 3600.0,
     wipe_config: Annotated[str | None, typer.Option(
         "--wipe-config", help="YAML with the wipe steps of a sensitive node: steps: "
         "[{name, command, timeout}] (default: GPU memory clear, NVMe secure erase, RAM scrub, "
@@ -97,14 +103,10 @@ def agent(
     if instance_id is not None:
         client.check_id(instance_id, "instance id")
     from herdbook.agent.wipe import WipeConfigError, load_steps
-    from herdbook.durations import parse_duration
     try:
-        every = float(parse_duration(fingerprint_interval))
         load_steps(wipe_config, fake_gpus is not None)
     except (ValueError, WipeConfigError) as err:
         raise client.fail(str(err), client.EXIT_USAGE) from None
-    if every <= 0:
-        raise client.fail("--fingerprint-interval must be positive", client.EXIT_USAGE)
     from herdbook.agent.state import SENTINEL, SEQ_FILE
     from herdbook.agent.workload_state import STATE_FILE
     usable_dir(state_dir, "--state-dir")
@@ -118,7 +120,7 @@ def agent(
         info_interval=info_interval, resource_interval=resource_interval, fake_gpus=fake_gpus,
         instance_id=instance_id, boot_retry_interval=boot_retry_interval,
         fake_allocs=fake_allocs, health_interval=health_interval, state_file=state_file,
-        fingerprint_interval=every, wipe_config=wipe_config, auth=auth)
+        fingerprint_interval=fingerprint_interval, wipe_config=wipe_config, auth=auth)
     setup_logging(log_level)
     try:
         asyncio.run(run_agent(options))

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from herdbook.cli import client
+from herdbook.cli.duration_flags import duration_option
 from herdbook.cli.output import console
 from herdbook.cli.usage import log_level_option
 
@@ -55,18 +56,20 @@ def sim_command(
                                        help="Chaos: fleet size.")] = 100,
     rate: Annotated[float, typer.Option("--rate", min=0.0, help="Chaos: failures per 1000 "
                                         "nodes per minute.")] = 60.0,
-    duration: Annotated[str, typer.Option("--duration", help="Chaos: how long failures are "
-                                          "injected (30s, 5m).")] = "30s",
+    duration: Annotated[float, duration_option(
+        "--duration", help="Chaos: how long failures are injected.", default="30s",
+        positive=True)] = 30.0,
     mix: Annotated[str, typer.Option("--mix", help="Chaos: failure kinds and weights, from "
                                      "xid, ecc-dbe, partition, stop.")] = "xid=0.5,partition=0.3,stop=0.2",
     lightweight: Annotated[bool, typer.Option(
         "--lightweight", help="Chaos: lightweight simulated nodes (one task heartbeats all; "
                               "for thousands) instead of one real agent each.")] = False,
-    heartbeat_interval: Annotated[str, typer.Option(
-        "--heartbeat-interval", help="Chaos: the nodes' heartbeat interval.")] = "500ms",
-    heartbeat_timeout: Annotated[str, typer.Option(
+    heartbeat_interval: Annotated[float, duration_option(
+        "--heartbeat-interval", help="Chaos: the nodes' heartbeat interval.",
+        default="500ms", positive=True)] = 0.5,
+    heartbeat_timeout: Annotated[float, duration_option(
         "--heartbeat-timeout", help="Chaos: lifecycle.heartbeat_timeout (and the grace "
-                                    "period).")] = "2s",
+        "period).", default="2s", positive=True)] = 2.0,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the verdict.")] = False,
     log_level: Annotated[str, log_level_option("Of the simulated control plane and "
                                                "agents: error, warning, info.")] = "error",
@@ -141,20 +144,16 @@ def _escape(text: str) -> str:
     return escape(text)
 
 
-def _chaos(nodes: int, rate: float, duration: str, mix: str, seed: int | None,
-           lightweight: bool, heartbeat_interval: str, heartbeat_timeout: str,
+def _chaos(nodes: int, rate: float, seconds: float, mix: str, seed: int | None,
+           lightweight: bool, interval: float, timeout: float,
            data_dir: Path | None, report: Path | None, quiet: bool) -> None:
     import asyncio
 
-    from herdbook.durations import parse_duration
     from herdbook.signals import until_signalled
     from herdbook.sim.chaos import ChaosOptions, parse_mix, run_chaos
     from herdbook.sim.world import DataDirError
     try:
         weights = parse_mix(mix)
-        seconds = float(parse_duration(duration))
-        interval = float(parse_duration(heartbeat_interval))
-        timeout = float(parse_duration(heartbeat_timeout))
     except ValueError as err:
         raise client.fail(str(err), client.EXIT_USAGE) from None
     from herdbook.sim.scenario import MAX_AGENTS

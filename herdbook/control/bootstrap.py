@@ -41,6 +41,7 @@ from herdbook.control.parts import Part, Parts, PerTerm, Service, Subscribed
 from herdbook.control.plane import ControlPlane
 from herdbook.control.providers import FakeProvider, LocalProvider, Provider
 from herdbook.control.requester import RequesterNode, default_requester_id, this_host
+from herdbook.control.settings import LivenessPublisher
 from herdbook.control.streams_guard import StreamsGuard
 from herdbook.control.view_rebuild import ViewRebuild
 from herdbook.credentials import CredsFile, NatsAuth, write_creds
@@ -134,7 +135,8 @@ def bootstrap(config: Config, *, clock: Clock, demo: int = 0,
     parts += [Service("projector", start_projector, projector.stop),
               Service("streams guard", streams_guard.start, streams_guard.stop),
               Service("catch-up", catch_up),
-              Service("agent sync", agent_sync.start, agent_sync.stop)]
+              Service("agent sync", agent_sync.start, agent_sync.stop),
+              Service("liveness settings", LivenessPublisher(nc, cfg).start)]
     metrics = Metrics() if cfg.metrics.port else None
     if metrics is not None:
         # Counted from here on: what the catch-up folded happened before this start.

@@ -20,6 +20,8 @@ class Heartbeat(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     running_allocs: int = 0
     fingerprint: str | None = None
     reattaching: bool = False
+    interval: float | None = None
+    """The agent's heartbeat interval in seconds (shown by `herd node describe`)."""
 
 
 class NodeResources(msgspec.Struct, frozen=True, kw_only=True):

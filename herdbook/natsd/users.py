@@ -37,6 +37,7 @@ from typing import Any
 import msgspec
 
 from herdbook.events.authority import agent_publish_subjects
+from herdbook.events.liveness import LIVENESS_READ
 from herdbook.events.subjects import EVENTS_STREAM, aggregate_filter, sync_subject, validate_id
 from herdbook.reactors.scheduler import CONSUMER as SCHEDULER_CONSUMER
 
@@ -91,7 +92,8 @@ def agent_permissions(node_id: str) -> dict[str, Any]:
     writes, on its own subjects only); the last event of its own node (to chain the next
     one), with the subject in the API subject so it cannot ask for another's; and its
     catch-up request (``herd.sync.<self>.allocs``, answered by the control plane with its
-    own allocation events). No JetStream consumer at all, so no consumer of anyone else.
+    own allocation events); the control plane's liveness settings (``events.liveness``).
+    No JetStream consumer at all, so no consumer of anyone else.
     Subscribe: requests addressed to it, its own node's and allocations' events, its own
     inbox. Replies to requests it received (``allow_responses``) need no publish right."""
     nid = validate_id(node_id)
@@ -100,6 +102,7 @@ def agent_permissions(node_id: str) -> dict[str, Any]:
         *agent_publish_subjects(nid),
         f"$JS.API.DIRECT.GET.{EVENTS_STREAM}.{aggregate_filter('node', nid)}",
         sync_subject(nid),
+        LIVENESS_READ,
     ]
     subscribe = [f"herd.agent.{nid}.>", aggregate_filter("node", nid),
                  aggregate_filter("alloc", nid), f"_INBOX.{user}.>"]

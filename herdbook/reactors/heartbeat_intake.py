@@ -63,6 +63,7 @@ def record(beat: NodeBeat | None, hb: Heartbeat, observed: float) -> NodeBeat:
     beat.running_allocs = None if hb.reattaching else hb.running_allocs
     beat.reattaching = hb.reattaching
     beat.gpu_count = hb.gpu_count
+    beat.interval = hb.interval
     if hb.fingerprint:
         beat.fingerprint = hb.fingerprint
     return beat

@@ -29,6 +29,7 @@ class NodeBeat:
     gpu_count: int | None = None
     fingerprint: str | None = None
     reattaching: bool = False
+    interval: float | None = None   # the agent's heartbeat interval, as it reports it
 
 
 class Verdict(Enum):

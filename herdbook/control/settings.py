@@ -1,0 +1,47 @@
+"""Publishes the control plane's liveness settings (``events/liveness.py``) where agents
+read them: the key ``liveness`` of the KV bucket ``herd_settings``, written at start by
+every replica (they run one config; the last one started wins when they do not)."""
+
+from __future__ import annotations
+
+import logging
+
+import msgspec
+from nats.aio.client import Client as NATS
+from nats.js.api import KeyValueConfig, StorageType
+
+from herdbook.config import Config, grace_period, heartbeat_timeout
+from herdbook.events.liveness import LIVENESS_KEY, SETTINGS_BUCKET, LivenessSettings
+
+log = logging.getLogger(__name__)
+
+CLASSES = ("standard", "sensitive", "borrowed")
+
+
+def liveness_settings(config: Config) -> LivenessSettings:
+    return LivenessSettings(
+        heartbeat_timeout={cls: heartbeat_timeout(config, cls) for cls in CLASSES},
+        grace_period={cls: grace_period(config, cls) for cls in CLASSES},
+        boot_timeout=float(config.lifecycle.boot_timeout))
+
+
+class LivenessPublisher:
+    def __init__(self, nc: NATS, config: Config) -> None:
+        self.nc = nc
+        self.settings = liveness_settings(config)
+        self.replicas = config.nats.replicas
+
+    async def start(self) -> None:
+        """Write the settings; a failure is logged (agents then heartbeat every 10s,
+        their fallback) and does not stop the control plane."""
+        js = self.nc.jetstream()
+        try:
+            try:
+                kv = await js.key_value(SETTINGS_BUCKET)
+            except Exception:  # noqa: BLE001 - not there yet: create it
+                kv = await js.create_key_value(KeyValueConfig(
+                    bucket=SETTINGS_BUCKET, history=1, storage=StorageType.FILE,
+                    replicas=self.replicas, direct=True))
+            await kv.put(LIVENESS_KEY, msgspec.json.encode(self.settings))
+        except Exception as err:  # noqa: BLE001 - agents fall back to their default
+            log.warning("cannot publish the liveness settings for agents: %s", err)
