@@ -74,18 +74,46 @@ def _issue(store: Path, user: User, host: str | None, out: Path | None, what: st
                       markup=False)
     else:
         console.print(f"  use:        herd --creds {path} node list", markup=False)
-    if not auth_enabled(store):
+    if not auth_enabled(store) and running_server(store) is None:
         client.err_console.print(f"Note: the nats-server of {store.parent} was not started "
                                  "with --auth; these credentials apply once it is.",
                                  markup=False)
 
 
+def running_server(store: Path) -> int | None:
+    """The pid of the nats-server of ``store`` while it runs (its pid file names a live
+    nats-server process, whoever owns it), else None."""
+    import os
+
+    from herdbook.natsd.users import PID_FILE
+    try:
+        pid = int((store / PID_FILE).read_text().strip())
+        os.kill(pid, 0)
+    except PermissionError:
+        pass                # alive, another user's
+    except (OSError, ValueError):
+        return None
+    try:
+        if b"nats-server" not in Path(f"/proc/{pid}/cmdline").read_bytes():
+            return None     # a stale pid file naming another process by now
+    except OSError:
+        pass
+    return pid
+
+
 def _reloaded(store: Path) -> str:
     from herdbook.natsd.users import auth_enabled
     # Every embedded server writes its pid file; one without users has none to reload.
-    if auth_enabled(store) and _registry(store).reload_server():
+    pid = running_server(store)
+    if pid is None:
+        return "no nats-server runs here: it takes effect at the next `herd up --auth`"
+    if not auth_enabled(store):
+        return (f"the running nats-server (pid {pid}) was started without --auth: it takes "
+                "effect at the next `herd up --auth`")
+    if _registry(store).reload_server():
         return "the running nats-server reloaded its users"
-    return "no nats-server runs here: it takes effect at the next `herd up --auth`"
+    return (f"the running nats-server (pid {pid}) could not be told to reload: run "
+            f"`kill -HUP {pid}` as its user")
 
 
 @creds_app.command("agent")
