@@ -2,7 +2,7 @@
 operator intent, as tables in code (DESIGN §4, Lattice's state machine).
 
 A transition that is not in a table is refused. Deciders consult these tables before
-they append; the README's tables are checked against them by a test.
+they append; the tables in docs/node-model.md are checked against them by a test.
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def next_intent(current: Intent, command: Command) -> Intent | None:
 
 
 def lifecycle_table_markdown() -> str:
-    """The lifecycle transitions as the README shows them."""
+    """The lifecycle transitions as docs/node-model.md shows them."""
     rows = ["| from | trigger | to |", "|---|---|---|"]
     rows += [f"| {src.value} | {trig.value} | {dst.value} |"
              for (src, trig), dst in LIFECYCLE.items()]

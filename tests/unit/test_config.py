@@ -148,8 +148,8 @@ def test_a_nan_duration_is_refused() -> None:
 
 def test_the_readme_config_reference_is_a_valid_config() -> None:
     from pathlib import Path
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    section = readme[readme.index("## Configuration"):]
+    readme = (Path(__file__).parents[2] / "docs" / "configuration.md").read_text()
+    section = readme[readme.index("# Configuration"):]
     block = section[section.index("```yaml") + len("```yaml"):]
     block = block[:block.index("```")]
     config = parse_config(block, "README")

@@ -164,5 +164,5 @@ def test_a_chain_failed_follow_up_then_blocked_then_complete() -> None:
 
 
 def test_the_readme_eval_tables_are_the_code() -> None:
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    readme = (Path(__file__).parents[2] / "docs" / "jobs.md").read_text()
     assert transitions_markdown() in readme

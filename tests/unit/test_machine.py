@@ -128,7 +128,7 @@ def test_terminal_states_have_no_way_out() -> None:
 
 
 def test_the_readme_tables_are_the_code() -> None:
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    readme = (Path(__file__).parents[2] / "docs" / "node-model.md").read_text()
     assert lifecycle_table_markdown() in readme
     assert intent_table_markdown() in readme
 
