@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import msgspec.inspect
 import msgspec.yaml
 import pytest
 
@@ -177,3 +178,11 @@ def test_the_readme_links_every_docs_page() -> None:
     readme = (ROOT / "README.md").read_text()
     unlinked = [p.name for p in (ROOT / "docs").glob("*.md") if f"](docs/{p.name})" not in readme]
     assert not unlinked, f"README.md's table of pages lacks {unlinked}"
+
+
+def test_every_event_type_is_in_the_events_page() -> None:
+    from herdbook.events.codec import EVENT_TYPES
+    page = (ROOT / "docs" / "events.md").read_text()
+    tags = [getattr(msgspec.inspect.type_info(event), "tag", None) for event in EVENT_TYPES]
+    missing = [tag for tag in tags if f"`{tag}`" not in page]
+    assert tags and not missing, f"docs/events.md lacks {missing}"
