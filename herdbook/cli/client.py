@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import getpass
+import re
 import socket
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
@@ -88,8 +90,48 @@ def actor() -> str:
     return f"{user}@{socket.gethostname()}"
 
 
-async def _ignore(err: Exception) -> None:
-    return None
+_VIOLATION = re.compile(r'permissions violation for (publish|subscription) to "([^"]+)"',
+                        re.IGNORECASE)
+
+
+class PermissionWatch:
+    """The permission violations NATS reported on one connection. nats-py hands them to
+    the error callback only: without this watch a denied request waits for its timeout
+    and looks like an outage."""
+
+    def __init__(self) -> None:
+        self.denied: list[str] = []
+        self._changed = asyncio.Event()
+
+    async def on_error(self, err: Exception) -> None:
+        found = _VIOLATION.search(str(err))
+        if found is not None:
+            self.denied.append(found[2])
+            self._changed.set()
+
+    def blocking(self, subject: str) -> str | None:
+        """The denied subject that stops a request to ``subject``: the subject itself,
+        or a reply inbox this client may not subscribe to."""
+        return next((d for d in self.denied if d == subject or d.startswith("_INBOX.")), None)
+
+    async def guard(self, subject: str, pending: Awaitable[T]) -> T:
+        """``pending``, unless NATS denies ``subject`` first: then permission denied."""
+        task = asyncio.ensure_future(pending)
+        try:
+            while True:
+                if (denied := self.blocking(subject)) is not None:
+                    raise RequestFailed(f"permission denied: {denied}", EXIT_REFUSED)
+                self._changed.clear()
+                changed = asyncio.ensure_future(self._changed.wait())
+                await asyncio.wait({task, changed}, return_when=asyncio.FIRST_COMPLETED)
+                changed.cancel()
+                if task.done():
+                    return task.result()
+        finally:
+            task.cancel()
+
+
+_watches: weakref.WeakKeyDictionary[Any, PermissionWatch] = weakref.WeakKeyDictionary()
 
 
 async def connect(server: str) -> Any:
@@ -105,11 +147,12 @@ async def connect(server: str) -> Any:
         raise fail(str(err), EXIT_USAGE) from None
     _user = options.get("user") or url_user(server)
     shown = redact(server)
+    watch = PermissionWatch()
     try:
         # nats-py keeps retrying a refused first connect; bound it ourselves.
-        return await asyncio.wait_for(
+        nc = await asyncio.wait_for(
             nats.connect(server_list(server), connect_timeout=2, allow_reconnect=False,
-                         max_reconnect_attempts=0, name="herd-cli", error_cb=_ignore,
+                         max_reconnect_attempts=0, name="herd-cli", error_cb=watch.on_error,
                          **options),
             timeout=3)
     except TimeoutError:
@@ -121,6 +164,20 @@ async def connect(server: str) -> Any:
             reason = ("NATS refused the credentials (authorization violation): pass --creds "
                       "FILE or --user/--password (`herd creds operator` issues them)")
         raise fail(f"control plane unreachable at {shown}: {reason}", EXIT_UNREACHABLE) from None
+    _watches[nc] = watch
+    return nc
+
+
+class RequestFailed(Exception):
+    """A request without a result: ``answered`` when the control plane replied with an
+    error (a refusal of this one request), else no usable answer came (unreachable,
+    timeout, permission denied), which no other request would get either."""
+
+    def __init__(self, message: str, code: int, *, answered: bool = False) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.answered = answered
 
 
 @overload
@@ -137,28 +194,44 @@ async def request(nc: Any, route: str, payload: msgspec.Struct | dict[str, Any],
                   reply: type[R] | None = None, *, timeout: float = 15.0) -> R | Any:
     """Send the route's request Struct and decode its reply Struct (``reply``; without
     one, the result as plain JSON). An error reply exits with its code."""
+    try:
+        return await attempt(nc, route, payload, reply, timeout=timeout)
+    except RequestFailed as err:
+        raise fail(err.message, err.code) from None
+
+
+async def attempt(nc: Any, route: str, payload: msgspec.Struct | dict[str, Any],
+                  reply: type[R] | None = None, *, timeout: float = 15.0) -> R | Any:
+    """``request`` raising ``RequestFailed`` instead of exiting, for a command over many
+    objects that reports each one's refusal and goes on."""
     import nats.errors
 
     from herdbook.api.messages import Envelope
+    subject = api_subject(route)
+    sent = nc.request(subject, msgspec.json.encode(payload), timeout=timeout)
+    watch = _watches.get(nc)
     try:
-        msg = await nc.request(api_subject(route), msgspec.json.encode(payload),
-                               timeout=timeout)
+        msg = await (sent if watch is None else watch.guard(subject, sent))
     except nats.errors.NoRespondersError:
-        raise fail("no control plane answers (is `herd up` running?)",
-                   EXIT_UNREACHABLE) from None
+        raise RequestFailed("no control plane answers (is `herd up` running?)",
+                            EXIT_UNREACHABLE) from None
     except nats.errors.TimeoutError:
-        raise fail(f"the control plane did not answer {route} within {timeout:g}s",
-                   EXIT_UNREACHABLE) from None
+        raise RequestFailed(f"the control plane did not answer {route} within {timeout:g}s",
+                            EXIT_UNREACHABLE) from None
     try:
         body = msgspec.json.decode(msg.data, type=Envelope)
-        if not body.ok:
-            code = {"bad_request": EXIT_USAGE,
-                    "storage_full": EXIT_STORAGE_FULL}.get(body.code, EXIT_REFUSED)
-            raise fail(body.error or "refused", code)
+    except (msgspec.DecodeError, msgspec.ValidationError) as err:
+        raise RequestFailed(f"the control plane's reply to {route} does not decode: {err}",
+                            EXIT_REFUSED) from None
+    if not body.ok:
+        code = {"bad_request": EXIT_USAGE,
+                "storage_full": EXIT_STORAGE_FULL}.get(body.code, EXIT_REFUSED)
+        raise RequestFailed(body.error or "refused", code, answered=True)
+    try:
         return msgspec.json.decode(body.result, type=reply or Any)
     except (msgspec.DecodeError, msgspec.ValidationError) as err:
-        raise fail(f"the control plane's reply to {route} does not decode: {err}",
-                   EXIT_REFUSED) from None
+        raise RequestFailed(f"the control plane's reply to {route} does not decode: {err}",
+                            EXIT_REFUSED) from None
 
 
 def run(server: str, fn: Callable[[Any], Awaitable[T]]) -> T:

@@ -1,4 +1,5 @@
-"""`herd node ...`: list, describe, approve, reject, delete."""
+"""`herd node ...`: list, describe, history, add, reboot, status; the commands that take
+many nodes live in ``herdbook.cli.node_actions``."""
 
 from __future__ import annotations
 
@@ -7,17 +8,8 @@ from typing import Annotated, Any
 
 import typer
 
-from herdbook.cli import client
-from herdbook.cli.node_args import (
-    NodeId,
-    Reason,
-    Yes,
-    confirm,
-    parse_labels,
-    send_command,
-    server,
-    split,
-)
+from herdbook.cli import client, node_actions
+from herdbook.cli.node_args import NodeId, Reason, parse_labels, send_command, server, split
 from herdbook.cli.output import Format, Output, console, echo, render_object, render_rows
 
 node_app = typer.Typer(help="See nodes and decide their membership (Bacalhau style).",
@@ -58,8 +50,8 @@ def list_nodes(
     filter_state: Annotated[list[str] | None, typer.Option(
         "--filter-state", help="A state (ready, degraded, down, ...) or an alias: active, "
         "connected, disconnected, unhealthy.")] = None,
-    labels: Annotated[str | None, typer.Option("--labels", help="Only nodes with these "
-                                               "labels: k=v[,k=v].")] = None,
+    labels: Annotated[str | None, typer.Option("--labels", "--selector", "-l", help="Only "
+                                               "nodes with these labels: k=v[,k=v].")] = None,
     order_by: Annotated[str, typer.Option("--order-by", help="Sort key: "
                                           + ", ".join(ORDER_KEYS) + "; prefix - to reverse.")] = "id",
     at: At = None,
@@ -177,22 +169,8 @@ def history(ctx: typer.Context,
             echo(line)
 
 
-@node_app.command("approve")
-def approve(ctx: typer.Context, node_id: NodeId, message: Reason = "") -> None:
-    """Approve a PENDING (or REJECTED) node so it can take part in the cluster."""
-    send_command(ctx, "node.approve", node_id, message)
-
-
-@node_app.command("reject")
-def reject(ctx: typer.Context, node_id: NodeId, message: Reason = "") -> None:
-    """Reject a node; it stays REJECTED even if it registers again."""
-    send_command(ctx, "node.reject", node_id, message)
-
-
-@node_app.command("delete")
-def delete(ctx: typer.Context, node_id: NodeId, message: Reason = "") -> None:
-    """Remove a node from the view; if its agent registers again it is PENDING."""
-    send_command(ctx, "node.delete", node_id, message)
+for name in ("approve", "reject", "delete"):
+    node_app.command(name)(getattr(node_actions, name))
 
 
 @node_app.command("add")
@@ -210,61 +188,8 @@ def add(ctx: typer.Context, node_id: NodeId, message: Reason = "",
              labels=parse_labels(labels))
 
 
-@node_app.command("cordon")
-def cordon(ctx: typer.Context, node_id: NodeId, message: Reason = "") -> None:
-    """Stop scheduling new work on the node; running work continues."""
-    send_command(ctx, "node.cordon", node_id, message)
-
-
-@node_app.command("uncordon")
-def uncordon(ctx: typer.Context, node_id: NodeId, message: Reason = "") -> None:
-    """Schedule on the node again; also clears UNHEALTHY once the hardware was checked."""
-    send_command(ctx, "node.uncordon", node_id, message)
-
-
-@node_app.command("drain")
-def drain(ctx: typer.Context, node_id: NodeId, message: Reason = "",
-          urgent: Annotated[bool, typer.Option("--urgent", help="Checkpoint running "
-                                               "allocations (asks for confirmation).")] = False,
-          deadline: Annotated[str | None, typer.Option("--deadline", help="Stop what still "
-                                                       "runs after this long, e.g. 30m.")] = None,
-          yes: Yes = False) -> None:
-    """Move work off the node: DRAINING, then DRAINED when nothing runs on it."""
-    from herdbook.durations import parse_duration
-    deadline_s = None
-    if deadline is not None:
-        try:
-            deadline_s = float(parse_duration(deadline))
-        except ValueError as err:
-            raise client.fail(f"--deadline: {err}", client.EXIT_USAGE) from None
-    if urgent:
-        confirm(f"Drain {node_id} urgently? Its allocations will be checkpointed.", yes)
-    from herdbook.api.messages import DrainNode
-    send_command(ctx, "node.drain", node_id, message, DrainNode, urgent=urgent,
-             deadline_s=deadline_s)
-
-
-@node_app.command("undrain")
-def undrain(ctx: typer.Context, node_id: NodeId, message: Reason = "") -> None:
-    """Schedule on a draining or drained node again, if it passes the health check (recent
-    heartbeat, GPU count equal to its capabilities, a reported fingerprint)."""
-    send_command(ctx, "node.undrain", node_id, message)
-
-
-@node_app.command("disable")
-def disable(ctx: typer.Context, node_id: NodeId, message: Reason = "", yes: Yes = False) -> None:
-    """Take the node DOWN at once (asks for confirmation: allocations are requeued)."""
-    confirm(f"Disable {node_id}? It goes DOWN now and its allocations are requeued.", yes)
-    send_command(ctx, "node.disable", node_id, message)
-
-
-@node_app.command("enable")
-def enable(ctx: typer.Context, node_id: NodeId, message: Reason = "",
-           force: Annotated[bool, typer.Option("--force", help="Even without a recent "
-                                               "heartbeat.")] = False) -> None:
-    """Bring a disabled node back (DOWN -> READY); needs a recent heartbeat unless --force."""
-    from herdbook.api.messages import EnableNode
-    send_command(ctx, "node.enable", node_id, message, EnableNode, force=force)
+for name in ("cordon", "uncordon", "drain", "undrain", "disable", "enable"):
+    node_app.command(name)(getattr(node_actions, name))
 
 
 @node_app.command("reboot")

@@ -59,11 +59,16 @@ def warn_if_stale(node: Any) -> None:
     client.err_console.print(safe(f"Warning: node {node.id} {when}"), markup=False)
 
 
+def interactive() -> bool:
+    """Someone at a terminal can answer a question."""
+    import sys
+    return sys.stdin.isatty()
+
+
 def confirm(question: str, yes: bool) -> None:
     if yes:
         return
-    import sys
-    if not sys.stdin.isatty():
+    if not interactive():
         raise client.fail(f"{question} needs confirmation: pass --yes", client.EXIT_USAGE)
     if not typer.confirm(question, default=False):
         raise client.fail("aborted", client.EXIT_REFUSED)

@@ -27,7 +27,9 @@ def up(
     nats_url: Annotated[str | None, typer.Option("--nats-url", help="Use this NATS (>= 2.11, "
                                                  "JetStream on) instead of starting one.")] = None,
     auto_approve: Annotated[bool, typer.Option("--auto-approve", help="Approve new compute "
-                                               "nodes as they register.")] = False,
+                                               "nodes as they register (approval.auto_approve"
+                                               "); with --demo, the demo fleet takes jobs at "
+                                               "once.")] = False,
     demo: Annotated[int, typer.Option("--demo", min=0, help="Also run N simulated agents "
                                       "with fake GPUs.")] = 0,
     node_id: Annotated[str | None, typer.Option("--node-id", help="ID of this control plane's "
@@ -116,6 +118,12 @@ def up(
                           "--node-id node-1 --fake-gpus 8")
             console.print(f"  list the nodes:    herd --server {info['nats_url']} node list")
             console.print(f"  watch the fleet:   herd --server {info['nats_url']} top")
+        if demo:
+            herd = ("herd --creds op-admin.creds" if info.get("auth")
+                    else f"herd --server {info['nats_url']}")
+            console.print(f"  demo fleet:        {demo} simulated nodes (demo-000...), "
+                          + ("approved as they register" if cfg.approval.auto_approve else
+                             f"PENDING until approved: {herd} node approve -l demo=true"))
         if info.get("metrics_url"):
             console.print(f"  Prometheus:        {info['metrics_url']}")
         console.print("  stop:              Ctrl-C")

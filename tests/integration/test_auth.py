@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -179,6 +180,25 @@ async def test_an_operator_calls_the_api_but_cannot_publish_events(
     finally:
         await nc.close()
     assert all("permissions violation" in e.lower() for e in errors), errors
+
+
+async def test_a_credential_that_may_not_call_an_endpoint_is_denied_at_once(
+        plane: ControlPlane, tmp_path: Path) -> None:
+    """NATS drops a publish the user may not make and tells only the error callback: the
+    CLI says permission denied within a moment (exit 1), not an outage after 15 s."""
+    from herdbook.natsd.users import agent_user
+    creds = await issue(tmp_path, "agent", "gpu-1")
+    subject = f"herd.api.v1.node.list.{agent_user('gpu-1')}"
+    for args in (["node", "list"], ["node", "cordon", "-l", "rack=r1"]):
+        started = time.monotonic()
+        denied = await asyncio.to_thread(herd, "--creds", str(creds), *args)
+        assert time.monotonic() - started < 5, args
+        assert (denied.returncode, denied.stdout) == (1, ""), (args, denied.stderr)
+        assert denied.stderr == f"Error: permission denied: {subject}\n"
+    many = await asyncio.to_thread(herd, "--creds", str(creds), "node", "cordon", "a", "b")
+    assert many.returncode == 1 and many.stdout == "", many.stdout
+    assert many.stderr == ("Error: permission denied: "
+                           f"herd.api.v1.node.cordon.{agent_user('gpu-1')}\n")
 
 
 async def test_without_credentials_the_cli_is_refused_in_one_line(plane: ControlPlane,
