@@ -194,8 +194,7 @@ async def newest(nc: Any, subject: str, count: int, first: int, last: int) -> li
     return found[-count:] if count else []
 
 
-@events_app.command("tail", epilog="Examples: herd events tail -n 50 · herd events tail "
-                    "--since 10m -o json · herd events tail -f --subject 'herd.node.gpu-017.>'")
+@events_app.command("tail")
 def tail(
     ctx: typer.Context,
     lines: Annotated[int, typer.Option("--lines", "-n", min=0, help="Print the newest N "
@@ -249,7 +248,7 @@ async def _tail(server: str, subject: str, since: int | datetime | None, limit: 
         await nc.close()
 
 
-@events_app.command("schema", epilog="Example: herd events schema > herd-events.schema.json")
+@events_app.command("schema")
 def schema() -> None:
     """Print the JSON Schema of every event (and of heartbeats and resource reports)."""
     from herdbook.events.codec import json_schema

@@ -64,7 +64,9 @@ def pool_status(ctx: typer.Context, pool: Annotated[str, typer.Argument(help="Po
 @pool_app.command("scale")
 def pool_scale(ctx: typer.Context, pool: Annotated[str, typer.Argument(help="Pool name.")],
                size: Annotated[int, typer.Argument(min=0, help="Instances to keep.")],
-               message: Annotated[str, typer.Option("--message", "-m")] = "") -> None:
+               message: Annotated[str, typer.Option("--message", "-m",
+                                             help="Why (recorded in the event).")] = "",
+        ) -> None:
     """Keep N instances (within min_nodes..max_nodes); scale-down takes cordoned, then idle
     nodes and drains busy ones before terminating them."""
     from herdbook.api.messages import ScalePool

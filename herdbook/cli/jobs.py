@@ -66,7 +66,9 @@ def status(ctx: typer.Context, job_id: Annotated[str, typer.Argument(help="Job i
 
 @job_app.command("stop")
 def stop(ctx: typer.Context, job_id: Annotated[str, typer.Argument(help="Job id.")],
-         message: Annotated[str, typer.Option("--message", "-m")] = "") -> None:
+         message: Annotated[str, typer.Option("--message", "-m",
+                                             help="Why (recorded in the event).")] = "",
+        ) -> None:
     """Deregister a job (a job-deregister evaluation stops its allocations)."""
     from herdbook.api.messages import JobReply, StopJob
     client.check_id(job_id, "job id")
@@ -111,7 +113,9 @@ def eval_status(ctx: typer.Context, eval_id: Annotated[str, typer.Argument(
 @eval_app.command("retry")
 def eval_retry(ctx: typer.Context, eval_id: Annotated[str, typer.Argument(
         help="A failed eval's id or a unique prefix.")],
-        message: Annotated[str, typer.Option("--message", "-m")] = "") -> None:
+        message: Annotated[str, typer.Option("--message", "-m",
+                                             help="Why (recorded in the event).")] = "",
+        ) -> None:
     """Hand a failed evaluation to the broker again (failed -> scheduling)."""
     from herdbook.api.messages import EvalReply, RetryEval
     client.check_id(eval_id, "eval id")

@@ -31,7 +31,7 @@ from herdbook.cli.sensitive import admin_app
 from herdbook.cli.sim import sim_command
 from herdbook.cli.top import top
 from herdbook.cli.up import up
-from herdbook.cli.usage import OneLineErrors
+from herdbook.cli.usage import PANELS, OneLineErrors
 from herdbook.cli.view import view_app
 
 app = typer.Typer(
@@ -39,20 +39,24 @@ app = typer.Typer(
     help="herdbook: an event-sourced control plane for GPU and CPU compute-node fleets.",
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-app.add_typer(node_app, name="node")
-app.add_typer(events_app, name="events")
-app.add_typer(view_app, name="view")
-app.add_typer(instance_app, name="instance")
-app.add_typer(pool_app, name="pool")
-app.add_typer(job_app, name="job")
-app.add_typer(eval_app, name="eval")
-app.add_typer(alloc_app, name="alloc")
-app.add_typer(admin_app, name="admin")
-app.command("sim")(sim_command)
-app.command("top")(top)
-app.add_typer(audit_app, name="audit")
-app.add_typer(nats_app, name="nats")
-app.add_typer(creds_app, name="creds")
+START, FLEET, JOBS, HISTORY, OPERATE = PANELS
+app.command(rich_help_panel=START)(up)
+app.add_typer(agent_app, name="agent", rich_help_panel=START)
+app.command("top", rich_help_panel=START)(top)
+app.add_typer(node_app, name="node", rich_help_panel=FLEET)
+app.add_typer(pool_app, name="pool", rich_help_panel=FLEET)
+app.add_typer(instance_app, name="instance", rich_help_panel=FLEET)
+app.add_typer(health_app, name="health", rich_help_panel=FLEET)
+app.add_typer(admin_app, name="admin", rich_help_panel=FLEET)
+app.add_typer(job_app, name="job", rich_help_panel=JOBS)
+app.add_typer(eval_app, name="eval", rich_help_panel=JOBS)
+app.add_typer(alloc_app, name="alloc", rich_help_panel=JOBS)
+app.add_typer(events_app, name="events", rich_help_panel=HISTORY)
+app.add_typer(audit_app, name="audit", rich_help_panel=HISTORY)
+app.add_typer(view_app, name="view", rich_help_panel=HISTORY)
+app.add_typer(creds_app, name="creds", rich_help_panel=OPERATE)
+app.add_typer(nats_app, name="nats", rich_help_panel=OPERATE)
+app.command("sim", rich_help_panel=OPERATE)(sim_command)
 
 
 @app.callback()
@@ -74,12 +78,7 @@ def main_options(
     ctx.obj = {"server": server, "auth": auth, "server_default": default and not creds}
 
 
-app.command()(up)
-app.add_typer(agent_app, name="agent")
-app.add_typer(health_app, name="health")
-
-
-@app.command()
+@app.command(rich_help_panel=START)
 def status(
     ctx: typer.Context,
     output: Annotated[Format, typer.Option("--output", "-o", help="table, json, yaml, csv.")] = Format.table,
@@ -89,7 +88,7 @@ def status(
     render_object(client.call(str(ctx.obj["server"]), "status", {}), output)
 
 
-@app.command()
+@app.command(rich_help_panel=OPERATE)
 def version() -> None:
     """Print herdbook's version."""
     import herdbook

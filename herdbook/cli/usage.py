@@ -24,6 +24,69 @@ def _say(message: str) -> None:
     client.fail(" ".join(message.split()), 0)
 
 
+def _flags_without_type() -> None:
+    """typer shows ``<bool>`` as the "type" of every flag (``--follow``, ``-h``): a flag
+    takes no value, so it shows none."""
+    from typer.core import TyperOption
+    shown = TyperOption.display_type_rich
+    if getattr(shown, "herd", False):
+        return
+
+    def display_type_rich(self: TyperOption, ctx: Any) -> str | None:
+        return None if self.is_flag else shown(self, ctx)
+
+    display_type_rich.herd = True  # type: ignore[attr-defined]
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+
+
+PANELS = ("Start here", "Nodes and the fleet", "Jobs", "Events, audit and history",
+          "Operating herdbook")
+"""The panels of `herd --help`, in this order (a command's ``rich_help_panel``)."""
+
+
+def _paragraphs(text: str) -> str:
+    """A docstring's paragraphs, each on one line: the terminal wraps them, not the
+    source's line breaks."""
+    import inspect
+    return "\n\n".join(" ".join(part.split())
+                       for part in inspect.cleandoc(text).split("\n\n"))
+
+
+def _short(text: str) -> str:
+    """The line in a command list: the first sentence, or what comes before its colon
+    when that sentence runs long."""
+    first = text.split("\n\n", 1)[0]
+    sentence = first.split(". ", 1)[0].rstrip(".")
+    if len(sentence) > 90 and ": " in sentence:
+        sentence = sentence.split(": ", 1)[0]
+    return sentence + "."
+
+
+def finish_help(command: Any, path: str = "") -> None:
+    """Every command's help as written: its text, its options' and its epilog read as
+    plain text (``[default: ./.herd]`` is no rich markup tag to swallow), paragraphs
+    unwrapped, a one-sentence line in its group's list, and the examples of
+    ``examples.py`` as the epilog of a command that has none."""
+    from rich.markup import escape
+
+    from herdbook.cli.examples import epilog
+    _flags_without_type()
+    subcommands = getattr(command, "commands", None)
+    runs = subcommands is None or getattr(command, "invoke_without_command", False)
+    if path and runs and command.epilog is None:
+        command.epilog = epilog(path)
+    if command.help and not command.short_help:
+        command.short_help = escape(_short(_paragraphs(command.help)))
+    for holder in (command, *command.params):
+        for attribute in ("help", "epilog"):
+            text = getattr(holder, attribute, None)
+            if text:
+                paragraphs = text if attribute == "epilog" else _paragraphs(text)
+                setattr(holder, attribute, escape(paragraphs))
+    for name, sub in (subcommands or {}).items():
+        finish_help(sub, f"{path} {name}".strip())
+
+
 class OneLineErrors(TyperGroup):
     """The root `herd` group: click's usage box (usage, hint, a framed error) becomes one
     line naming the command's help; an OSError nobody caught (a path the operator gave,
@@ -33,6 +96,9 @@ class OneLineErrors(TyperGroup):
     def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,
              complete_var: str | None = None, standalone_mode: bool = True,
              windows_expand_args: bool = True, **extra: Any) -> Any:
+        if not getattr(self, "_help_finished", False):
+            self._help_finished = True
+            finish_help(self)
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode,
                                 windows_expand_args, **extra)
@@ -66,6 +132,13 @@ class OneLineErrors(TyperGroup):
             _say(f"{err.strerror or err}{where}")
             code = client.EXIT_REFUSED
         sys.exit(code if isinstance(code, int) else 0)
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        """By panel (``PANELS``), then in the order they were added."""
+        def panel(name: str) -> int:
+            where = getattr(self.commands[name], "rich_help_panel", None)
+            return PANELS.index(where) if where in PANELS else len(PANELS)
+        return sorted(super().list_commands(ctx), key=panel)
 
 
 def _exists(path: Path) -> bool:

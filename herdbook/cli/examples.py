@@ -1,0 +1,75 @@
+"""One example (or a few) per command, shown at the end of its --help. Kept in one table
+so the CLI's examples read as one voice; a command's own ``epilog`` wins over this."""
+
+from __future__ import annotations
+
+EXAMPLES: dict[str, tuple[str, ...]] = {
+    # getting started
+    "up": ("herd up --demo 4 --auto-approve", "herd up -c herd.yaml --auth"),
+    "agent": ("herd agent --node-id gpu-017 --server nats://cp:4222",
+              "herd agent --node-id dev-1 --fake-gpus 8 --heartbeat-interval 2s"),
+    "agent inject": ("herd agent inject --node gpu-017 xid 79",),
+    "status": ("herd status", "herd status -o json"),
+    "top": ("herd top", "herd top --once"),
+    # nodes and the fleet
+    "node list": ("herd node list --filter-state down", "herd node list -l pool=a100 --wide"),
+    "node describe": ("herd node describe gpu-017", "herd node describe gpu-017 --at 2h"),
+    "node history": ("herd node history gpu-017",),
+    "node status": ("herd node status gpu-017",),
+    "node add": ("herd node add gpu-042 --labels pool=a100",),
+    "node approve": ("herd node approve gpu-017", "herd node approve -l pool=a100"),
+    "node reject": ("herd node reject gpu-017 -m 'unknown host'",),
+    "node delete": ("herd node delete gpu-017",),
+    "node cordon": ("herd node cordon gpu-017 -m 'fan noise'", "herd node cordon -l rack=r12"),
+    "node uncordon": ("herd node uncordon gpu-017",),
+    "node drain": ("herd node drain gpu-017 --deadline 30m",),
+    "node undrain": ("herd node undrain gpu-017",),
+    "node disable": ("herd node disable gpu-017 -m 'RMA'",),
+    "node enable": ("herd node enable gpu-017",),
+    "node reboot": ("herd node reboot gpu-017",),
+    "node claim": ("herd node claim secure-3 --user ana",),
+    "node release": ("herd node release secure-3 -m 'job done'",),
+    "node fingerprint": ("herd node fingerprint secure-3",),
+    "node conformance": ("herd node conformance",),
+    "pool list": ("herd pool list",),
+    "pool status": ("herd pool status a100",),
+    "pool scale": ("herd pool scale a100 12 -m 'training week'",),
+    "instance list": ("herd instance list",),
+    "instance describe": ("herd instance describe i-0abc",),
+    "health check-policy": ("herd health check-policy policy.yaml",),
+    "admin node wipe": ("herd admin node wipe secure-3 --force",),
+    # jobs
+    "job run": ("herd job run job.yaml",),
+    "job status": ("herd job status train-1",),
+    "job stop": ("herd job stop train-1 -m 'superseded'",),
+    "eval list": ("herd eval list",),
+    "eval status": ("herd eval status 3f2a",),
+    "eval retry": ("herd eval retry 3f2a",),
+    "alloc list": ("herd alloc list",),
+    "alloc status": ("herd alloc status 9c1e",),
+    "alloc requeue": ("herd alloc requeue 9c1e -m 'checked the node'",),
+    # history
+    "events tail": ("herd events tail -n 50", "herd events tail --since 10m -o json",
+                    "herd events tail -f --subject 'herd.node.gpu-017.>'"),
+    "events schema": ("herd events schema > herd-events.schema.json",),
+    "audit list": ("herd audit list --since 1d", "herd audit list --node gpu-017"),
+    "audit verify": ("herd audit verify",),
+    "view rebuild": ("herd view rebuild",),
+    # operating herdbook
+    "creds agent": ("herd creds agent gpu-017",),
+    "creds operator": ("herd creds operator --name alice",),
+    "creds list": ("herd creds list",),
+    "creds revoke": ("herd creds revoke op-alice",),
+    "nats cluster": ("herd nats cluster --size 3 --dir ./nats-cluster",),
+    "sim": ("herd sim scenarios/xid-storm.yaml",),
+    "version": ("herd version",),
+}
+
+
+def epilog(path: str) -> str | None:
+    """``Examples:`` and one command per line, or None for a command not in the table."""
+    lines = EXAMPLES.get(path)
+    if not lines:
+        return None
+    return "Example" + ("s" if len(lines) > 1 else "") + ":\n\n" + "\n\n".join(
+        f"  {line}" for line in lines)
