@@ -80,8 +80,7 @@ class Printer:
         self._csv = csv.writer(sys.stdout) if fmt is Format.csv else None
         if self._csv is not None:
             self._csv.writerow(CSV_COLUMNS)
-        elif fmt is Format.table:
-            self._line("SEQ", "TIME", "TYPE", "ID", "ACTOR", "REASON")
+        self._header = fmt is Format.table   # the table's: above its first row only
 
     @staticmethod
     def _text(row: dict[str, Any], key: str) -> str:
@@ -103,6 +102,9 @@ class Printer:
             self._csv.writerow([safe(_aggregate(row["subject"])) if key == "id"
                                 else self._text(row, key) for key in CSV_COLUMNS])
         else:
+            if self._header:
+                self._header = False
+                self._line("SEQ", "TIME", "TYPE", "ID", "ACTOR", "REASON")
             self._line(str(row["seq"]), self._text(row, "at"), self._text(row, "type"),
                        safe(_aggregate(row["subject"])), self._text(row, "actor"),
                        self._text(row, "reason"))

@@ -116,3 +116,8 @@ async def test_follow_prints_the_newest_then_new_events(nc: Any, nats_server: An
 def test_an_unknown_format_is_refused_in_one_line(fmt: str) -> None:
     result = herd("events", "tail", "-o", fmt, server="nats://127.0.0.1:1")
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+
+
+async def test_nothing_to_show_prints_nothing(nc: Any, nats_server: Any) -> None:
+    await append(nc, "n1", "cordoned")
+    assert (await tail(nats_server.url, "--subject", "herd.node.nobody.>")).stdout == ""
