@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Any
 
 import msgspec
 import typer
 
 from herdbook.cli import client
-from herdbook.cli.node import LOG_TIMEOUT, parse_at
+from herdbook.cli.node import LOG_TIMEOUT
 from herdbook.cli.output import Format, Output, console, echo, render_object, render_rows
 
 audit_app = typer.Typer(help="The audit trail: actions on nodes and jobs, and the "
@@ -31,8 +32,9 @@ def _ask(ctx: typer.Context, route: str, request: msgspec.Struct, reply: type[An
 def list_actions(
     ctx: typer.Context,
     node: NodeOption = None,
-    since: Annotated[str | None, typer.Option("--since", help="From this time: ISO-8601 "
-                                              "or ago (10m, 2h, 1d).")] = None,
+    since: Annotated[str | None, typer.Option("--since", help="From this stream sequence "
+                                              "(e.g. 1200) or time (ISO-8601, or ago: 10m, "
+                                              "2h, 1d).")] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, max=5000,
                                        help="The newest N entries.")] = 1000,
     output: Output = Format.table,
@@ -44,12 +46,22 @@ def list_actions(
     allocations."""
     from herdbook.api.history_messages import AuditList, AuditPage
     request = AuditList(limit=limit, node_id="" if node is None else client.check_id(node),
-                        since=None if since is None else parse_at(since, "--since"))
+                        since=None if since is None else since_time(ctx, since))
     result = _ask(ctx, "audit.list", request, AuditPage)
     if result.get("omitted") and output is Format.table:
         console.print(f"({result['omitted']} older entries omitted: --limit, --since)",
                       markup=False)
     render_rows(result["items"], AUDIT_COLUMNS, output)
+
+
+def since_time(ctx: typer.Context, text: str) -> datetime:
+    """--since as the API takes it: a time, or the time the event at a sequence was
+    stored (the audit trail is kept by time)."""
+    from herdbook.cli.events import parse_since, stored_at
+    since = parse_since(text)
+    if isinstance(since, datetime):
+        return since
+    return client.run(str(ctx.obj["server"]), lambda nc: stored_at(nc, since))
 
 
 @audit_app.command("verify")

@@ -144,6 +144,20 @@ async def first_after(nc: Any, subject: str, when: datetime, first: int, last: i
     return lo
 
 
+async def stored_at(nc: Any, seq: int) -> datetime:
+    """When the first event at or after ``seq`` was stored (now, if none is yet)."""
+    from nats.js.errors import NotFoundError
+
+    from herdbook.events.subjects import EVENTS_STREAM
+    try:
+        msg = await nc.jetstream().get_msg(EVENTS_STREAM, seq=seq, subject="herd.>", next=True)
+    except NotFoundError:
+        return datetime.now(UTC)
+    except Exception as err:  # noqa: BLE001
+        raise client.fail(f"cannot read {EVENTS_STREAM}: {err}", client.EXIT_UNREACHABLE) from None
+    return msg.time or datetime.now(UTC)
+
+
 async def read(nc: Any, subject: str, start: int, end: int | None,
                on_raw: Callable[[Raw], Awaitable[None] | None]) -> None:
     """Hand over every message on ``subject`` from ``start`` to ``end`` (None: forever)."""

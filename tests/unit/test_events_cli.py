@@ -121,3 +121,15 @@ def test_an_unknown_format_is_refused_in_one_line(fmt: str) -> None:
 async def test_nothing_to_show_prints_nothing(nc: Any, nats_server: Any) -> None:
     await append(nc, "n1", "cordoned")
     assert (await tail(nats_server.url, "--subject", "herd.node.nobody.>")).stdout == ""
+
+
+async def test_a_sequence_reads_as_the_time_its_event_was_stored(nc: Any) -> None:
+    """`herd audit list --since 1200`: the audit trail is kept by time."""
+    from herdbook.cli.events import stored_at
+    before = datetime.now(UTC)
+    await append(nc, "n1", "cordoned")
+    await asyncio.sleep(0.05)
+    await append(nc, "n1", "uncordoned")
+    first, second = await stored_at(nc, 1), await stored_at(nc, 2)
+    assert before <= first < second
+    assert await stored_at(nc, 99) >= second
