@@ -29,6 +29,15 @@ from nats.js.errors import APIError, BadRequestError, NotFoundError
 
 from herdbook.events.authority import Unvouched, bind_event
 from herdbook.events.base import Event
+from herdbook.events.batch import (
+    ATOMIC_DISABLED,
+    CONTAINS_DUPLICATE,
+    INFLIGHT,
+    MAX_BATCH,
+    RETRY_CODES,
+    Message,
+    publish_batch,
+)
 from herdbook.events.codec import AnyEvent, encode
 from herdbook.events.feed import StreamFeed
 from herdbook.events.node import NodeEvent
@@ -87,6 +96,9 @@ class EventStore:
         self.stream = stream
         self.timeout = timeout
         self.attempts = attempts
+        self.atomic = True
+        """Whether the stream takes atomic batches (until it answers that it does not)."""
+        self._batches = asyncio.Semaphore(INFLIGHT)
 
     async def append(self, event: Event, expected_version: int | None = None) -> int:
         """Append one event; return its stream sequence. A node event is chained: it
@@ -178,6 +190,77 @@ class EventStore:
             log.info("%s %s by %s: %s", event.aggregate_id, event.event_name, event.actor,
                      getattr(event, "reason", ""))
         return version
+
+    async def append_batch(self, events: Sequence[Event], expected_version: int) -> int:
+        """What ``append_decided`` does, as one atomic batch publish with one ack: the
+        first message expects ``expected_version`` (a stale one is a ``ConflictError``
+        and stores nothing), every message keeps its event id as ``Nats-Msg-Id`` (a
+        resend that had landed returns the sequence stored). One aggregate's events
+        only. Chained node events, more than ``MAX_BATCH`` events, or a stream without
+        ``allow_atomic`` go through ``append_decided``."""
+        if not events:
+            return expected_version
+        first = events[0]
+        filt = aggregate_filter(type(first).aggregate, first.aggregate_id)
+        if any(aggregate_filter(type(e).aggregate, e.aggregate_id) != filt for e in events):
+            raise ValueError(f"an atomic batch holds one aggregate's events ({filt})")
+        if (not self.atomic or len(events) > MAX_BATCH
+                or any(isinstance(e, NodeEvent) and e.prev_hash is None for e in events)):
+            return await self.append_decided(events, expected_version)
+        self._check_storage()
+        messages = [Message(subject_of(e), encode(e), {Header.MSG_ID.value: e.event_id})
+                    for e in events]
+        messages[0].headers.update({
+            Header.EXPECTED_LAST_SUBJECT_SEQUENCE.value: str(expected_version),
+            EXPECTED_LAST_SUBJECT_SEQ_SUBJECT: filt})
+        last_id = events[-1].event_id
+        timed_out = False
+        for attempt in range(self.attempts):
+            try:
+                async with self._batches:
+                    ack = await publish_batch(self.js._nc, messages, self.timeout)
+            except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
+                timed_out = True
+                self._check_storage()
+                if attempt + 1 == self.attempts:
+                    raise
+                await asyncio.sleep(0.2 * (attempt + 1))
+                continue
+            if ack.error is None:
+                for event in events:
+                    log.info("%s %s by %s: %s", event.aggregate_id, event.event_name,
+                             event.actor, getattr(event, "reason", ""))
+                return ack.seq
+            err = ack.error
+            if err.err_code == ATOMIC_DISABLED:
+                log.warning("stream %s refuses atomic batches; appending one by one",
+                            self.stream)
+                self.atomic = False
+                return await self.append_decided(events, expected_version)
+            if err.err_code == CONTAINS_DUPLICATE:
+                return await self._landed_batch(filt, last_id, messages[-1])
+            if err.err_code in CONFLICT_CODES:
+                if timed_out and (landed := await self._landed_seq(filt, last_id)) is not None:
+                    return landed
+                raise ConflictError(filt, expected_version, err.description)
+            if err.err_code in RETRY_CODES and attempt + 1 < self.attempts:
+                await asyncio.sleep(0.05 * (attempt + 1))
+                continue
+            api = APIError(code=err.code, err_code=err.err_code, description=err.description)
+            raise storage_full_error(api) or api
+        raise AssertionError("unreachable")
+
+    async def _landed_batch(self, filt: str, last_id: str, last: Message) -> int:
+        """The sequence of a batch that had landed (the server refused its resend whole):
+        the aggregate's last message if it is ours, else the duplicate ack of the last
+        message sent alone (batches land whole, so it is stored and deduplicated)."""
+        landed = await self._landed_seq(filt, last_id)
+        if landed is not None:
+            return landed
+        ack = await self.js.publish(last.subject, last.data, timeout=self.timeout,
+                                    stream=self.stream,
+                                    headers={Header.MSG_ID.value: last_id})
+        return int(ack.seq)
 
     async def _landed_seq(self, filt: str, event_id: str) -> int | None:
         try:

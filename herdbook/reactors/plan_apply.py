@@ -6,23 +6,58 @@ with the version of the node's allocation aggregate that view held. ``apply_plan
 appends every node's part as one decision expecting that version, nodes side by side:
 a node that moved since the plan was made conflicts, and the whole plan is stale
 (``KeptChanging`` from a runner of one attempt; the worker plans again).
+
+Where the store can (``EventStore.append_batch``), each node's part goes as one atomic
+batch publish with one acknowledgement: a conflicting node's part stores nothing, and
+the other nodes' parts are unaffected, as with one append per event.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 from herdbook.events.alloc import AllocEvent, AllocPlaced, AllocStopRequested
+from herdbook.events.base import Event
 from herdbook.events.states import Intent
 from herdbook.projector.job_view import JobView
 from herdbook.projector.tables import ReadModel
 from herdbook.reactors.placement import Placement, Slot, Stop, capacities, place, reconcile
-from herdbook.reactors.runner import Context, DecideRunner, Decision
+from herdbook.reactors.runner import Appends, Context, DecideRunner, Decision
 
 ACTOR = "scheduler"
 APPLY_CONCURRENCY = 64
+
+
+@runtime_checkable
+class AppendsBatches(Protocol):
+    async def append_batch(self, events: Sequence[Event], expected_version: int) -> int: ...
+
+    async def last_sequence(self, aggregate: str, aggregate_id: str) -> int: ...
+
+
+@dataclass(frozen=True)
+class AtomicDecisions:
+    """A store whose ``append_decided`` sends one decision as one atomic batch."""
+
+    store: AppendsBatches
+
+    async def append_decided(self, events: Sequence[Event], expected_version: int) -> int:
+        return await self.store.append_batch(events, expected_version)
+
+    async def last_sequence(self, aggregate: str, aggregate_id: str) -> int:
+        return await self.store.last_sequence(aggregate, aggregate_id)
+
+
+def batching(runner: DecideRunner) -> DecideRunner:
+    """``runner`` appending each decision as one atomic batch, if its store can."""
+    if not isinstance(runner.store, AppendsBatches):
+        return runner
+    store: Appends = AtomicDecisions(runner.store)
+    return DecideRunner(store, runner.reads, runner.clock, ids=runner.ids,
+                        attempts=runner.attempts)
 
 
 @dataclass(frozen=True)
@@ -92,6 +127,7 @@ async def apply_plan(runner: DecideRunner, parts: list[NodePlan], eval_id: str,
     sequence of the last event appended (0 if none). The first node's failure is raised
     once every node's append is done."""
     gate = asyncio.Semaphore(APPLY_CONCURRENCY)
+    runner = batching(runner)
 
     async def on_node(part: NodePlan) -> int:
         async with gate:

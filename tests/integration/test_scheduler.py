@@ -75,6 +75,9 @@ class Harness:
                       NodeBootChecked(node_id=node_id, boot_id="b", passed=True)):
             version = await self.store.append(event, expected_version=version)
         await self.projector.wait_applied(version)
+        # A node becoming schedulable unblocks blocked evals after unblock_delay: let
+        # that pass, or it may unblock an eval a test made later (plans fail fast).
+        await self.wait(lambda: not self.reactor._unblock_pending, what="the node's unblock")
 
     async def run_job(self, job_id: str = "train", count: int = 2, gpus: int = 1,
                       policy: str = "on_node_failure") -> str:
