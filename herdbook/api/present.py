@@ -1,12 +1,15 @@
 """Views as the API's reply Structs (DESIGN §7): pure, no I/O.
 
 ``node_json`` and ``instance_json`` are the same replies as plain dicts, for the
-readers that merge them into a larger object (time travel, the simulator's checks).
+readers that merge them into a larger object (time travel, the simulator's checks);
+``NodeJsonCache`` the node replies as JSON bytes, built once per view version
+(``node.list``).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Container, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -126,3 +129,81 @@ def alloc_reply(alloc: AllocView) -> AllocReply:
         job_version=alloc.job_version, created_at=iso(alloc.created_at),
         started_at=iso(alloc.started_at), finished_at=iso(alloc.finished_at),
         modified_at=iso(alloc.modified_at))
+
+
+_LIVE = ("last_heartbeat", "heartbeat_age", "heartbeating", "allocations")
+_json = msgspec.json.Encoder()
+_WIRE = dict(zip(NodeDetail.__struct_fields__, NodeDetail.__struct_encode_fields__,
+                 strict=True))
+"""A field's name on the wire (``node_class`` is ``class``)."""
+
+
+def _wire(fields: dict[str, Any]) -> dict[str, Any]:
+    return {_WIRE[k]: v for k, v in fields.items()}
+
+
+class _Entry:
+    """One node's reply JSON around its live fields, valid while its view is ``view``."""
+
+    __slots__ = ("beat_at", "beat_text", "head", "narrow", "timeout", "view", "wide")
+
+    def __init__(self, view: NodeView, timeout: float) -> None:
+        fields = _summary_fields(view, None, timeout, 0)
+        live_at = list(fields).index(_LIVE[0])
+        keys = list(fields)
+        head = _wire({k: fields[k] for k in keys[:live_at]})
+        tail = _wire({k: fields[k] for k in keys[live_at + len(_LIVE):]})
+        self.view = view
+        self.timeout = timeout
+        self.head = _json.encode(head)[:-1] + b","          # '{"id":...,"pool":...,'
+        self.narrow = b"," + _json.encode(tail)[1:]         # ',"gpus":...}'
+        self.wide: bytes | None = None
+        self.beat_at = -1.0
+        self.beat_text: str | None = None
+
+    def tail(self, wide: bool) -> bytes:
+        if not wide:
+            return self.narrow
+        if self.wide is None:
+            rest = _json.encode(_wire(_detail_fields(self.view)))
+            self.wide = self.narrow[:-1] + b"," + rest[1:]
+        return self.wide
+
+
+class NodeJsonCache:
+    """``node_summary``/``node_detail`` as JSON bytes, the same bytes msgspec writes for
+    them, built once per view version: a node's view is a frozen Struct replaced on every
+    change, so an entry holds the view it was built from and is rebuilt when the table
+    holds another. Only the live fields (heartbeat time and age, heartbeating,
+    allocations) are written per request. ``last_heartbeat`` is formatted once per
+    heartbeat: kept while the heartbeat's wall time moves by under a millisecond."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, _Entry] = {}
+
+    def item(self, view: NodeView, heartbeat_age: float | None,
+             timeout: Callable[[NodeView], float], allocations: int, now: float, *,
+             wide: bool) -> bytes:
+        entry = self._entries.get(view.id)
+        if entry is None or entry.view is not view:
+            entry = self._entries[view.id] = _Entry(view, timeout(view))
+        last_hb = None
+        if heartbeat_age is not None:
+            beat_at = now - heartbeat_age
+            if abs(beat_at - entry.beat_at) >= 1e-3 or entry.beat_text is None:
+                entry.beat_at = beat_at
+                entry.beat_text = iso(datetime.fromtimestamp(beat_at, UTC))
+            last_hb = entry.beat_text
+        live = _json.encode({
+            "last_heartbeat": last_hb,
+            "heartbeat_age": None if heartbeat_age is None else round(heartbeat_age, 3),
+            "heartbeating": heartbeat_age is not None and heartbeat_age < entry.timeout,
+            "allocations": allocations})
+        return entry.head + live[1:-1] + entry.tail(wide)
+
+    def forget(self, node_ids: Iterable[str]) -> None:
+        for node_id in node_ids:
+            self._entries.pop(node_id, None)
+
+    def keep_only(self, node_ids: Container[str]) -> None:
+        self._entries = {k: v for k, v in self._entries.items() if k in node_ids}

@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import msgspec
 import typer
-from rich.console import Console
 
+from herdbook.cli.output import LazyConsole
 from herdbook.events.subjects import API_PREFIX, InvalidIdError, validate_id
 
 if TYPE_CHECKING:
     from herdbook.credentials import NatsAuth
 
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+err_console = LazyConsole(stderr=True, highlight=False, soft_wrap=True)
 
 EXIT_REFUSED = 1
 EXIT_USAGE = 2

@@ -1,62 +1,135 @@
 """The `herd` app: global options and one sub-app or command per noun (typer's layout);
-each lives in its own module."""
+each lives in its own module, imported when its command runs (``LAZY``): `herd node
+list` imports the node commands and nothing of `herd up`, `herd sim` or rich."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Iterator, MutableMapping
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from typer.core import TyperCommand, TyperGroup
 
 from herdbook.cli import client
-from herdbook.cli.agent import agent_app
-from herdbook.cli.audit import audit_app
-from herdbook.cli.cluster import nats_app
-from herdbook.cli.creds import (
-    CredsOption,
-    PasswordOption,
-    TlsCa,
-    TlsCert,
-    TlsKey,
-    UserOption,
-    checked_auth,
-    creds_app,
-)
-from herdbook.cli.events import events_app
-from herdbook.cli.fleet import instance_app, pool_app
-from herdbook.cli.health import health_app
-from herdbook.cli.jobs import alloc_app, eval_app, job_app
-from herdbook.cli.node import node_app
-from herdbook.cli.output import Format, console, render_object
-from herdbook.cli.sensitive import admin_app
-from herdbook.cli.sim import sim_command
-from herdbook.cli.top import top
-from herdbook.cli.up import up
-from herdbook.cli.usage import PANELS, OneLineErrors
-from herdbook.cli.view import view_app
+from herdbook.cli.creds import CredsOption, PasswordOption, TlsCa, TlsCert, TlsKey, UserOption
+from herdbook.cli.output import Format
+from herdbook.cli.usage import PANELS, OneLineErrors, finish_help
+
+if TYPE_CHECKING:
+    from typer._click import Command
+
+START, FLEET, JOBS, HISTORY, OPERATE = PANELS
+LAZY: dict[str, tuple[str, str, str]] = {
+    # name: (module, attribute: a Typer is a group, a function one command, panel)
+    "up": ("herdbook.cli.up", "up", START),
+    "top": ("herdbook.cli.top", "top", START),
+    "sim": ("herdbook.cli.sim", "sim_command", OPERATE),
+    "agent": ("herdbook.cli.agent", "agent_app", START),
+    "node": ("herdbook.cli.node", "node_app", FLEET),
+    "pool": ("herdbook.cli.fleet", "pool_app", FLEET),
+    "instance": ("herdbook.cli.fleet", "instance_app", FLEET),
+    "health": ("herdbook.cli.health", "health_app", FLEET),
+    "admin": ("herdbook.cli.sensitive", "admin_app", FLEET),
+    "job": ("herdbook.cli.jobs", "job_app", JOBS),
+    "eval": ("herdbook.cli.jobs", "eval_app", JOBS),
+    "alloc": ("herdbook.cli.jobs", "alloc_app", JOBS),
+    "events": ("herdbook.cli.events", "events_app", HISTORY),
+    "audit": ("herdbook.cli.audit", "audit_app", HISTORY),
+    "view": ("herdbook.cli.view", "view_app", HISTORY),
+    "creds": ("herdbook.cli.creds", "creds_app", OPERATE),
+    "nats": ("herdbook.cli.cluster", "nats_app", OPERATE),
+}
+"""Every command and sub-app but ``status`` and ``version``, in the order `herd --help`
+lists them within a panel (typer's: the commands, then the groups)."""
+ADDING = {"node": "herdbook.cli.sensitive", "alloc": "herdbook.cli.sensitive"}
+"""The modules that add commands to another's sub-app (`herd node claim`)."""
+_ORDER = ("up", "top", "sim", "status", "version")
+
+
+def load(name: str) -> Command:
+    """The click command of ``LAZY[name]``, built as ``app.command``/``app.add_typer``
+    would build it."""
+    import importlib
+    module, attribute, panel = LAZY[name]
+    target = getattr(importlib.import_module(module), attribute)
+    if name in ADDING:
+        importlib.import_module(ADDING[name])
+    holder = typer.Typer(add_completion=False)
+    holder.callback()(lambda: None)     # a group, even around one command
+    if isinstance(target, typer.Typer):
+        holder.add_typer(target, name=name, rich_help_panel=panel)
+    else:
+        holder.command(name, rich_help_panel=panel)(target)
+    command: Command = typer.main.get_command(holder).commands[name]  # type: ignore[attr-defined]
+    return command
+
+
+class LazyCommands(MutableMapping[str, "Command"]):
+    """A group's ``commands``: those of ``LAZY`` are built on first access."""
+
+    def __init__(self, built: dict[str, Command]) -> None:
+        names = [*(n for n in _ORDER if n in built or n in LAZY), *built, *LAZY]
+        self._names = list(dict.fromkeys(names))
+        self._built = built
+
+    def __getitem__(self, name: str) -> Command:
+        if name not in self._built and name in LAZY and name in self._names:
+            self._built[name] = load(name)
+        return self._built[name]
+
+    def __setitem__(self, name: str, command: Command) -> None:
+        self._built[name] = command
+        if name not in self._names:
+            self._names.append(name)
+
+    def __delitem__(self, name: str) -> None:
+        self._names.remove(name)
+        self._built.pop(name, None)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._names))
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names
+
+
+class Herd(OneLineErrors):
+    """The root group: commands built when named (``LazyCommands``), and every command's
+    help finished (``usage.finish_help``) only when some help is shown."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.commands = LazyCommands(dict(self.commands))
+        self._help_finished = True      # OneLineErrors.main: not on every run
+
+    def finish(self) -> None:
+        if not getattr(self, "_finished", False):
+            self._finished = True
+            finish_help(self)
+
+
+def _finishing(format_help: Any) -> Any:
+    def wrapped(self: Any, ctx: Any, formatter: Any) -> Any:
+        root = ctx.find_root().command
+        if isinstance(root, Herd):
+            root.finish()
+        return format_help(self, ctx, formatter)
+    wrapped.herd = True  # type: ignore[attr-defined]
+    return wrapped
+
+
+for _kind in (TyperGroup, TyperCommand):
+    if not getattr(_kind.format_help, "herd", False):
+        _kind.format_help = _finishing(_kind.format_help)  # type: ignore[method-assign]
 
 app = typer.Typer(
-    name="herd", no_args_is_help=True, pretty_exceptions_enable=False, cls=OneLineErrors,
+    name="herd", no_args_is_help=True, pretty_exceptions_enable=False, cls=Herd,
     help="herdbook: an event-sourced control plane for GPU and CPU compute-node fleets.",
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-START, FLEET, JOBS, HISTORY, OPERATE = PANELS
-app.command(rich_help_panel=START)(up)
-app.add_typer(agent_app, name="agent", rich_help_panel=START)
-app.command("top", rich_help_panel=START)(top)
-app.add_typer(node_app, name="node", rich_help_panel=FLEET)
-app.add_typer(pool_app, name="pool", rich_help_panel=FLEET)
-app.add_typer(instance_app, name="instance", rich_help_panel=FLEET)
-app.add_typer(health_app, name="health", rich_help_panel=FLEET)
-app.add_typer(admin_app, name="admin", rich_help_panel=FLEET)
-app.add_typer(job_app, name="job", rich_help_panel=JOBS)
-app.add_typer(eval_app, name="eval", rich_help_panel=JOBS)
-app.add_typer(alloc_app, name="alloc", rich_help_panel=JOBS)
-app.add_typer(events_app, name="events", rich_help_panel=HISTORY)
-app.add_typer(audit_app, name="audit", rich_help_panel=HISTORY)
-app.add_typer(view_app, name="view", rich_help_panel=HISTORY)
-app.add_typer(creds_app, name="creds", rich_help_panel=OPERATE)
-app.add_typer(nats_app, name="nats", rich_help_panel=OPERATE)
-app.command("sim", rich_help_panel=OPERATE)(sim_command)
 
 
 @app.callback()
@@ -67,6 +140,7 @@ def main_options(
     creds: CredsOption = None, user: UserOption = None, password: PasswordOption = None,
     tls_ca: TlsCa = None, tls_cert: TlsCert = None, tls_key: TlsKey = None,
 ) -> None:
+    from herdbook.cli.creds import checked_auth
     from herdbook.credentials import NatsAuth
     auth = NatsAuth(user, password, creds, tls_ca, tls_cert, tls_key)
     source = ctx.get_parameter_source("server")
@@ -85,6 +159,7 @@ def status(
 ) -> None:
     """The control plane answering: node count, projector position and lag, dead letters,
     dropped heartbeat replays, liveness detections."""
+    from herdbook.cli.output import render_object
     render_object(client.call(str(ctx.obj["server"]), "status", {}), output)
 
 
@@ -92,9 +167,9 @@ def status(
 def version() -> None:
     """Print herdbook's version."""
     import herdbook
+    from herdbook.cli.output import console
     console.print(herdbook.__version__)
 
 
 def main() -> None:
     app()
-

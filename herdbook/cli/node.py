@@ -10,7 +10,15 @@ import typer
 
 from herdbook.cli import client, node_actions
 from herdbook.cli.node_args import NodeId, Reason, parse_labels, send_command, server, split
-from herdbook.cli.output import Format, Output, console, echo, render_object, render_rows
+from herdbook.cli.output import (
+    Format,
+    Output,
+    console,
+    echo,
+    render_json_items,
+    render_object,
+    render_rows,
+)
 
 node_app = typer.Typer(help="See nodes and decide their membership (Bacalhau style).",
                        no_args_is_help=True)
@@ -75,43 +83,48 @@ def list_nodes(
     if key not in ORDER_KEYS:
         raise client.fail(f"cannot order by {order_by!r}; choose from {', '.join(ORDER_KEYS)}",
                           client.EXIT_USAGE)
+    import msgspec
     from msgspec.structs import replace
 
-    from herdbook.api.messages import ListNodes, NodeDetail, NodeSummary, Page
+    from herdbook.api.messages import ListNodes, Page
     query = ListNodes(filter_approval=approvals, filter_state=states,
                       labels=parse_labels(labels), wide=output in (Format.json, Format.yaml))
-    reply = Page[NodeDetail] if query.wide else Page[NodeSummary]
     when = None if at is None else parse_at(at)
+    # json in id order prints the control plane's objects as they came (the bytes the
+    # rows would encode to again); everything else reads them as plain rows.
+    verbatim = output is Format.json and key == "id" and when is None
+    reply: Any = Page[msgspec.Raw] if verbatim else Page[dict[str, Any]]
 
-    async def page(nc: Any, token: str | None) -> dict[str, Any]:
+    async def page(nc: Any, token: str | None) -> tuple[list[Any], str | None]:
         if when is None:
-            now: dict[str, Any] = client.plain(await client.request(
-                nc, "node.list", replace(query, next_token=token), reply))
-            return now
+            now = await client.request(nc, "node.list", replace(query, next_token=token),
+                                       reply)
+            return now.items, now.next_token
         from herdbook.api.history_messages import NodesAt, PastNodesPage
-        past: dict[str, Any] = client.plain(await client.request(
+        past = await client.request(
             nc, "node.list_at", NodesAt(
                 at=when, filter_approval=approvals, filter_state=states,
                 labels=query.labels, wide=query.wide, next_token=token),
-            PastNodesPage, timeout=LOG_TIMEOUT))
-        return past
+            PastNodesPage, timeout=LOG_TIMEOUT)
+        return past.items, past.next_token
 
-    async def fetch(nc: Any) -> list[dict[str, Any]]:
-        items: list[dict[str, Any]] = []
+    async def fetch(nc: Any) -> list[Any]:
+        items: list[Any] = []
         token = None
         while True:
-            found = await page(nc, token)
-            items.extend(found["items"])
-            token = found.get("next_token")
+            found, token = await page(nc, token)
+            items.extend(found)
             if not token:
                 return items
 
     rows = client.run(server(ctx), fetch)
-    for row in rows:
-        age = row.get("heartbeat_age")
-        row_age = None if age is None else f"{age:.0f}s ago"
-        if output in (Format.table, Format.csv):
-            row["heartbeat_ago"] = row_age
+    if verbatim:
+        render_json_items(rows[::-1] if order_by.startswith("-") else rows)
+        return
+    if output in (Format.table, Format.csv):
+        for row in rows:
+            age = row.get("heartbeat_age")
+            row["heartbeat_ago"] = None if age is None else f"{age:.0f}s ago"
     rows.sort(key=lambda r: (r.get(key) is None, str(r.get(key) or "")),
               reverse=order_by.startswith("-"))
     render_rows(rows, LIST_COLUMNS + (WIDE_COLUMNS if wide else []), output)

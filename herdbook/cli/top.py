@@ -164,7 +164,7 @@ def top(ctx: typer.Context,
             return
         sub = await nc.subscribe("herd.node.>", cb=on_event)
         try:
-            with Live(frame(summary, status, events, changes, server), console=console,
+            with Live(frame(summary, status, events, changes, server), console=console.get(),
                       refresh_per_second=4, screen=False) as live:
                 while True:
                     before = summary["now"]
