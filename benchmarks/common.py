@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import platform
 import shutil
 import socket
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -33,8 +35,28 @@ def stop_server(server: EmbeddedNats, tmp: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def spread(values: list[float]) -> tuple[float, str]:
+    """The median, and it written with the range of the rounds ("12,300 (11,900–13,000)")."""
+    mid = statistics.median(values)
+    return mid, f"{mid:,.0f} ({min(values):,.0f}–{max(values):,.0f})"
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
 def machine() -> str:
-    import os
     return f"{platform.machine()}, {os.cpu_count()} cores, Python {sys.version.split()[0]}"
 
 

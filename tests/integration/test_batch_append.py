@@ -17,6 +17,7 @@ from herdbook.events.node import NodeApproved, NodeRegistered
 from herdbook.events.store import ConflictError, EventStore
 from herdbook.events.streams import all_streams
 from herdbook.events.subjects import EVENTS_STREAM
+from herdbook.reactors import plan_apply
 from tests.integration.test_scheduler import Harness
 
 
@@ -115,17 +116,21 @@ async def test_a_stream_without_atomic_batches_gets_one_append_per_event(
         await nc.close()
 
 
-async def test_the_scheduler_sends_each_nodes_part_of_a_plan_as_one_batch(h: Harness) -> None:
+async def test_the_scheduler_sends_a_large_part_of_a_plan_as_one_batch_and_a_small_one_by_one(
+        h: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(plan_apply, "ATOMIC_MIN", 3)
     for node_id in ("n1", "n2"):
         await h.add_node(node_id, gpus=4)
     await h.start()
     await h.wait_status(await h.run_job(count=6), EvalStatus.COMPLETE)
+    parts = {}
     for node_id in ("n1", "n2"):
         seqs = [s for s, _ in await h.store.load("alloc", node_id)]
-        ids = await batch_ids(h.nc, seqs[0], seqs[-1]) if seqs else []
-        assert len(seqs) == len(h.allocs(node_id=node_id)) and len(set(ids)) <= 1, ids
-        assert None not in ids and seqs == list(range(seqs[0], seqs[-1] + 1))
-    assert sorted(len(h.allocs(node_id=n)) for n in ("n1", "n2")) == [2, 4]
+        assert len(seqs) == len(h.allocs(node_id=node_id))
+        parts[len(seqs)] = await batch_ids(h.nc, seqs[0], seqs[-1])
+    assert sorted(parts) == [2, 4]
+    assert parts[2] == [None, None]                       # below ATOMIC_MIN: one ack each
+    assert parts[4][0] is not None and parts[4] == [parts[4][0]] * 4   # one batch
 
 
 async def test_ensure_streams_keeps_atomic_batches_on(nc) -> None:  # type: ignore[no-untyped-def]
