@@ -160,8 +160,8 @@ def inject(
     async def send(nc: object) -> InjectReply:
         import nats.errors
         try:
-            msg = await nc.request(inject_subject(node),  # type: ignore[attr-defined]
-                                   msgspec.json.encode(request), timeout=10)
+            msg = await client.guarded_request(nc, inject_subject(node),
+                                               msgspec.json.encode(request), timeout=10)
         except nats.errors.NoRespondersError:
             raise client.fail(f"no agent {node} is running", client.EXIT_REFUSED) from None
         except nats.errors.TimeoutError:

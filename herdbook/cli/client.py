@@ -168,6 +168,19 @@ async def connect(server: str) -> Any:
     return nc
 
 
+async def guarded_request(nc: Any, subject: str, data: bytes, timeout: float) -> Any:
+    """``nc.request`` to a subject outside the API (an agent's), failing at once with
+    permission denied (exit 1) when NATS refuses it, as API requests do."""
+    sent = nc.request(subject, data, timeout=timeout)
+    watch = _watches.get(nc)
+    try:
+        return await (sent if watch is None else watch.guard(subject, sent))
+    except RequestFailed as err:
+        if err.answered:
+            raise
+        raise fail(str(err), err.code) from None
+
+
 class RequestFailed(Exception):
     """A request without a result: ``answered`` when the control plane replied with an
     error (a refusal of this one request), else no usable answer came (unreachable,

@@ -54,8 +54,11 @@ def fingerprint(ctx: typer.Context, node_id: NodeId) -> None:
     async def ask() -> FingerprintReply:
         nc = await client.connect(server(ctx))
         try:
-            msg = await nc.request(fingerprint_subject(node_id),
-                                   msgspec.json.encode(FingerprintRequest()), timeout=10)
+            msg = await client.guarded_request(nc, fingerprint_subject(node_id),
+                                               msgspec.json.encode(FingerprintRequest()),
+                                               timeout=10)
+        except typer.Exit:
+            raise
         except Exception:  # noqa: BLE001
             raise client.fail(f"the agent of {node_id} does not answer",
                               client.EXIT_REFUSED) from None

@@ -199,6 +199,15 @@ async def test_a_credential_that_may_not_call_an_endpoint_is_denied_at_once(
     assert many.returncode == 1 and many.stdout == "", many.stdout
     assert many.stderr == ("Error: permission denied: "
                            f"herd.api.v1.node.cordon.{agent_user('gpu-1')}\n")
+    # requests addressed to an agent, not the API, fail as fast
+    for args, subject in ((["agent", "inject", "--node", "gpu-2", "xid", "79"],
+                           "herd.agent.gpu-2.inject"),
+                          (["node", "fingerprint", "gpu-2"], "herd.agent.gpu-2.fingerprint")):
+        started = time.monotonic()
+        denied = await asyncio.to_thread(herd, "--creds", str(creds), *args)
+        assert time.monotonic() - started < 5, args
+        assert (denied.returncode, denied.stderr) == (
+            1, f"Error: permission denied: {subject}\n"), (args, denied.stderr)
 
 
 async def test_without_credentials_the_cli_is_refused_in_one_line(plane: ControlPlane,
