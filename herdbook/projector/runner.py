@@ -1,5 +1,14 @@
 """The projector runner: consumes HERD_EVENTS from checkpoint+1, folds into memory,
-and commits batches (``batch_size`` events or ``batch_interval``) with the checkpoint.
+and commits batches with the checkpoint, in one transaction each.
+
+- Catching up (until the stream's last sequence as of ``start`` is folded), it reads
+  through ``BacklogReader`` and coalesces writes: a commit every ``catch_up_events``
+  events or ``catch_up_interval``, whichever first, so a row that 200k events touch
+  is written a few times, not once per 1,000-event batch. Live, it follows the stream
+  with ``StreamFeed`` and commits every ``batch_size`` events or ``batch_interval``.
+  The pull batch (what the reader asks the server for) is not the flush batch.
+- ``wait_applied`` never waits for a window: the commit happens as soon as the event
+  it waits for is folded.
 
 - A message that does not decode, or that its subject does not vouch for
   (``events.authority``), is counted, logged with subject and sequence (at most a line
@@ -14,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
+from collections.abc import Coroutine
 from typing import Any
 
 from msgspec.structs import replace
@@ -22,6 +32,7 @@ from nats.aio.msg import Msg
 
 from herdbook.events.alloc import AllocEvent
 from herdbook.events.authority import Unvouched, bind_event, family_of
+from herdbook.events.backlog_reader import BacklogReader
 from herdbook.events.codec import AnyEvent
 from herdbook.events.deadletters import DeadLetters
 from herdbook.events.eval_events import EvalEvent
@@ -45,16 +56,23 @@ from herdbook.projector.tables import ReadModel, Table
 
 log = logging.getLogger(__name__)
 
+PULL_BATCH = 2000
+"""Messages asked of the server per pull request while catching up."""
 
 
 class ProjectorRunner:
     def __init__(self, nc: NATS, db_path: str, *, batch_size: int = 1000,
-                 batch_interval: float = 0.05, stream: str = EVENTS_STREAM) -> None:
+                 batch_interval: float = 0.05, stream: str = EVENTS_STREAM,
+                 catch_up_events: int = 50_000, catch_up_interval: float = 1.0) -> None:
         self.nc = nc
         self.js = nc.jetstream()
         self.db_path = db_path
         self.batch_size = batch_size
         self.batch_interval = batch_interval
+        self.catch_up_events = max(batch_size, catch_up_events)
+        self.catch_up_interval = max(batch_interval, catch_up_interval)
+        self.live = True
+        """False while reading the backlog (coalesced commits), True once caught up."""
         self.stream = stream
         self.model = ReadModel()
         self.folded_seq = 0          # last sequence folded into memory
@@ -68,6 +86,8 @@ class ProjectorRunner:
         self._lock = asyncio.Lock()
         self._kick = asyncio.Event()
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._first_waiter = float("inf")    # the lowest sequence someone waits for
+        self._follower: asyncio.Task[None] | None = None
 
     @property
     def nodes(self) -> Table[NodeView, NodeEvent]:
@@ -100,8 +120,32 @@ class ProjectorRunner:
     async def start(self) -> None:
         await self.load()
         await self._check_stream()
+        info = await self.js.stream_info(self.stream)
+        end = int(info.state.last_seq)
+        self.live = end <= self.committed_seq
         self._flusher = asyncio.create_task(self._flush_loop(), name="projector-flush")
-        self._sub = StreamFeed(self.nc, self.stream, "herd.>", self.committed_seq + 1,
+        if self.live:
+            await self._follow_live()
+        else:
+            self._follower = asyncio.create_task(self._catch_up_then_follow(end),
+                                                 name="projector-backlog")
+
+    async def _catch_up_then_follow(self, end: int) -> None:
+        reader = BacklogReader(self.nc, self.stream, "herd.>", self.folded_seq + 1, end,
+                               self._take, batch=PULL_BATCH)
+        try:
+            await reader.run()
+        except Exception as err:  # noqa: BLE001 - a fold that failed is in self.failed
+            if self.failed is not None:
+                return
+            log.warning("reading the backlog of %s failed (%s); following it instead",
+                        self.stream, err)
+        self.live = True
+        self._kick.set()       # the last coalesced rows go out now, not in a second
+        await self._follow_live()
+
+    async def _follow_live(self) -> None:
+        self._sub = StreamFeed(self.nc, self.stream, "herd.>", self.folded_seq + 1,
                                self._on_msg, batch=self.batch_size)
         await self._sub.start()
 
@@ -151,6 +195,10 @@ class ProjectorRunner:
             await db.close()
 
     async def stop(self) -> None:
+        if self._follower is not None:
+            self._follower.cancel()
+            await asyncio.gather(self._follower, return_exceptions=True)
+            self._follower = None
         if self._sub is not None:
             await self._sub.stop()
             self._sub = None
@@ -170,28 +218,37 @@ class ProjectorRunner:
             self._db = None
 
     async def _on_msg(self, msg: Msg) -> None:
-        if self.failed is not None:
-            return
-        seq = stream_seq(msg)
-        if seq <= self.folded_seq:
-            return  # redelivered by an ordered-consumer reset
+        more = self._take(msg.subject, msg.data, stream_seq(msg))
+        if more is not None:
+            await more
+        if self._pending >= self.batch_size:
+            await self.flush()
+
+    def _take(self, subject: str, data: bytes, seq: int) -> Coroutine[Any, Any, None] | None:
+        """Fold one stored message (both readers' path); returns the dead letter to send
+        for one the subject does not vouch for. Kicks a commit when one is due."""
+        if self.failed is not None or seq <= self.folded_seq:
+            return None   # stopped, or redelivered by a consumer reset
+        more = None
         try:
-            event = bind_event(msg.subject, msg.data)
+            event = bind_event(subject, data)
             self._check_owner(event)
         except Unvouched as err:
-            await self._deadletter(msg, seq, str(err))
-            self._skip(msg.subject, seq)
+            more = self._deadletter(Msg(self.nc, subject=subject, data=data), seq, str(err))
+            self._skip(subject, seq)
         else:
             try:
                 self.fold(seq, event)
             except Exception as err:
-                self.failed = f"fold failed at sequence {seq} ({msg.subject}): {err!r}"
+                self.failed = f"fold failed at sequence {seq} ({subject}): {err!r}"
                 log.error("projector stopped: %s", self.failed)
                 raise
         self.folded_seq = seq
         self._pending += 1
-        if self._pending >= self.batch_size:
-            await self.flush()
+        if seq >= self._first_waiter or (not self.live
+                                         and self._pending >= self.catch_up_events):
+            self._kick.set()
+        return more
 
     def fold(self, seq: int, event: AnyEvent) -> None:
         self.model.fold(seq, event)
@@ -258,15 +315,17 @@ class ProjectorRunner:
             if seq <= self.committed_seq:
                 if not fut.done():
                     fut.set_result(None)
-            else:
+            elif not fut.done():
                 keep.append((seq, fut))
         self._waiters = keep
+        self._first_waiter = min((seq for seq, _ in keep), default=float("inf"))
 
     async def _flush_loop(self) -> None:
         failing: str | None = None
         while True:
+            interval = self.batch_interval if self.live else self.catch_up_interval
             try:
-                await asyncio.wait_for(self._kick.wait(), timeout=self.batch_interval)
+                await asyncio.wait_for(self._kick.wait(), timeout=interval)
             except TimeoutError:
                 pass
             self._kick.clear()
@@ -302,5 +361,12 @@ class ProjectorRunner:
             return
         fut = asyncio.get_running_loop().create_future()
         self._waiters.append((seq, fut))
-        self._kick.set()
-        await asyncio.wait_for(fut, timeout)
+        self._first_waiter = min(self._first_waiter, seq)
+        if seq <= self.folded_seq:
+            self._kick.set()   # folded already: commit now; else _take kicks on reaching it
+        try:
+            await asyncio.wait_for(fut, timeout)
+        finally:
+            if not fut.done():
+                fut.cancel()
+                self._release_waiters()

@@ -123,11 +123,16 @@ async def write_batch(db: aiosqlite.Connection, stream: str, views: Mapping[str,
                       changed: Iterable[str], seq: int,
                       others: Sequence[TableRows] = (),
                       pool_sizes: dict[str, int] | None = None) -> None:
-    """Upsert the changed rows, delete the removed ones, and move the checkpoint: atomically."""
+    """Upsert the changed rows, delete the removed ones, and move the checkpoint: atomically.
+
+    Every row is encoded before the first ``await``: the projector folds on while the
+    transaction runs on aiosqlite's thread, and a row committed with checkpoint ``seq``
+    must be the row as of ``seq``, not one event later."""
+    batch = [(table, *_rows(table_views, table_changed))
+             for table, table_views, table_changed in (("nodes", views, changed), *others)]
     await db.execute("BEGIN")
     try:
-        for table, table_views, table_changed in (("nodes", views, changed), *others):
-            upserts, deletes = _rows(table_views, table_changed)
+        for table, upserts, deletes in batch:
             if upserts:
                 await db.executemany(
                     f"INSERT INTO {table} (id, data) VALUES (?, ?) "

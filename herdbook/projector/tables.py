@@ -9,7 +9,7 @@ dirty set are the projector's side (what its next SQLite batch writes).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar, overload
 
 from herdbook.events.alloc import AllocEvent
 from herdbook.events.codec import AnyEvent
@@ -26,6 +26,7 @@ from herdbook.projector.node_view import NodeView, apply
 
 Row = TypeVar("Row")
 Ev = TypeVar("Ev")
+T = TypeVar("T")
 
 
 class Table(Mapping[str, Row], Generic[Row, Ev]):
@@ -39,6 +40,16 @@ class Table(Mapping[str, Row], Generic[Row, Ev]):
 
     def __getitem__(self, key: str) -> Row:
         return self._rows[key]
+
+    @overload
+    def get(self, key: str, /) -> Row | None: ...
+    @overload
+    def get(self, key: str, /, default: Row | T) -> Row | T: ...
+
+    def get(self, key: str, /, default: Any = None) -> Any:
+        # The dict's own get: Mapping.get goes through __getitem__ and a KeyError, and
+        # the fold calls this once per event.
+        return self._rows.get(key, default)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._rows)
@@ -64,7 +75,7 @@ class Table(Mapping[str, Row], Generic[Row, Ev]):
         else:
             self._rows[key] = row
         self._dirty.add(key)
-        if event is not None:
+        if event is not None and self._listeners:
             for listener in list(self._listeners):
                 listener(key, row, event)
 
@@ -104,6 +115,10 @@ class ReadModel:
 
     def fold(self, seq: int, event: AnyEvent) -> None:
         """Fold one event stored at ``seq`` into its table (listeners told)."""
+        if isinstance(event, NodeEvent):   # most of a stream: one check, not five
+            self.nodes.put(event.node_id, apply(
+                self.nodes.get(event.node_id), event, seq), event)
+            return
         match event:
             case InstanceEvent():
                 self.instances.put(event.instance_id, apply_instance(

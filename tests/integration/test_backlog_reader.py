@@ -1,0 +1,100 @@
+"""BacklogReader against a real nats-server: every message up to the end once, in order,
+while the same connection carries other traffic, and across a server restart."""
+
+from __future__ import annotations
+
+import asyncio
+
+import nats
+
+from herdbook.control.nats_parts import ensure_streams
+from herdbook.events.backlog_reader import BacklogReader
+from herdbook.events.codec import encode
+from herdbook.events.node import NodeRegistered
+from herdbook.events.store import stream_last_seq, subject_of
+from herdbook.events.subjects import EVENTS_STREAM
+
+
+async def fill(nc, count: int) -> int:  # type: ignore[no-untyped-def]
+    for i in range(count):
+        event = NodeRegistered(node_id=f"n{i % 300}")
+        await nc.publish(subject_of(event), encode(event), headers={"Nats-Msg-Id": event.event_id})
+    await nc.flush()
+    last, previous = 0, -1
+    while last != previous:
+        previous = last
+        await asyncio.sleep(0.3)
+        last = await stream_last_seq(nc.jetstream(), EVENTS_STREAM)
+    return last
+
+
+async def test_every_message_once_in_order_beside_other_traffic(nc) -> None:  # type: ignore[no-untyped-def]
+    last = await fill(nc, 20_000)
+    probes: list[bytes] = []
+
+    async def on_probe(msg) -> None:  # type: ignore[no-untyped-def]
+        probes.append(msg.data)
+
+    await nc.subscribe("probe", cb=on_probe)
+    seen: list[int] = []
+
+    def on_msg(subject: str, data: bytes, seq: int) -> None:
+        assert subject.startswith("herd.node.") and data
+        seen.append(seq)
+        if seq % 1000 == 0:
+            return nc.publish("probe", str(seq).encode())  # awaited by the reader
+
+    assert await BacklogReader(nc, EVENTS_STREAM, "herd.>", 101, last, on_msg, batch=500).run() == last
+    assert seen == list(range(101, last + 1))
+    await nc.flush()
+    await asyncio.sleep(0.2)
+    assert len(probes) == len([s for s in seen if s % 1000 == 0])
+    info = await nc.jetstream().stream_info(EVENTS_STREAM)
+    assert info.state.consumer_count == 0     # its consumer is deleted
+
+
+async def test_the_reader_resumes_after_a_server_restart(nats_server) -> None:  # type: ignore[no-untyped-def]
+    nc = await nats.connect(nats_server.url, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
+    try:
+        await ensure_streams(nc, 1, 3600.0)
+        last = await fill(nc, 10_000)
+        seen: list[int] = []
+        restarted = False
+
+        async def restart() -> None:
+            nats_server.stop()
+            await asyncio.sleep(0.5)
+            nats_server.start()
+
+        def on_msg(subject: str, data: bytes, seq: int) -> None:
+            nonlocal restarted
+            seen.append(seq)
+            if seq == 3000 and not restarted:
+                restarted = True
+                asyncio.get_running_loop().create_task(restart())
+
+        reader = BacklogReader(nc, EVENTS_STREAM, "herd.>", 1, last, on_msg, batch=200,
+                               expires=1.0)
+        assert await asyncio.wait_for(reader.run(), 60) == last
+        assert restarted
+        assert seen == list(range(1, last + 1))
+    finally:
+        await nc.close()
+
+
+async def test_an_error_of_the_callback_stops_the_reader_and_is_raised(nc) -> None:  # type: ignore[no-untyped-def]
+    last = await fill(nc, 3000)
+
+    def on_msg(subject: str, data: bytes, seq: int) -> None:
+        if seq == 1234:
+            raise RuntimeError("fold failed")
+
+    reader = BacklogReader(nc, EVENTS_STREAM, "herd.>", 1, last, on_msg, batch=100)
+    try:
+        await reader.run()
+    except RuntimeError as err:
+        assert str(err) == "fold failed"
+    else:
+        raise AssertionError("the error was swallowed")
+    assert reader.last_seq == 1234
+    assert await nc.request("$JS.API.INFO", b"", timeout=2)   # the connection still works

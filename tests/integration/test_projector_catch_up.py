@@ -1,0 +1,70 @@
+"""The projector catching up: a backlog is committed in a few coalesced transactions,
+not one per ``batch_size``; whoever waits for an event is released as soon as it is
+folded, never after a coalescing window; and the view is the one small batches give."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from herdbook.events.codec import encode
+from herdbook.events.node import NodeDegraded, NodeRecovered, NodeRegistered
+from herdbook.events.store import EventStore, stream_last_seq, subject_of
+from herdbook.events.subjects import EVENTS_STREAM
+from herdbook.projector import schema
+from herdbook.projector.runner import ProjectorRunner
+from tests.integration.test_backlog_reader import fill
+
+
+def dump(db: Path) -> list[tuple[object, ...]]:
+    with sqlite3.connect(db) as conn:
+        return sorted(conn.execute("SELECT * FROM nodes").fetchall())
+
+
+async def test_a_backlog_is_committed_in_a_few_transactions(nc, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    for i in range(12_000):
+        kind = (NodeRegistered, NodeDegraded, NodeRecovered)[i % 3]
+        event = (kind(node_id=f"n{i % 40}") if kind is not NodeDegraded
+                 else NodeDegraded(node_id=f"n{i % 40}", heartbeat_age=31.0))
+        await nc.publish(subject_of(event), encode(event))
+    last = await fill(nc, 0)
+    commits: list[int] = []
+    real = schema.write_batch
+
+    async def counting(*args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        commits.append(args[4])
+        await real(*args, **kwargs)
+
+    monkeypatch.setattr(schema, "write_batch", counting)
+    runner = ProjectorRunner(nc, str(tmp_path / "coalesced.db"), batch_size=1000,
+                             catch_up_events=50_000, catch_up_interval=120.0)
+    await runner.start()
+    await runner.wait_applied(last, timeout=60)   # released long before the 120 s window
+    assert runner.live
+    await runner.stop()
+    assert commits[-1] == last
+    assert len(commits) <= 3, commits             # 1,000-event batches would be 12
+
+    monkeypatch.setattr(schema, "write_batch", real)
+    small = ProjectorRunner(nc, str(tmp_path / "small.db"), batch_size=100, catch_up_events=100)
+    await small.start()
+    await small.wait_applied(last, timeout=60)
+    await small.stop()
+    assert dump(tmp_path / "coalesced.db") == dump(tmp_path / "small.db")
+
+
+async def test_once_live_a_waiter_is_released_at_once(nc, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    last = await fill(nc, 2000)
+    runner = ProjectorRunner(nc, str(tmp_path / "view.db"), batch_size=10_000,
+                             batch_interval=120.0, catch_up_interval=120.0)
+    await runner.start()
+    await runner.wait_applied(last, timeout=30)
+    store = EventStore(nc.jetstream())
+    try:
+        for i in range(5):
+            seq = await store.append(NodeRegistered(node_id=f"live{i}"))
+            await runner.wait_applied(seq, timeout=30)   # not after the 120 s windows
+            assert runner.committed_seq >= seq and f"live{i}" in runner.nodes
+    finally:
+        await runner.stop()
+    assert await stream_last_seq(nc.jetstream(), EVENTS_STREAM) == last + 5
