@@ -68,3 +68,23 @@ async def test_once_live_a_waiter_is_released_at_once(nc, tmp_path) -> None:  # 
     finally:
         await runner.stop()
     assert await stream_last_seq(nc.jetstream(), EVENTS_STREAM) == last + 5
+
+
+async def test_a_bad_message_in_the_backlog_is_dead_lettered_and_passed(nc, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    dead: list[bytes] = []
+
+    async def on_dead(msg) -> None:  # type: ignore[no-untyped-def]
+        dead.append(msg.data)
+
+    await nc.subscribe("herd.deadletter.HERD_EVENTS", cb=on_dead)
+    await fill(nc, 10)
+    await nc.publish("herd.node.n1.registered", b"not json")
+    last = await fill(nc, 10)
+    runner = ProjectorRunner(nc, str(tmp_path / "view.db"))
+    await runner.start()
+    await runner.wait_applied(last, timeout=30)
+    await runner.stop()
+    assert runner.deadletters == 1 and runner.failed is None
+    await nc.flush()
+    assert dead == [b"not json"]
+    assert runner.committed_seq == last and len(runner.nodes) == 10   # and went on past it
