@@ -54,6 +54,20 @@ async def eventually(check: Callable[[], bool], what: str, timeout: float = 30.0
         await asyncio.sleep(0.05)
 
 
+async def ready_writer(url: str) -> nats.NATS:
+    """A writer on the restarted server, once its JetStream has the events stream back."""
+    writer = await nats.connect(url)
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            await writer.jetstream().stream_info("HERD_EVENTS")
+            return writer
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.05)
+
+
 def placed(alloc_id: str, index: int = 0) -> AllocPlaced:
     return AllocPlaced(node_id=NODE, alloc_id=alloc_id, job_id="j", eval_id="e", index=index,
                        command=["true"])
@@ -89,7 +103,7 @@ async def test_events_published_while_the_agent_is_away_all_arrive_after_it_reco
 
         await asyncio.to_thread(nats_server.stop)
         await asyncio.to_thread(nats_server.start)
-        writer = await nats.connect(nats_server.url)
+        writer = await ready_writer(nats_server.url)
         try:
             away = EventStore(writer.jetstream())
             # more than one catch-up page, and a stop of what it already runs
@@ -131,7 +145,7 @@ async def test_an_event_published_during_the_reconnect_is_not_lost(
         await asyncio.sleep(0.2)
         await asyncio.to_thread(nats_server.stop)
         await asyncio.to_thread(nats_server.start)
-        writer = await nats.connect(nats_server.url)
+        writer = await ready_writer(nats_server.url)
         try:
             away = EventStore(writer.jetstream())
             n = 0
