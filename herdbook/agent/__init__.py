@@ -1,0 +1,1 @@
+"""The compute-node agent: protocol, executor, GPU backends, state dir."""

@@ -1,0 +1,1 @@
+"""The composition root (bootstrap) and the parts only it runs."""

@@ -1,0 +1,1 @@
+"""Pure folds, the read model, the SQLite view and its runner."""

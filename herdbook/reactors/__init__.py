@@ -1,0 +1,1 @@
+"""Pure deciders and the reactors that feed them to the one decide runner."""
