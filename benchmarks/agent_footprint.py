@@ -3,26 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import time
 
-from benchmarks.common import report, start_server, stop_server
-
-
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
+from benchmarks.common import cpu_seconds, report, rss_mb, start_server, stop_server
 
 
 def main(seconds: float, gpus: int) -> None:

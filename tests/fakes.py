@@ -13,48 +13,23 @@ from herdbook.events.store import ConflictError, EventStore
 from herdbook.projector.tables import ReadModel
 
 
-class Clock:
-    """Monotonic seconds that move only when a test says so."""
-
-    def __init__(self, now: float = 0.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class SecondsClock:
-    """The one clock (``herdbook.clock.Clock``) over a ``Clock``: its seconds are the
-    monotonic time, and wall time is an epoch plus them."""
-
-    def __init__(self, seconds: Clock, epoch: datetime = datetime(2026, 1, 1, tzinfo=UTC)) -> None:
-        self.seconds = seconds
-        self.epoch = epoch
-
-    def now(self) -> datetime:
-        return self.epoch + timedelta(seconds=self.seconds.now)
-
-    def monotonic(self) -> float:
-        return self.seconds.now
-
-
 class FakeClock:
-    """The one clock (``herdbook.clock.Clock``), moved by hand: ``advance`` moves wall
-    and monotonic time together."""
+    """The one clock (``herdbook.clock.Clock``), moved by hand. Its state is one number,
+    ``seconds`` (the monotonic time); the wall time is ``epoch`` plus it, so both move
+    together whether a test sets ``seconds`` or calls ``advance``."""
 
-    def __init__(self, now: datetime | None = None, monotonic: float = 0.0) -> None:
-        self.wall = now or datetime(2026, 1, 1, tzinfo=UTC)
-        self.mono = monotonic
+    def __init__(self, epoch: datetime | None = None, seconds: float = 0.0) -> None:
+        self.epoch = epoch or datetime(2026, 1, 1, tzinfo=UTC)
+        self.seconds = seconds
 
     def now(self) -> datetime:
-        return self.wall
+        return self.epoch + timedelta(seconds=self.seconds)
 
     def monotonic(self) -> float:
-        return self.mono
+        return self.seconds
 
     def advance(self, seconds: float) -> None:
-        self.wall += timedelta(seconds=seconds)
-        self.mono += seconds
+        self.seconds += seconds
 
 
 class FakeNats:

@@ -30,7 +30,7 @@ from herdbook.health_policy import Policy
 from herdbook.reactors.classifier import HealthClassifier
 from herdbook.reactors.heartbeats import NodeBeat, Verdict, judge
 from herdbook.reactors.sweeper import Sweeper
-from tests.fakes import Clock, FakeNats, FakeProjector, FakeStore, SecondsClock
+from tests.fakes import FakeClock, FakeNats, FakeProjector, FakeStore
 from tests.unit.test_sweeper_heap import CONFIG
 
 DEEP = b"[" * 50_000 + b"]" * 50_000
@@ -44,12 +44,12 @@ def deep_body(**fields: str) -> bytes:
 
 class World:
     def __init__(self, store_type: type[FakeStore] = FakeStore) -> None:
-        self.clock = Clock()
+        self.clock = FakeClock()
         self.nc = FakeNats()
         self.projector = FakeProjector()
         self.store = store_type(self.projector)
         self.sweeper = Sweeper(self.nc, self.store, self.projector, CONFIG,  # type: ignore[arg-type]
-                               clock=SecondsClock(self.clock))
+                               clock=self.clock)
         self.projector.nodes.subscribe(self.sweeper._on_view_change)
 
     def fold(self, event: AnyEvent) -> None:
@@ -62,14 +62,14 @@ class World:
 
     def accept(self, node_id: str, seq: int, boot_id: str = "boot-a") -> Verdict:
         hb = Heartbeat(node_id=node_id, boot_id=boot_id, seq=seq)
-        return self.sweeper.accept(hb, self.clock.now)
+        return self.sweeper.accept(hb, self.clock.seconds)
 
     async def receive(self, subject: str, data: bytes) -> None:
         msg = SimpleNamespace(subject=subject, data=data)
-        await self.sweeper.intake.on_heartbeat(msg, self.clock.now)  # type: ignore[arg-type]
+        await self.sweeper.intake.on_heartbeat(msg, self.clock.seconds)  # type: ignore[arg-type]
 
     async def tick(self, to: float) -> None:
-        self.clock.now = to
+        self.clock.seconds = to
         self.sweeper.sweep()
         for _ in range(5):
             await asyncio.sleep(0)
@@ -128,7 +128,7 @@ async def test_a_body_naming_another_node_changes_nothing(world: World) -> None:
         assert world.accept(node_id, seq=5) is Verdict.ACCEPTED
     before = {n: NodeBeat(**vars(world.sweeper.beats[n])) for n in ("n1", "n2")}
     # when a heartbeat naming n2, of a new boot and a huge seq, arrives on herd.hb.n1
-    world.clock.now = 20.0
+    world.clock.seconds = 20.0
     forged = Heartbeat(node_id="n2", boot_id="boot-a", seq=10**15, running_allocs=3)
     await world.receive("herd.hb.n1", encode(forged))
     # then it is dead-lettered and neither node's heartbeat state moved
@@ -179,7 +179,7 @@ async def test_a_heartbeat_that_beats_the_registration_does_not_make_the_node_lo
     # given a heartbeat of n1 observed before its registration is folded
     assert world.accept("n1", seq=1) is Verdict.UNKNOWN_NODE
     # when the registration and boot check are folded at t=1
-    world.clock.now = 1.0
+    world.clock.seconds = 1.0
     world.register("n1")
     # then its clock starts there: nothing before 31s, and heartbeats every 10s keep it up
     for seq, t in enumerate((10.0, 20.0, 30.0, 40.0), start=2):
@@ -224,7 +224,7 @@ async def test_a_forged_boot_does_not_silence_the_node(world: World) -> None:
     world.register("n1")
     assert world.accept("n1", seq=1) is Verdict.ACCEPTED
     # when a heartbeat with a made-up boot and a huge seq arrives
-    world.clock.now = 5.0
+    world.clock.seconds = 5.0
     assert world.accept("n1", seq=10**18, boot_id="evil") is Verdict.UNANNOUNCED_BOOT
     # then the real ones are still accepted and n1 never degrades
     for seq in range(2, 20):
@@ -244,16 +244,16 @@ async def test_a_restart_heartbeat_ahead_of_its_boot_started_counts_once_announc
     world.accept("n1", seq=7)
     # when the agent restarts: its first heartbeat of boot-b is observed at t=12, before
     # its boot_started is folded at t=13
-    world.clock.now = 12.0
+    world.clock.seconds = 12.0
     assert world.accept("n1", seq=8, boot_id="boot-b") is Verdict.UNANNOUNCED_BOOT
-    world.clock.now = 13.0
+    world.clock.seconds = 13.0
     world.fold(NodeBootStarted(node_id="n1", boot_id="boot-b"))
     # then that heartbeat counts, seen at t=12
     beat = world.sweeper.beats["n1"]
     assert (beat.boot_id, beat.seq, beat.last_seen, beat.recent_boots) == (
         "boot-b", 8, 12.0, ["boot-a"])
     # and the restart goes through BOOTING to READY with no DEGRADED on the way
-    world.clock.now = 14.0
+    world.clock.seconds = 14.0
     world.fold(NodeBootChecked(node_id="n1", boot_id="boot-b", passed=True))
     for seq, t in enumerate((22.0, 32.0, 42.0), start=9):
         await world.tick(t)
@@ -275,9 +275,9 @@ async def test_after_an_operator_reboot_the_boot_check_announces_the_new_boot(
     world.fold(NodeBootStarted(node_id="n1", trigger="reboot", actor="operator"))
     assert world.projector.nodes["n1"].lifecycle is Lifecycle.BOOTING
     # when the agent's first heartbeat of its new boot comes before its boot check
-    world.clock.now = 100.0
+    world.clock.seconds = 100.0
     assert world.accept("n1", seq=2, boot_id="boot-b") is Verdict.UNANNOUNCED_BOOT
-    world.clock.now = 101.0
+    world.clock.seconds = 101.0
     world.fold(NodeBootChecked(node_id="n1", boot_id="boot-b", passed=True))
     # then it counts, and the node stays READY while it heartbeats
     assert world.sweeper.beats["n1"].boot_id == "boot-b"

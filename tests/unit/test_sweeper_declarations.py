@@ -35,7 +35,7 @@ class World:
         self.store.fold(NodeBootChecked(node_id=node_id, boot_id="b", passed=True))
 
     async def at(self, t: float) -> None:
-        self.clock.advance(t - self.clock.mono)
+        self.clock.advance(t - self.clock.seconds)
         self.sweeper.sweep()
         for _ in range(5):
             await asyncio.sleep(0)

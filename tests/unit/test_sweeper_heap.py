@@ -22,18 +22,18 @@ from herdbook.events.states import Lifecycle, NodeClass
 from herdbook.projector.node_view import NodeView, apply
 from herdbook.reactors.heartbeats import Verdict
 from herdbook.reactors.sweeper import Sweeper
-from tests.fakes import Clock, FakeProjector, FakeStore, SecondsClock
+from tests.fakes import FakeClock, FakeProjector, FakeStore
 
 CONFIG = parse_config(b"lifecycle: {heartbeat_timeout: 30s}")  # grace standard 60s
 
 
 class World:
     def __init__(self) -> None:
-        self.clock = Clock()
+        self.clock = FakeClock()
         self.projector = FakeProjector()
         self.store = FakeStore(self.projector)
         self.sweeper = Sweeper(None, self.store, self.projector, CONFIG,  # type: ignore[arg-type]
-                               clock=SecondsClock(self.clock))
+                               clock=self.clock)
 
     def register(self, node_id: str, node_class: NodeClass = NodeClass.STANDARD) -> NodeView:
         self.store.fold(NodeRegistered(node_id=node_id, boot_id="boot-a",
@@ -43,11 +43,11 @@ class World:
 
     def heartbeat(self, node_id: str, seq: int, boot_id: str = "boot-a") -> bool:
         hb = Heartbeat(node_id=node_id, boot_id=boot_id, seq=seq)
-        return self.sweeper.accept(hb, self.clock.now) is Verdict.ACCEPTED
+        return self.sweeper.accept(hb, self.clock.seconds) is Verdict.ACCEPTED
 
     async def tick(self, to: float) -> None:
         """Move the clock, sweep, and let the append tasks run."""
-        self.clock.now = to
+        self.clock.seconds = to
         self.sweeper.sweep()
         for _ in range(5):
             await asyncio.sleep(0)
@@ -100,7 +100,7 @@ async def test_degraded_node_that_heartbeats_recovers(world: World) -> None:
     await world.tick(31.0)
     degraded_version = world.projector.nodes["n1"].version
     # when a heartbeat arrives within grace
-    world.clock.now = 50.0
+    world.clock.seconds = 50.0
     assert world.heartbeat("n1", seq=2)
     await world.tick(50.0)
     # then NodeRecovered, and the node is READY with a fresh 30s deadline
@@ -118,7 +118,7 @@ async def test_down_node_that_heartbeats_stays_down(world: World) -> None:
     world.heartbeat("n1", seq=1)
     await world.tick(30.0)
     await world.tick(90.0)
-    world.clock.now = 100.0
+    world.clock.seconds = 100.0
     assert world.heartbeat("n1", seq=2)
     await world.tick(100.0)
     await world.tick(500.0)
@@ -128,7 +128,7 @@ async def test_down_node_that_heartbeats_stays_down(world: World) -> None:
 async def test_heartbeats_push_the_deadline(world: World) -> None:
     world.register("n1")
     for seq, t in enumerate([0.0, 20.0, 40.0, 60.0], start=1):
-        world.clock.now = t
+        world.clock.seconds = t
         world.heartbeat("n1", seq=seq)
         await world.tick(t + 5.0)
     await world.tick(89.9)
@@ -149,7 +149,7 @@ async def test_sensitive_nodes_get_the_longer_timeout(world: World) -> None:
 
 async def test_a_registered_node_that_never_heartbeats_is_timed_from_arming(
         world: World) -> None:
-    world.clock.now = 5.0
+    world.clock.seconds = 5.0
     world.register("n1")
     world.sweeper._arm("n1")
     await world.tick(34.9)
@@ -195,7 +195,7 @@ def test_a_replayed_heartbeat_is_dropped_and_counted(world: World) -> None:
 def test_a_replay_does_not_refresh_last_seen(world: World) -> None:
     world.register("n1")
     world.heartbeat("n1", seq=5)
-    world.clock.now = 25.0
+    world.clock.seconds = 25.0
     world.heartbeat("n1", seq=4)
     assert world.sweeper.beats["n1"].last_seen == 0.0
     assert world.sweeper.heartbeat_age("n1") == 25.0
@@ -234,10 +234,10 @@ async def test_the_heap_does_not_grow_per_heartbeat(world: World) -> None:
         order = NODES[:]
         rng.shuffle(order)
         for i, node_id in enumerate(order):
-            world.clock.now = rnd * 10.0 + i + rng.random() * 0.5
+            world.clock.seconds = rnd * 10.0 + i + rng.random() * 0.5
             seqs[node_id] += 1
             assert world.heartbeat(node_id, seqs[node_id])
-            await world.tick(world.clock.now)
+            await world.tick(world.clock.seconds)
             largest = max(largest, len(world.sweeper.deadlines.heap))
     # then the heap holds about one entry per node, and no node was degraded
     print(f"largest heap={largest}")
@@ -250,7 +250,7 @@ def test_heartbeats_alone_never_push(world: World) -> None:
     for node_id in NODES:
         world.register(node_id)
     for seq in range(1, 101):
-        world.clock.now = float(seq)
+        world.clock.seconds = float(seq)
         for node_id in NODES:
             world.heartbeat(node_id, seq)
     assert len(world.sweeper.deadlines.heap) == len(NODES)
@@ -280,7 +280,7 @@ async def test_a_reattaching_agent_does_not_count_as_running_nothing(world: Worl
         hb = Heartbeat(node_id="n1", boot_id="boot-a", seq=seq, running_allocs=0,
                        reattaching=reattaching)
         msg = SimpleNamespace(data=encode(hb), subject="herd.hb.n1")
-        await world.sweeper.intake.on_heartbeat(msg, world.clock.now)  # type: ignore[arg-type]
+        await world.sweeper.intake.on_heartbeat(msg, world.clock.seconds)  # type: ignore[arg-type]
 
     await beat(1, reattaching=True)
     assert world.sweeper.beats["n1"].running_allocs is None   # unknown, not zero
@@ -302,10 +302,10 @@ async def test_an_agent_clock_an_hour_off_changes_nothing_in_liveness(world: Wor
     for seq in range(1, 30):   # a heartbeat every 10s for ~5 minutes, sent_at an hour off
         hb = Heartbeat(node_id="n1", boot_id="boot-a", seq=seq, sent_at=_time.time() + skew)
         msg = SimpleNamespace(data=encode(hb), subject="herd.hb.n1")
-        await world.sweeper.intake.on_heartbeat(msg, world.clock.now)  # type: ignore[arg-type]
-        await world.tick(world.clock.now + 10.0)
+        await world.sweeper.intake.on_heartbeat(msg, world.clock.seconds)  # type: ignore[arg-type]
+        await world.tick(world.clock.seconds + 10.0)
     assert world.store.of("n1") == []           # never DEGRADED
-    await world.tick(world.clock.now + 30.0)    # then silence: detected on our clock
+    await world.tick(world.clock.seconds + 30.0)    # then silence: detected on our clock
     assert [name for name, _ in world.store.of("n1")] == ["degraded"]
 
 
@@ -319,11 +319,11 @@ async def test_a_node_that_boots_again_gets_a_full_timeout_from_ready(world: Wor
     assert [name for name, _ in world.store.of("n1")] == ["degraded", "down"]
     # long after, the agent starts again: BOOTING, then its boot check passes at t=500,
     # before the first heartbeat of the new boot has arrived
-    world.clock.now = 499.0
+    world.clock.seconds = 499.0
     for event in (NodeBootStarted(node_id="n1", boot_id="boot-b"),
                   NodeBootChecked(node_id="n1", boot_id="boot-b", passed=True)):
         world.store.fold(event)
-        world.clock.now += 0.5
+        world.clock.seconds += 0.5
         world.sweeper._on_view_change("n1", world.projector.nodes["n1"], event)
     assert world.projector.nodes["n1"].lifecycle is Lifecycle.READY
     await world.tick(501.0)
@@ -339,7 +339,7 @@ async def test_a_deadline_that_rounds_below_the_age_does_not_spin_the_sweep(
     # given a node last seen at t=90.2: its DOWN deadline (90.2 + 30) + 60 is 180.2, but
     # at t=180.2 its age 180.2 - 90.2 is 89.99999999999999, just under timeout + grace
     world.register("n1")
-    world.clock.now = 90.2
+    world.clock.seconds = 90.2
     world.heartbeat("n1", seq=1)
     await world.tick(120.5)
     assert [name for name, _ in world.store.of("n1")] == ["degraded"]

@@ -23,8 +23,8 @@ from herdbook.events.node import (
 from herdbook.events.states import Lifecycle
 from herdbook.reactors.heartbeats import Verdict
 from herdbook.reactors.sweeper import JUMP_FLOOR, Sweeper
-from tests.fakes import SecondsClock
-from tests.unit.test_sweeper_heap import CONFIG, Clock, FakeProjector, FakeStore
+from tests.fakes import FakeClock
+from tests.unit.test_sweeper_heap import CONFIG, FakeProjector, FakeStore
 
 TIMEOUT, GRACE = 30.0, 60.0       # CONFIG: heartbeat_timeout 30s, standard grace 60s
 INTERVAL = 0.2                    # lifecycle.sweep_interval
@@ -42,13 +42,13 @@ class Fleet:
     hand: ``run`` wakes the sweeper every sweep interval, as its loop does."""
 
     def __init__(self, start: float = 0.0) -> None:
-        self.clock = Clock()
-        self.clock.now = start
+        self.clock = FakeClock()
+        self.clock.seconds = start
         self.nc = FakeNats()
         self.projector = FakeProjector()
         self.store = FakeStore(self.projector)
         self.sweeper = Sweeper(self.nc, self.store, self.projector, CONFIG,  # type: ignore[arg-type]
-                               clock=SecondsClock(self.clock))
+                               clock=self.clock)
         self.seq: dict[str, int] = {}
         self.beating: set[str] = set()
         self.last_beat: dict[str, float] = {}
@@ -61,8 +61,8 @@ class Fleet:
     def heartbeat(self, node_id: str) -> None:
         self.seq[node_id] = self.seq.get(node_id, 0) + 1
         hb = Heartbeat(node_id=node_id, boot_id="boot-a", seq=self.seq[node_id])
-        assert self.sweeper.accept(hb, self.clock.now) is Verdict.ACCEPTED
-        self.last_beat[node_id] = self.clock.now
+        assert self.sweeper.accept(hb, self.clock.seconds) is Verdict.ACCEPTED
+        self.last_beat[node_id] = self.clock.seconds
 
     async def wake(self, asleep_since: float) -> None:
         self.sweeper.wake(asleep_since, INTERVAL)
@@ -72,11 +72,11 @@ class Fleet:
     async def run(self, until: float) -> None:
         """The loop sleeping INTERVAL at a time until ``until``; agents in ``beating``
         heartbeat every 10s."""
-        while self.clock.now + INTERVAL <= until + 1e-9:
-            asleep_since = self.clock.now
-            self.clock.now = round(asleep_since + INTERVAL, 6)
+        while self.clock.seconds + INTERVAL <= until + 1e-9:
+            asleep_since = self.clock.seconds
+            self.clock.seconds = round(asleep_since + INTERVAL, 6)
             for node_id in sorted(self.beating):
-                if self.clock.now - self.last_beat.get(node_id, -1e9) >= 10.0:
+                if self.clock.seconds - self.last_beat.get(node_id, -1e9) >= 10.0:
                     self.heartbeat(node_id)
             await self.wake(asleep_since)
 
@@ -105,7 +105,7 @@ async def restarted_after(outage: float) -> Fleet:
     sweeper = fleet.sweeper
     # what start() does: probe the server's clock, read the stored heartbeats, arm
     sweeper.intake.probe_time = SERVER_STOPPED + timedelta(seconds=outage)
-    sweeper.intake.probe_clock = fleet.clock.now
+    sweeper.intake.probe_clock = fleet.clock.seconds
     for node_id in [*LIVE, "n4"]:
         fleet.seq[node_id] = 41
         await stored_heartbeat(sweeper, node_id, 41, SERVER_STOPPED - timedelta(seconds=1))
@@ -182,8 +182,8 @@ async def paused_fleet(pause: float) -> tuple[Fleet, float]:
     await fleet.run(until=95.0)
     fleet.beating.discard("n4")
     await fleet.run(until=100.0)
-    asleep_since = fleet.clock.now
-    fleet.clock.now = resumed = asleep_since + INTERVAL + pause
+    asleep_since = fleet.clock.seconds
+    fleet.clock.seconds = resumed = asleep_since + INTERVAL + pause
     await fleet.wake(asleep_since)
     return fleet, resumed
 
@@ -195,7 +195,7 @@ async def test_a_clock_jump_declares_no_node_whose_heartbeats_were_waiting(
     # then the sweeper re-observed before it swept
     assert fleet.sweeper.reobservations == 1
     # when the heartbeats that waited in the socket are read just after
-    fleet.clock.now = resumed + 0.01
+    fleet.clock.seconds = resumed + 0.01
     for node_id in LIVE:
         fleet.heartbeat(node_id)
     await fleet.run(until=resumed + 300.0)
@@ -225,7 +225,7 @@ async def test_a_late_wake_below_the_threshold_is_not_a_jump() -> None:
     fleet.sweeper.begin_observing()
     assert fleet.sweeper.jump_threshold() == max(JUMP_FLOOR, TIMEOUT / 2)
     await fleet.run(until=25.0)
-    fleet.clock.now = 25.0 + INTERVAL + 10.0
+    fleet.clock.seconds = 25.0 + INTERVAL + 10.0
     await fleet.wake(25.0)
     # then no re-observation: n4 is DEGRADED at once, its timeout having passed
     assert fleet.sweeper.reobservations == 0
@@ -241,7 +241,7 @@ async def test_a_boot_timeout_that_ran_out_during_a_pause_waits_one_timeout() ->
     fleet.sweeper.begin_observing()
     fleet.beating.update(LIVE)
     await fleet.run(until=100.0)
-    fleet.clock.now = 700.0
+    fleet.clock.seconds = 700.0
     await fleet.wake(100.0 - INTERVAL)
     # then FAILED is not declared before one heartbeat timeout after the pause
     await fleet.run(until=700.0 + TIMEOUT - 2 * INTERVAL)
