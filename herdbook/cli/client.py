@@ -168,13 +168,18 @@ async def connect(server: str) -> Any:
     return nc
 
 
+async def _send(nc: Any, subject: str, data: bytes, timeout: float) -> Any:
+    """``nc.request``, unless NATS denies the subject first (``PermissionWatch``)."""
+    sent = nc.request(subject, data, timeout=timeout)
+    watch = _watches.get(nc)
+    return await (sent if watch is None else watch.guard(subject, sent))
+
+
 async def guarded_request(nc: Any, subject: str, data: bytes, timeout: float) -> Any:
     """``nc.request`` to a subject outside the API (an agent's), failing at once with
     permission denied (exit 1) when NATS refuses it, as API requests do."""
-    sent = nc.request(subject, data, timeout=timeout)
-    watch = _watches.get(nc)
     try:
-        return await (sent if watch is None else watch.guard(subject, sent))
+        return await _send(nc, subject, data, timeout)
     except RequestFailed as err:
         if err.answered:
             raise
@@ -221,10 +226,8 @@ async def attempt(nc: Any, route: str, payload: msgspec.Struct | dict[str, Any],
 
     from herdbook.api.messages import Envelope
     subject = api_subject(route)
-    sent = nc.request(subject, msgspec.json.encode(payload), timeout=timeout)
-    watch = _watches.get(nc)
     try:
-        msg = await (sent if watch is None else watch.guard(subject, sent))
+        msg = await _send(nc, subject, msgspec.json.encode(payload), timeout)
     except nats.errors.NoRespondersError:
         raise RequestFailed("no control plane answers (is `herd up` running?)",
                             EXIT_UNREACHABLE) from None
