@@ -1,0 +1,48 @@
+"""The web console: static files shipped as package data (no build step), served at ``/``
+and ``/console/<file>`` of the HTTP API server. The pages are plain ES modules that read
+the same ``/v1`` routes as ``curl`` does and follow ``/v1/events`` (Server-Sent Events)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from aiohttp import web
+
+from herdbook.events.codec import EVENT_TYPES
+
+ROOT = Path(__file__).parent
+FILES = {"index.html": "text/html", "app.js": "text/javascript", "style.css": "text/css"}
+
+
+def _serve(name: str) -> web.Response:
+    body = (ROOT / name).read_bytes()
+    return web.Response(body=body, content_type=FILES[name], charset="utf-8",
+                        headers={"Cache-Control": "no-cache"})
+
+
+async def _index(request: web.Request) -> web.Response:
+    return _serve("index.html")
+
+
+async def _file(request: web.Request) -> web.Response:
+    name = request.match_info["name"]
+    if name not in FILES:   # a fixed list: no path from the request reaches the file system
+        raise web.HTTPNotFound(text=f"no console file {name!r}")
+    return _serve(name)
+
+
+def event_types() -> list[str]:
+    """Every event tag, the ``event:`` names of ``/v1/events``: an EventSource dispatches a
+    named message only to a listener registered for that name."""
+    return sorted(str(cls.__struct_config__.tag) for cls in EVENT_TYPES)
+
+
+async def _event_types(request: web.Request) -> web.Response:
+    return web.json_response(event_types())
+
+
+def add_routes(app: web.Application) -> None:
+    """``GET /`` (the console) and ``GET /console/<file>`` (its script and style)."""
+    app.router.add_get("/", _index)
+    app.router.add_get("/console/event-types.json", _event_types)
+    app.router.add_get("/console/{name}", _file)
