@@ -54,6 +54,16 @@ class FakeGpu:
 
 
 @dataclass
+class _FakePciInfo:
+    busId: str  # noqa: N815 - pynvml's field name
+
+
+def fake_bus_id(index: int) -> str:
+    """The fake backend's PCI bus id of GPU ``index``, in NVML's form."""
+    return f"00000000:{0x18 + index:02X}:00.0"
+
+
+@dataclass
 class _FakeUtil:
     gpu: int
     memory: int
@@ -146,6 +156,9 @@ class FakeNvml:
     def nvmlDeviceGetUUID(self, handle: FakeGpu) -> str:
         return handle.uuid
 
+    def nvmlDeviceGetPciInfo(self, handle: FakeGpu) -> _FakePciInfo:
+        return _FakePciInfo(busId=fake_bus_id(handle.index))
+
     def nvmlDeviceGetMemoryInfo(self, handle: FakeGpu) -> _FakeMemory:
         return _FakeMemory(total=handle.memory_total, free=handle.memory_total)
 
@@ -217,6 +230,20 @@ def inventory(nvml: NvmlLike | None) -> tuple[GpuInfo, ...]:
                            memory_bytes=int(nvml.nvmlDeviceGetMemoryInfo(handle).total),
                            driver_version=driver))
     return tuple(out)
+
+
+def bus_ids(nvml: NvmlLike | None) -> dict[str, int]:
+    """GPU index by normalised PCI bus id (``kmsg.normalise_bus_id`` of NVML's
+    ``pciInfo.busId``), to name the GPU of a kernel log XID."""
+    from herdbook.agent.kmsg import normalise_bus_id
+    if nvml is None:
+        return {}
+    backend: Any = nvml
+    out = {}
+    for i in range(backend.nvmlDeviceGetCount()):
+        info = backend.nvmlDeviceGetPciInfo(backend.nvmlDeviceGetHandleByIndex(i))
+        out[normalise_bus_id(_text(info.busId))] = i
+    return out
 
 
 def max_temperature(nvml: NvmlLike | None) -> float | None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from typing import Any
+from typing import Any, Protocol
 
 from herdbook.agent import gpu
 from herdbook.events.health_report import CheckResult, GpuEvent, HealthReport
@@ -18,12 +18,19 @@ log = logging.getLogger(__name__)
 THERMAL_REPORT_C = 85   # temperatures from here on are health events for the policy
 
 
+class KernelXids(Protocol):
+    def merge(self, nvml_xids: list[GpuEvent]) -> list[GpuEvent]:
+        """NVML's XIDs and the kernel log's since the last report, each once."""
+        ...
+
+
 class HealthMonitor:
     def __init__(self, nvml: gpu.NvmlLike | None) -> None:
         backend: Any = nvml
         self.nvml = backend
         self._counters: dict[tuple[str, int], int] = {}
         self._event_set: Any = None
+        self.kernel_log: KernelXids | None = None
         if backend is not None:
             try:
                 self._event_set = backend.nvmlEventSetCreate()
@@ -106,7 +113,10 @@ class HealthMonitor:
 
     def report(self, node_id: str, boot_id: str, sent_at: float) -> HealthReport:
         check = self.gpu_check()
-        events = [*self.xid_events(), *self.thermal_events(check), *self.counter_events()]
+        xids = self.xid_events()
+        if self.kernel_log is not None:   # XIDs of the kernel log, seen once (agent.kmsg)
+            xids = self.kernel_log.merge(xids)
+        events = [*xids, *self.thermal_events(check), *self.counter_events()]
         events_check = CheckResult(name="health_events", status="healthy",
                                    message=f"{len(events)} events")
         return HealthReport(report_id=uuid.uuid4().hex, node_id=node_id, boot_id=boot_id,

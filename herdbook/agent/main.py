@@ -15,7 +15,7 @@ from typing import Any
 
 from nats.aio.client import Client as NATS
 
-from herdbook.agent import boot, gpu, wipe
+from herdbook.agent import boot, gpu, kmsg, wipe
 from herdbook.agent.allocations import AllocationFollower
 from herdbook.agent.connection import append_until_stored, connect_until_reached
 from herdbook.agent.executor import Executor
@@ -85,6 +85,10 @@ class AgentOptions:
     resync_interval: float = 300.0
     """A catch-up read of this node's allocation events at least this often, on top of
     the ones after every event and reconnect."""
+    kmsg_source: str = "off"
+    """Where XIDs of the kernel log come from (``agent.kmsg``): /dev/kmsg, file:PATH,
+    journalctl or off (``herd agent`` defaults to /dev/kmsg without --fake-gpus)."""
+    kmsg_poll_interval: float = 0.25
 
 
 class Agent:
@@ -170,7 +174,10 @@ class Agent:
         requests = await self.nc.subscribe(fingerprint_subject(self.node_id),
                                            cb=self.reports.on_fingerprint_request)
         options = self.options
+        kernel_log = self._kernel_log()
         tasks = [
+            *([asyncio.create_task(kernel_log.follow(self.reports.send_health))]
+              if kernel_log is not None else []),
             asyncio.create_task(self._boot_checks(store)),
             asyncio.create_task(every(options.health_interval, self.reports.send_health)),
             asyncio.create_task(every(lambda: self.pace.interval, self.reports.heartbeat)),
@@ -207,6 +214,17 @@ class Agent:
 
     async def stop(self) -> None:
         self._stop.set()
+
+    def _kernel_log(self) -> kmsg.KernelLog | None:
+        """The kernel log monitor, if one is configured and its source can be read."""
+        source = kmsg.open_source(self.options.kmsg_source)
+        if source is None:
+            return None
+        log.info("%s: XIDs of the kernel log from %s", self.node_id, self.options.kmsg_source)
+        kernel_log = kmsg.KernelLog(source, lambda: gpu.bus_ids(self.nvml), kmsg.XidMerger(),
+                                    self.options.kmsg_poll_interval)
+        self.reports.health.kernel_log = kernel_log
+        return kernel_log
 
     async def _report(self, event: AllocEvent) -> None:
         assert self._store is not None

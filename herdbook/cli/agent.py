@@ -69,6 +69,9 @@ def agent(
         "--wipe-config", help="YAML with the wipe steps of a sensitive node: steps: "
         "[{name, command, timeout}] (default: GPU memory clear, NVMe secure erase, RAM scrub, "
         "reboot into a clean image; fakes with --fake-gpus).")] = None,
+    kmsg_source: Annotated[str | None, typer.Option(
+        "--kmsg-source", help="Where XIDs of the kernel log come from: /dev/kmsg, file:PATH "
+        "(a file or FIFO), journalctl or off [default: /dev/kmsg; off with --fake-gpus].")] = None,
     creds: CredsOption = None, user: UserOption = None, password: PasswordOption = None,
     tls_ca: TlsCa = None, tls_cert: TlsCert = None, tls_key: TlsKey = None,
     log_level: Annotated[str, log_level_option()] = "info",
@@ -107,6 +110,11 @@ def agent(
         load_steps(wipe_config, fake_gpus is not None)
     except (ValueError, WipeConfigError) as err:
         raise client.fail(str(err), client.EXIT_USAGE) from None
+    from herdbook.agent.kmsg import KMSG, check_source
+    try:
+        kmsg = check_source(kmsg_source or ("off" if fake_gpus is not None else KMSG))
+    except ValueError as err:
+        raise client.fail(str(err), client.EXIT_USAGE) from None
     from herdbook.agent.state import SENTINEL, SEQ_FILE
     from herdbook.agent.workload_state import STATE_FILE
     usable_dir(state_dir, "--state-dir")
@@ -120,7 +128,8 @@ def agent(
         info_interval=info_interval, resource_interval=resource_interval, fake_gpus=fake_gpus,
         instance_id=instance_id, boot_retry_interval=boot_retry_interval,
         fake_allocs=fake_allocs, health_interval=health_interval, state_file=state_file,
-        fingerprint_interval=fingerprint_interval, wipe_config=wipe_config, auth=auth)
+        fingerprint_interval=fingerprint_interval, wipe_config=wipe_config, auth=auth,
+        kmsg_source=kmsg)
     setup_logging(log_level)
     try:
         asyncio.run(run_agent(options))

@@ -21,6 +21,8 @@ class GpuEvent(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     xid: int = 0
     value: float = 0.0         # temperature °C, error count, ...
     message: str = ""
+    source: str = ""
+    """Who saw an XID: nvml, kmsg (the kernel log) or nvml+kmsg (``agent.kmsg``)."""
 
 
 class CheckResult(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
