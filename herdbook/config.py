@@ -4,6 +4,7 @@ path and the reason (``ConfigError``). Durations are written ``500ms``, ``2s``, 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -129,6 +130,7 @@ class WebhookConfig(_Section, frozen=True):
     cordon_url: str | None = None
     uncordon_url: str | None = None
     drain_url: str | None = None
+    undrain_url: str | None = None
     drain_status_url: str | None = None
     """GET ``?node_id=`` -> ``{"drained": bool, "message": str}``; DRAINED waits for it."""
     headers: dict[str, str] = msgspec.field(default_factory=dict)
@@ -141,17 +143,34 @@ class ExecConfig(_Section, frozen=True):
     cordon: str | None = None
     uncordon: str | None = None
     drain: str | None = None
+    undrain: str | None = None
     drain_status: str | None = None
     """Exit code 0 means drained."""
     timeout: Duration = Duration(30.0)
 
 
+class SlurmConfig(_Section, frozen=True):
+    """``scontrol update`` (no shell): cordon, drain -> State=DRAIN Reason="herdbook: ...";
+    uncordon, undrain -> State=RESUME; DRAINED when Slurm says IDLE+DRAIN or DOWN+DRAIN."""
+
+    node_name: str = "{node_id}"
+    """The Slurm node name: ``{node_id}`` and ``{label:KEY}`` (the node's label KEY) with
+    fixed text around them, e.g. ``gpu-{node_id}`` or ``{label:slurm-node}``."""
+    scontrol: str = "scontrol"
+    conf: str | None = None
+    """SLURM_CONF for scontrol (default: Slurm's own, /etc/slurm/slurm.conf)."""
+    timeout: Duration = Duration(10.0)
+    drain_status: bool = True
+    """DRAINED waits for Slurm to say drained (no jobs left on the node)."""
+
+
 class NotifierConfig(_Section, frozen=True):
     type: str = "none"
-    """none, webhook or exec: tells the workload system (Kubernetes, Slurm) about cordon,
-    uncordon and drain."""
+    """none, webhook, exec or slurm: tells the workload system (Kubernetes, Slurm) about
+    cordon, uncordon, drain and undrain."""
     webhook: WebhookConfig = WebhookConfig()
     exec: ExecConfig = ExecConfig()
+    slurm: SlurmConfig = SlurmConfig()
     retries: int = 3
     backoff: Duration = Duration(1.0)
     drain_status_interval: Duration = Duration(5.0)
@@ -254,9 +273,12 @@ def parse_config(raw: bytes | str, source: str = "config") -> Config:
         if pool.node_class not in ("standard", "sensitive", "borrowed"):
             raise ConfigError(f"{source}: pools.{name}.class: {pool.node_class!r} is not one of "
                               "standard, sensitive, borrowed")
-    if config.notifier.type not in ("none", "webhook", "exec"):
+    if config.notifier.type not in ("none", "webhook", "exec", "slurm"):
         raise ConfigError(f"{source}: notifier.type: {config.notifier.type!r} is not one of "
-                          "none, webhook, exec")
+                          "none, webhook, exec, slurm")
+    if not re.fullmatch(r"(?:[^{}]|\{node_id\}|\{label:[^{}]+\})+", config.notifier.slurm.node_name):
+        raise ConfigError(f"{source}: notifier.slurm.node_name: only {{node_id}} and "
+                          "{label:KEY} may stand in braces")
     if not 1 <= config.scheduler.delivery_limit <= 100:
         raise ConfigError(f"{source}: scheduler.delivery_limit: must be between 1 and 100")
     if not 1 <= config.scheduler.max_plan_attempts <= 100:

@@ -1,7 +1,8 @@
-"""Notifiers tell the workload system (Kubernetes, Slurm, ...) about cordon, uncordon and
-drain (Navarch): a webhook or a command, retried with backoff. A notification that fails
-every retry is an event (``node.notification_failed``), shown by ``describe``. When a
-drain-status source is configured, DRAINED waits for it to say drained.
+"""Notifiers tell the workload system (Kubernetes, Slurm, ...) about cordon, uncordon, drain
+and undrain (Navarch): a webhook, a command or Slurm's scontrol (``slurm.py``), retried with
+backoff. A notification that fails every retry is an event (``node.notification_failed``),
+shown by ``describe``. When a drain-status source is configured, DRAINED waits for it to say
+drained.
 
 Every control-plane replica that runs a notifier sends its notifications: run one.
 """
@@ -24,18 +25,20 @@ from herdbook.events.node import (
     NodeEvent,
     NodeNotificationFailed,
     NodeUncordoned,
+    NodeUndrained,
 )
 from herdbook.events.states import Intent
 from herdbook.events.store import EventStore
 from herdbook.projector.node_view import NodeView
 from herdbook.projector.runner import ProjectorRunner
 from herdbook.reactors.runner import DecideRunner, Decision
+from herdbook.reactors.slurm import Slurm
 
 log = logging.getLogger(__name__)
 ACTOR = "notifier"
 
 ACTIONS: dict[type, str] = {NodeCordoned: "cordon", NodeUncordoned: "uncordon",
-                            NodeDrainStarted: "drain"}
+                            NodeDrainStarted: "drain", NodeUndrained: "undrain"}
 
 
 def action_for(event: AnyEvent | NodeEvent) -> str | None:
@@ -45,7 +48,8 @@ def action_for(event: AnyEvent | NodeEvent) -> str | None:
 
 def has_drain_status(config: NotifierConfig) -> bool:
     return ((config.type == "webhook" and config.webhook.drain_status_url is not None)
-            or (config.type == "exec" and config.exec.drain_status is not None))
+            or (config.type == "exec" and config.exec.drain_status is not None)
+            or (config.type == "slurm" and config.slurm.drain_status))
 
 
 def decide_failed(view: NodeView | None, action: str, error: str,
@@ -79,6 +83,7 @@ class Notifier:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._poller: asyncio.Task[None] | None = None
         self._client: Any = None
+        self._slurm = Slurm(config.slurm) if config.type == "slurm" else None
 
     async def start(self) -> None:
         if self.config.type == "none":
@@ -143,6 +148,13 @@ class Notifier:
             if template is None:
                 return
             await self._run(template, node_id, reason)
+        elif self._slurm is not None:
+            await self._slurm.update(action, self._slurm_name(node_id), reason)
+
+    def _slurm_name(self, node_id: str) -> str:
+        assert self._slurm is not None
+        view = self.projector.nodes.get(node_id)
+        return self._slurm.name(node_id, view.info.labels if view is not None else {})
 
     async def _run(self, template: str, node_id: str, reason: str) -> str:
         command = template.format(node_id=shlex.quote(node_id), reason=shlex.quote(reason))
@@ -167,6 +179,8 @@ class Notifier:
             response.raise_for_status()
             body = response.json()
             return bool(body.get("drained")), str(body.get("message", ""))
+        if self._slurm is not None:
+            return await self._slurm.drained(self._slurm_name(node_id))
         template = self.config.exec.drain_status
         assert template is not None
         try:

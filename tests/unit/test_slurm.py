@@ -1,0 +1,156 @@
+"""The Slurm notifier: node names, the scontrol command lines, Slurm's DRAINED, and the
+notifier around them with a stand-in scontrol script (the real one: tests/integration)."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import pytest
+
+from herdbook.config import ConfigError, parse_config
+from herdbook.events.node import NodeInfo, NodeNotificationFailed, NodeRegistered, NodeUndrained
+from herdbook.reactors.notifier import Notifier, action_for, has_drain_status
+from herdbook.reactors.slurm import (
+    SlurmError,
+    clean_reason,
+    is_drained,
+    node_name,
+    node_state,
+    update_argv,
+)
+from tests.fakes import FakeProjector, FakeStore
+
+
+def test_node_names_from_the_template() -> None:
+    labels = {"slurm-node": "cn042", "rack": "r7"}
+    assert node_name("{node_id}", "gpu-1", {}) == "gpu-1"
+    assert node_name("slurm-{node_id}", "gpu-1", {}) == "slurm-gpu-1"
+    assert node_name("{label:slurm-node}", "gpu-1", labels) == "cn042"
+    assert node_name("{label:rack}-{node_id}", "gpu-1", labels) == "r7-gpu-1"
+    with pytest.raises(SlurmError, match="node gpu-1 has no label 'slurm-node'"):
+        node_name("{label:slurm-node}", "gpu-1", {})
+
+
+@pytest.mark.parametrize("name", ["gpu-[1-64]", "a,b", "a b", "NodeName=x", ""])
+def test_a_name_that_slurm_would_read_as_several_nodes_is_refused(name: str) -> None:
+    with pytest.raises(SlurmError, match="is not one Slurm node name"):
+        node_name("{label:n}", "gpu-1", {"n": name})
+
+
+def test_the_template_is_checked_when_the_config_loads() -> None:
+    assert parse_config("notifier: {type: slurm, slurm: {node_name: 'gpu-{label:k}'}}")
+    with pytest.raises(ConfigError, match="notifier.slurm.node_name: only {node_id} and"):
+        parse_config("notifier: {type: slurm, slurm: {node_name: '{hostname}'}}")
+
+
+def test_drain_and_resume_command_lines_carry_the_reason_as_one_argument() -> None:
+    assert update_argv("scontrol", "drain", "cn1", "XID 79; rm -rf /") == [
+        "scontrol", "update", "NodeName=cn1", "State=DRAIN", "Reason=herdbook: XID 79; rm -rf /"]
+    assert update_argv("/opt/slurm/bin/scontrol", "cordon", "cn1", "")[-1] == (
+        "Reason=herdbook: cordon")
+    assert update_argv("scontrol", "uncordon", "cn1", "ok") == [
+        "scontrol", "update", "NodeName=cn1", "State=RESUME"]
+    assert update_argv("scontrol", "undrain", "cn1", "")[-1] == "State=RESUME"
+
+
+def test_the_reason_is_one_printable_line_of_at_most_200_characters() -> None:
+    assert clean_reason("drain", "fan\nnoise\t\x1b[31m  loud") == "herdbook: fan noise [31m loud"
+    assert len(clean_reason("drain", "x" * 1000)) == 200
+
+
+# What `scontrol -o show node` prints (22.05), trimmed to the State field around it.
+@pytest.mark.parametrize(("state", "drained"), [
+    ("IDLE+DRAIN", True),
+    ("DOWN+DRAIN", True),
+    ("DOWN+DRAIN+NOT_RESPONDING", True),
+    ("IDLE*+DRAIN", True),
+    ("ALLOCATED+DRAIN", False),
+    ("MIXED+DRAIN", False),
+    ("IDLE+COMPLETING+DRAIN", False),
+    ("IDLE", False),
+    ("DOWN+NOT_RESPONDING", False),
+    ("ALLOCATED", False),
+])
+def test_drained_is_slurms_drained(state: str, drained: bool) -> None:
+    line = f"NodeName=cn1 Arch=x86_64 CPUTot=1 State={state} ThreadsPerCore=1 Reason=x [root@t]"
+    assert node_state(line) == state
+    assert is_drained(state) is drained
+
+
+def test_an_answer_without_a_state_is_an_error() -> None:
+    with pytest.raises(SlurmError, match="no State="):
+        node_state("Node cn9 not found")
+
+
+def scontrol(tmp_path: Path, body: str) -> Path:
+    """A stand-in scontrol: logs its arguments and SLURM_CONF, then runs ``body``."""
+    path = tmp_path / "scontrol"
+    log = tmp_path / "calls"
+    path.write_text(f'#!/bin/sh\nfor a in "$@"; do printf "%s|" "$a"; done >> {log}\n'
+                    f'printf "\\nconf=%s\\n" "$SLURM_CONF" >> {log}\n{body}\n')
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    return path
+
+
+def notifier(tmp_path: Path, body: str, node_name: str = "{label:slurm}",
+             ) -> tuple[Notifier, FakeStore]:
+    config = parse_config(
+        f"notifier: {{type: slurm, retries: 1, backoff: 10ms, slurm: {{scontrol: "
+        f"'{scontrol(tmp_path, body)}', conf: /etc/x.conf, node_name: '{node_name}'}}}}")
+    projector = FakeProjector()
+    store = FakeStore(projector)
+    store.fold(NodeRegistered(node_id="gpu-1", boot_id="b",
+                              info=NodeInfo(labels={"slurm": "cn7"})))
+    return Notifier(config.notifier, store, projector), store  # type: ignore[arg-type]
+
+
+async def test_a_drain_runs_scontrol_without_a_shell_for_the_labelled_node(
+        tmp_path: Path) -> None:
+    n, store = notifier(tmp_path, "exit 0")
+    assert action_for(NodeUndrained(node_id="gpu-1")) == "undrain"
+    assert await n.notify("drain", "gpu-1", "it's hot; $(reboot)")
+    assert await n.notify("undrain", "gpu-1", "")
+    assert (tmp_path / "calls").read_text().splitlines() == [
+        "update|NodeName=cn7|State=DRAIN|Reason=herdbook: it's hot; $(reboot)|",
+        "conf=/etc/x.conf",
+        "update|NodeName=cn7|State=RESUME|",
+        "conf=/etc/x.conf"]
+    assert store.appended == []
+
+
+async def test_scontrol_failing_is_retried_then_recorded(tmp_path: Path) -> None:
+    n, store = notifier(tmp_path, "echo 'slurm_update error: Invalid node name specified'; exit 1")
+    assert not await n.notify("cordon", "gpu-1", "")
+    [(event, _)] = store.appended
+    assert isinstance(event, NodeNotificationFailed) and event.attempts == 2
+    assert "exited 1: slurm_update error: Invalid node name specified" in event.reason
+
+
+async def test_a_node_without_the_label_is_a_recorded_failure(tmp_path: Path) -> None:
+    n, store = notifier(tmp_path, "exit 0", node_name="{label:missing}")
+    assert not await n.notify("drain", "gpu-1", "")
+    [(event, _)] = store.appended
+    assert isinstance(event, NodeNotificationFailed) and "no label 'missing'" in event.reason
+    assert not (tmp_path / "calls").exists()
+
+
+async def test_drain_status_asks_scontrol_show_node(tmp_path: Path) -> None:
+    n, _ = notifier(tmp_path, "echo 'NodeName=cn7 State=IDLE+DRAIN Reason=x'")
+    assert has_drain_status(n.config)
+    drained, message = await n.drained("gpu-1")
+    assert drained and message == "Slurm node cn7 is IDLE+DRAIN"
+    assert (tmp_path / "calls").read_text().splitlines()[0] == "-o|show|node|cn7|"
+
+
+async def test_a_missing_scontrol_is_a_one_line_failure(tmp_path: Path) -> None:
+    config = parse_config(f"notifier: {{type: slurm, retries: 0, slurm: "
+                          f"{{scontrol: '{tmp_path / 'nope'}'}}}}")
+    projector = FakeProjector()
+    store = FakeStore(projector)
+    store.fold(NodeRegistered(node_id="gpu-1", boot_id="b"))
+    n = Notifier(config.notifier, store, projector)  # type: ignore[arg-type]
+    assert not await n.notify("drain", "gpu-1", "")
+    [(event, _)] = store.appended
+    assert isinstance(event, NodeNotificationFailed)
+    assert event.reason == f"{tmp_path / 'nope'}: No such file or directory"
