@@ -40,7 +40,9 @@ log = logging.getLogger(__name__)
 
 OnMsg = Callable[[str, bytes, int], Awaitable[None] | None]
 """(subject, data, stream sequence) -> None, or an awaitable the reader awaits first."""
-Route = Callable[[bytes, bytes, bytes, bytes | None], Awaitable[None]]
+Route = Callable[[bytes, bytes, bytes, bytes | None], Awaitable[None] | None]
+"""(subject, reply, data, headers) -> None, or an awaitable the parser awaits before the
+next frame: a plain call per frame, no coroutine, unless there is something to wait for."""
 
 
 class _NarrowParser(Parser):
@@ -58,6 +60,7 @@ class _NarrowParser(Parser):
             return
         buf = self.buf
         buf.extend(data)
+        routes = self.routes
         pos = 0
         try:
             while True:
@@ -82,9 +85,11 @@ class _NarrowParser(Parser):
                 body = bytes(buf[start + header_size:start + size])
                 pos = start + size + 2
                 sid, reply = int(args[1]), args[2] if replied else b""
-                route = self.routes.get(sid)
+                route = routes.get(sid)
                 if route is not None:
-                    await route(args[0], reply, body, headers)
+                    more = route(args[0], reply, body, headers)
+                    if more is not None:
+                        await more
                 else:
                     await self.nc._process_msg(sid, args[0], reply, body, headers)
                 if buf is not self.buf:
@@ -209,14 +214,15 @@ class BacklogReader:
             self._outstanding -= batch
             log.debug("backlog of %s: pull request failed: %s", self.stream, err)
 
-    async def _on_frame(self, subject: bytes, reply: bytes, data: bytes,
-                        headers: bytes | None) -> None:
+    def _on_frame(self, subject: bytes, reply: bytes, data: bytes,
+                  headers: bytes | None) -> Awaitable[None] | None:
+        """One frame of the reader's inbox, called by the parser; returns what the parser
+        must await before the next frame (a pull request, a dead letter), else None."""
         self._heard = time.monotonic()
         if self._done.is_set():
-            return
+            return None
         if not reply:   # a status: b"NATS/1.0 408 Request Timeout\r\n..."
-            await self._on_status(headers[9:12] if headers else b"")
-            return
+            return self._on_status(headers[9:12] if headers else b"")
         self._outstanding -= 1
         tokens = reply.split(b".")
         if len(tokens) == 9:
@@ -227,16 +233,33 @@ class BacklogReader:
             self.last_seq = seq
             try:
                 more = self.on_msg(subject.decode(), data, seq)
-                if more is not None:
-                    await more
             except Exception as err:  # noqa: BLE001 - raised by run(), not in nats-py's loop
-                self.error = err
-                self._done.set()
-                return
+                self._fail(err)
+                return None
+            if more is not None:
+                return self._then(more, seq, pending)
+        return self._next(seq, pending)
+
+    async def _then(self, more: Awaitable[None], seq: int, pending: int) -> None:
+        try:
+            await more
+        except Exception as err:  # noqa: BLE001 - raised by run(), not in nats-py's loop
+            self._fail(err)
+            return
+        after = self._next(seq, pending)
+        if after is not None:
+            await after
+
+    def _next(self, seq: int, pending: int) -> Awaitable[None] | None:
         if seq >= self.end_seq or pending == 0:
             self._done.set()
         elif self._outstanding <= self.batch:
-            await self._request(self.batch)
+            return self._request(self.batch)
+        return None
+
+    def _fail(self, err: BaseException) -> None:
+        self.error = err
+        self._done.set()
 
     async def _on_status(self, status: bytes) -> None:
         if status in (b"404", b"408"):   # a request expired: ask again
