@@ -1,0 +1,107 @@
+"""Bearer tokens of the HTTP API (`herd creds operator --http`), kept next to the NATS
+users in ``<data-dir>/nats/http_tokens.json`` (mode 0600) under the users' lock.
+
+Only a token's SHA-256 is stored: the token itself (256 random bits) is printed once.
+A token names the operator user it acts as (``op-<name>``), so `herd creds revoke
+op-<name>` revokes its NATS user and its HTTP tokens together; ``read_only`` tokens may
+call the read routes only. The running control plane reads the file again when it
+changes (by its modification time), so an issued or revoked token counts at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import hmac
+import secrets
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import msgspec
+
+from herdbook.natsd.users import UsersError, _write_private, operator_user
+
+TOKENS_JSON = "http_tokens.json"
+TOKEN_PREFIX = "herd_"
+
+
+class HttpToken(msgspec.Struct, frozen=True, kw_only=True):
+    user: str
+    """The operator user it acts as (``op-<name>``)."""
+    sha256: str
+    read_only: bool = False
+    created_at: float = 0.0
+
+
+def digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class HttpTokens:
+    """The tokens of one data dir's ``nats`` store dir."""
+
+    def __init__(self, store_dir: str | Path) -> None:
+        self.dir = Path(store_dir)
+        self._cache: tuple[int, list[HttpToken]] | None = None
+
+    @property
+    def path(self) -> Path:
+        return self.dir / TOKENS_JSON
+
+    def tokens(self) -> list[HttpToken]:
+        try:
+            return msgspec.json.decode(self.path.read_bytes(), type=list[HttpToken])
+        except FileNotFoundError:
+            return []
+        except OSError as err:
+            raise UsersError(f"{self.path}: {err.strerror}") from err
+        except (msgspec.DecodeError, msgspec.ValidationError) as err:
+            raise UsersError(f"{self.path}: not a tokens file ({err})") from err
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[list[HttpToken]]:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with open(self.dir / "users.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            tokens = self.tokens()
+            yield tokens
+            _write_private(self.path,
+                           msgspec.json.format(msgspec.json.encode(tokens)).decode() + "\n")
+
+    def issue(self, name: str, *, read_only: bool = False) -> tuple[str, HttpToken]:
+        """A new token for operator ``name``; the token is returned, only its hash kept."""
+        token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+        entry = HttpToken(user=operator_user(name), sha256=digest(token), read_only=read_only,
+                          created_at=time.time())
+        with self._locked() as tokens:
+            tokens.append(entry)
+        return token, entry
+
+    def revoke(self, user: str) -> int:
+        """Remove every token of ``user``; how many there were."""
+        with self._locked() as tokens:
+            kept = [t for t in tokens if t.user != user]
+            removed = len(tokens) - len(kept)
+            tokens[:] = kept
+        return removed
+
+    def _current(self) -> list[HttpToken]:
+        try:
+            stamp = self.path.stat().st_mtime_ns
+        except OSError:
+            return []
+        if self._cache is None or self._cache[0] != stamp:
+            self._cache = (stamp, self.tokens())
+        return self._cache[1]
+
+    def lookup(self, token: str) -> HttpToken | None:
+        """The entry of ``token``, comparing its hash with every stored one in constant
+        time (no early exit on a match)."""
+        wanted = digest(token)
+        found = None
+        for entry in self._current():
+            if hmac.compare_digest(wanted, entry.sha256):
+                found = entry
+        return found

@@ -1,0 +1,338 @@
+"""The HTTP API of the control plane (`herd up --http-port`, default 8641 on 127.0.0.1):
+aiohttp, one Application, started and stopped as a control-plane part.
+
+Every NATS API route ``a.b`` is ``POST /v1/a/b`` with the same JSON body, handled by the
+same handler function in-process (no NATS round trip), with ``CALLER`` set to the
+token's user as the NATS server sets it from ``herd.api.v1.<route>.<user>``. The reply is
+the route's result (the ``Ok`` envelope's ``result``), or ``{"code", "message"}`` with an
+HTTP status for the code (``openapi.STATUS_OF_CODE``). Read routes also answer GET with
+query parameters, and the REST-ish aliases below (``/v1/nodes``, ``/v1/nodes/{id}``, ...)
+serve curl. ``/v1/fleet`` is the whole fleet in one compact reply for the console's grid;
+``/v1/events`` streams HERD_EVENTS as Server-Sent Events (``sse.py``); ``/openapi.json``
+documents it all (``openapi.py``). Auth: ``auth.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol
+
+import msgspec
+from aiohttp import web
+from multidict import MultiMapping
+from nats.aio.client import Client as NATS
+
+from herdbook.api.caller import CALLER
+from herdbook.api.messages import Page
+from herdbook.api.server import Api
+from herdbook.clock import Clock
+from herdbook.events.states import Lifecycle
+from herdbook.web import sse
+from herdbook.web.auth import (
+    Principal,
+    Refused,
+    TokenBook,
+    authenticate,
+    authorize,
+    check_bind,
+    is_loopback,
+    same_origin,
+)
+from herdbook.web.openapi import READS, ROUTES, STATUS_OF_CODE, document, http_path
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PORT = 8641
+FLEET_COLUMNS = ("id", "state", "health", "pool", "class", "labels", "schedulable", "gpus",
+                 "last_heartbeat_age")
+_NOT_HEARTBEATING = frozenset({Lifecycle.DOWN, Lifecycle.TERMINATED})
+_encode = msgspec.json.encode
+PRINCIPAL = web.RequestKey("principal", Principal)
+
+
+class Heartbeats(Protocol):
+    """``reactors.sweeper.Sweeper``: seconds since a node's last heartbeat, or None."""
+
+    def heartbeat_age(self, node_id: str) -> float | None: ...
+
+
+def json_response(body: Any, status: int = 200) -> web.Response:
+    return web.Response(body=_encode(body), status=status, content_type="application/json")
+
+
+def error_response(status: int, code: str, message: str) -> web.Response:
+    return json_response({"code": code, "message": message}, status)
+
+
+def query_body(route: str, query: MultiMapping[str], path: Mapping[str, str] | None = None,
+               renames: Mapping[str, str] | None = None) -> bytes:
+    """A GET's query parameters (and path parameters) as the route's JSON request: a
+    list field takes repeated or comma-separated values, ``labels`` takes ``k=v``."""
+    kind = ROUTES[route].request
+    obj: dict[str, Any] = dict(path or {})
+    if kind is None:
+        return b""
+    fields = {f.name: f.type for f in msgspec.structs.fields(kind)}
+    for key in dict.fromkeys(query.keys()):
+        if key == "token":
+            continue
+        name = (renames or {}).get(key, key)
+        values = query.getall(key)
+        if name not in fields:
+            raise Refused(400, "bad_request", f"unknown query parameter {key!r}; {route} takes "
+                          + ", ".join(sorted(fields)))
+        text = str(fields[name])
+        if name == "labels":
+            pairs = [v.partition("=") for v in values]
+            if any(not sep for _, sep, _ in pairs):
+                raise Refused(400, "bad_request", f"{key}: write key=value")
+            obj[name] = {k: v for k, _, v in pairs}
+        elif text.startswith("list["):
+            obj[name] = [part for v in values for part in v.split(",") if part]
+        else:
+            obj[name] = values[-1]
+    try:
+        return _encode(msgspec.convert(obj, kind, strict=False))
+    except msgspec.ValidationError as err:
+        raise Refused(400, "bad_request", str(err)) from None
+
+
+class WebServer:
+    """The aiohttp server as one control-plane part (``start``/``stop``)."""
+
+    def __init__(self, api: Api, heartbeats: Heartbeats, nc: NATS, *, host: str, port: int,
+                 tokens: TokenBook | None, clock: Clock) -> None:
+        self.api = api
+        self.heartbeats = heartbeats
+        self.nc = nc
+        self.host = host
+        self.port = port
+        self.tokens = tokens
+        self.clock = clock
+        self.closing = asyncio.Event()
+        self._runner: web.AppRunner | None = None
+        self._fleet: tuple[int, list[list[Any]]] | None = None
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/"
+
+    async def start(self) -> None:
+        why = check_bind(self.host, self.tokens is not None)
+        if why is not None:
+            raise ValueError(why)
+        self.closing.clear()
+        self._runner = web.AppRunner(self.app(), access_log=None, shutdown_timeout=1.0)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        server = site._server
+        if isinstance(server, asyncio.base_events.Server) and server.sockets:
+            self.port = int(server.sockets[0].getsockname()[1])
+
+    async def stop(self) -> None:
+        self.closing.set()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    # the application ----------------------------------------------------------------
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[self._guard])
+        get, post = app.router.add_get, app.router.add_post
+        get("/openapi.json", self._openapi)
+        get("/v1/fleet", self._fleet_reply)
+        get("/v1/health-summary", self._health_summary)
+        get("/v1/events", self._events)
+        get("/v1/nodes", self._alias("node.list", at="node.list_at", renames=NODE_FILTERS))
+        get("/v1/nodes/{id}", self._alias("node.describe", at="node.describe_at"))
+        get("/v1/nodes/{id}/history", self._alias("node.history"))
+        post("/v1/nodes/{id}/{action}", self._node_action)
+        get("/v1/jobs", self._jobs)
+        get("/v1/jobs/{id}", self._alias("job.status"))
+        get("/v1/evals", self._alias("eval.list", renames={"job": "job_id"}))
+        get("/v1/evals/{id}", self._alias("eval.status"))
+        get("/v1/allocs", self._alias("alloc.list", renames={"node": "node_id",
+                                                             "job": "job_id"}))
+        get("/v1/allocs/{id}", self._alias("alloc.status"))
+        get("/v1/instances", self._alias("instance.list"))
+        get("/v1/instances/{id}", self._alias("instance.describe"))
+        get("/v1/pools", self._alias("pool.list"))
+        get("/v1/pools/{pool}", self._alias("pool.status"))
+        get("/v1/audit", self._alias("audit.list", renames={"node": "node_id"}))
+        get("/v1/{route:.+}", self._route_get)
+        post("/v1/{route:.+}", self._route_post)
+        try:
+            console = importlib.import_module("herdbook.web.console")
+        except ModuleNotFoundError:
+            get("/", self._index)
+        else:
+            console.add_routes(app)
+        return app
+
+    @web.middleware
+    async def _guard(self, request: web.Request,
+                     handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) \
+            -> web.StreamResponse:
+        try:
+            if self.tokens is None:
+                # Loopback only: a name that resolves here but is not ours (DNS rebinding)
+                # would otherwise pass the Origin check below.
+                host = request.host.rsplit(":", 1)[0].strip("[]") if request.host else ""
+                if not is_loopback(host):
+                    raise Refused(403, "forbidden", f"Host {request.host!r} is not this "
+                                  "server's loopback address (no --auth)")
+            if request.method not in ("GET", "HEAD", "OPTIONS") and not same_origin(
+                    request.headers.get("Origin"), request.host, request.scheme):
+                raise Refused(403, "forbidden", "cross-origin request refused: Origin "
+                              f"{request.headers.get('Origin')!r} is not this server")
+            if request.path.startswith("/v1/"):
+                query_token = request.query.get("token") if request.path == "/v1/events" \
+                    else None
+                request[PRINCIPAL] = authenticate(
+                    self.tokens, request.headers.get("Authorization"), query_token)
+            return await handler(request)
+        except Refused as err:
+            return error_response(err.status, err.code, str(err))
+
+    async def call(self, request: web.Request, route: str, body: bytes) -> web.Response:
+        """Run the API route ``route`` on ``body`` as the request's principal."""
+        handler = self.api.routes.get(route)
+        if handler is None:
+            return error_response(404, "not_found", f"no route {route!r}; see /openapi.json")
+        authorize(request[PRINCIPAL], route not in READS)
+        started = self.clock.monotonic()
+        token = CALLER.set(request[PRINCIPAL].user)
+        try:
+            result = await handler(body)
+            response = json_response(result)
+        except Exception as err:  # noqa: BLE001 - every error is one reply
+            failed = self.api.failed(f"HTTP {route}", err)
+            response = error_response(STATUS_OF_CODE.get(failed.code.value, 500),
+                                      failed.code.value, failed.error)
+        finally:
+            CALLER.reset(token)
+        if self.api.metrics is not None:
+            self.api.metrics.observe_request(route, self.clock.monotonic() - started)
+        return response
+
+    # handlers -----------------------------------------------------------------------
+    async def _route_post(self, request: web.Request) -> web.Response:
+        return await self.call(request, request.match_info["route"].replace("/", "."),
+                               await request.read())
+
+    async def _route_get(self, request: web.Request) -> web.Response:
+        route = request.match_info["route"].replace("/", ".")
+        if route not in ROUTES:
+            return error_response(404, "not_found", f"no route {route!r}; see /openapi.json")
+        if route not in READS:
+            return error_response(405, "bad_request", f"{route} changes the fleet: POST it")
+        return await self.call(request, route, query_body(route, request.query))
+
+    def _alias(self, route: str, *, at: str | None = None,
+               renames: Mapping[str, str] | None = None) \
+            -> Callable[[web.Request], Awaitable[web.Response]]:
+        async def handler(request: web.Request) -> web.Response:
+            chosen = at if at is not None and "at" in request.query else route
+            body = query_body(chosen, request.query, request.match_info, renames)
+            return await self.call(request, chosen, body)
+        return handler
+
+    async def _node_action(self, request: web.Request) -> web.Response:
+        route = f"node.{request.match_info['action']}"
+        if route not in ROUTES or route in READS:
+            return error_response(404, "not_found", f"no node action "
+                                  f"{request.match_info['action']!r}; see /openapi.json")
+        raw = await request.read()
+        try:
+            fields = msgspec.json.decode(raw or b"{}")
+        except msgspec.DecodeError as err:
+            return error_response(400, "bad_request", f"body: {err}")
+        if not isinstance(fields, dict):
+            return error_response(400, "bad_request", "body: expected a JSON object")
+        return await self.call(request, route, _encode({**fields,
+                                                        "id": request.match_info["id"]}))
+
+    async def _jobs(self, request: web.Request) -> web.Response:
+        """Every job as ``job.status`` has it (the NATS API has no job list)."""
+        authorize(request[PRINCIPAL], False)
+        items = []
+        for job_id in sorted(self.api.projector.jobs):
+            response = await self.call(request, "job.status", _encode({"id": job_id}))
+            if response.status == 200 and isinstance(response.body, bytes):
+                items.append(msgspec.Raw(response.body))
+        return json_response(Page(items=items))
+
+    async def _openapi(self, request: web.Request) -> web.Response:
+        extra = {**sse.sse_paths(),
+                 "/v1/fleet": {"get": {"operationId": "fleet", "tags": ["fleet"],
+                                       "summary": "the whole fleet for the grid: "
+                                                  + ", ".join(FLEET_COLUMNS),
+                                       "responses": {"200": {"description": "columns, rows"}}}},
+                 "/v1/health-summary": {"get": {
+                     "operationId": "health_summary", "tags": ["fleet"],
+                     "summary": "leader, projector lag, heartbeat ages, counts",
+                     "responses": {"200": {"description": "the summary"}}}}}
+        return json_response(document(extra))
+
+    async def _index(self, request: web.Request) -> web.Response:
+        return json_response({"api": "/v1/", "openapi": "/openapi.json",
+                              "events": "/v1/events", "fleet": "/v1/fleet"})
+
+    async def _events(self, request: web.Request) -> web.StreamResponse:
+        return await sse.stream(request, self.nc.jetstream(), self.closing)
+
+    def fleet(self) -> dict[str, Any]:
+        """The grid's rows, built once per view position (the heartbeat age per request)."""
+        projector = self.api.projector
+        if self._fleet is None or self._fleet[0] != projector.folded_seq:
+            rows = []
+            for node_id, view in sorted(projector.nodes.items()):
+                info = view.info
+                rows.append([node_id, view.state, view.health, info.labels.get("pool"),
+                             info.node_class, dict(info.labels), view.schedulable,
+                             len(info.gpus)])
+            self._fleet = (projector.folded_seq, rows)
+        age = self.heartbeats.heartbeat_age
+        return {"version": projector.committed_seq, "columns": FLEET_COLUMNS,
+                "rows": [[*row, _round(age(str(row[0])))] for row in self._fleet[1]]}
+
+    async def _fleet_reply(self, request: web.Request) -> web.Response:
+        authorize(request[PRINCIPAL], False)
+        return json_response(self.fleet())
+
+    async def _health_summary(self, request: web.Request) -> web.Response:
+        status = await self.call(request, "status", b"")
+        if status.status != 200 or not isinstance(status.body, bytes):
+            return status
+        info = msgspec.json.decode(status.body)
+        nodes = self.api.projector.nodes
+        ages = sorted(a for n in nodes.values() if n.lifecycle not in _NOT_HEARTBEATING
+                      and (a := self.heartbeats.heartbeat_age(n.id)) is not None)
+
+        def pct(q: float) -> float | None:
+            return _round(ages[min(len(ages) - 1, int(q * len(ages)))]) if ages else None
+        return json_response({
+            "leader": info.get("leader"), "projector_lag": info.get("projector_lag"),
+            "projector_seq": info.get("projector_seq"),
+            "stream_last_seq": info.get("stream_last_seq"), "nodes": len(nodes),
+            "heartbeat_age": {"p50": pct(0.5), "p99": pct(0.99), "max": pct(1.0)},
+            "by_state": dict(Counter(n.state for n in nodes.values())),
+            "by_health": dict(Counter(str(n.health) for n in nodes.values()))})
+
+
+NODE_FILTERS = {"state": "filter_state", "approval": "filter_approval", "label": "labels"}
+
+
+def _round(age: float | None) -> float | None:
+    return None if age is None else round(age, 1)
+
+
+def http_routes() -> dict[str, str]:
+    """NATS route -> its POST path (for the docs and tests)."""
+    return {route: http_path(route) for route in ROUTES}
