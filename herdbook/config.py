@@ -216,6 +216,14 @@ class MetricsConfig(_Section, frozen=True):
     host: str = "127.0.0.1"
 
 
+class HttpConfig(_Section, frozen=True):
+    port: int | None = None
+    """Serve the HTTP API and the console on this port; 0: off (also ``--http-port``);
+    unset: 8641 under `herd up`, off where a control plane runs in-process (tests, sim)."""
+    host: str = "127.0.0.1"
+    """Without ``nats.auth`` only a loopback address (also ``--http-host``)."""
+
+
 class Config(_Section, frozen=True):
     nats: NatsConfig = NatsConfig()
     data_dir: str = "./.herd"
@@ -231,6 +239,7 @@ class Config(_Section, frozen=True):
     scheduler: SchedulerConfig = SchedulerConfig()
     allocations: AllocationsConfig = AllocationsConfig()
     metrics: MetricsConfig = MetricsConfig()
+    http: HttpConfig = HttpConfig()
     sensitive: SensitiveConfig = SensitiveConfig()
     leader_ttl: Duration = Duration(6.0)
     """Replicas: the leader's lease expires this long after its last renewal."""
@@ -297,6 +306,8 @@ def parse_config(raw: bytes | str, source: str = "config") -> Config:
                           "seen")
     if not 0 <= config.metrics.port <= 65535:
         raise ConfigError(f"{source}: metrics.port: must be between 0 and 65535")
+    if config.http.port is not None and not 0 <= config.http.port <= 65535:
+        raise ConfigError(f"{source}: http.port: must be between 0 and 65535")
     return config
 
 

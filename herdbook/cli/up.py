@@ -16,6 +16,8 @@ from herdbook.cli.output import console
 from herdbook.cli.usage import log_level_option, plain_files, setup_logging, usable_dir
 from herdbook.cli.usage import port as check_port
 
+DEFAULT_HTTP_PORT = 8641
+
 
 def up(
     config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML config file.")] = None,
@@ -39,6 +41,12 @@ def up(
         "(0: off) [default: 0].")] = None,
     metrics_host: Annotated[str | None, typer.Option(
         "--metrics-host", help="Address /metrics binds to [default: 127.0.0.1].")] = None,
+    http_port: Annotated[int | None, typer.Option(
+        "--http-port", min=0, max=65535, help="Serve the HTTP API and the web console on "
+        "this port (0: off) [default: 8641].")] = None,
+    http_host: Annotated[str | None, typer.Option(
+        "--http-host", help="Address the HTTP API binds to; not loopback only with --auth "
+        "[default: 127.0.0.1].")] = None,
     auth: Annotated[bool, typer.Option("--auth", help="Embedded nats-server: require "
                                        "credentials (`herd creds agent|operator`).")] = False,
     insecure: Annotated[bool, typer.Option("--insecure", help="Without --auth, let the "
@@ -92,7 +100,16 @@ def up(
                                          auto_approve=auto_approve or cfg.approval.auto_approve),
         metrics=msgspec.structs.replace(
             cfg.metrics, port=cfg.metrics.port if metrics_port is None else metrics_port,
-            host=metrics_host or cfg.metrics.host))
+            host=metrics_host or cfg.metrics.host),
+        http=msgspec.structs.replace(
+            cfg.http, host=http_host or cfg.http.host,
+            port=http_port if http_port is not None else (
+                cfg.http.port if cfg.http.port is not None else DEFAULT_HTTP_PORT)))
+    if cfg.http.port:
+        from herdbook.web.auth import check_bind
+        why = check_bind(cfg.http.host, cfg.nats.auth)
+        if why is not None:
+            raise client.fail(why, client.EXIT_USAGE)
     from herdbook.agent.state import SEQ_FILE
     where = "--data-dir" if data_dir else "data_dir"
     usable_dir(cfg.data_dir, where)
@@ -124,6 +141,9 @@ def up(
             console.print(f"  demo fleet:        {demo} simulated nodes (demo-000...), "
                           + ("approved as they register" if cfg.approval.auto_approve else
                              f"PENDING until approved: {herd} node approve -l demo=true"))
+        if info.get("http_url"):
+            console.print(f"  console, HTTP API: {info['http_url']} (OpenAPI: "
+                          f"{info['http_url']}openapi.json)", markup=False)
         if info.get("metrics_url"):
             console.print(f"  Prometheus:        {info['metrics_url']}")
         console.print("  stop:              Ctrl-C")

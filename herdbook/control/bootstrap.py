@@ -49,6 +49,7 @@ from herdbook.events.store import EventStore
 from herdbook.events.streams import all_streams
 from herdbook.events.subjects import EVENTS_STREAM, validate_id
 from herdbook.health_policy import Policy, PolicyError
+from herdbook.natsd.http_tokens import HttpTokens
 from herdbook.natsd.server import EmbeddedNats
 from herdbook.natsd.storage_watch import StorageWatch
 from herdbook.natsd.users import UserRegistry
@@ -62,6 +63,8 @@ from herdbook.reactors.runner import DecideRunner
 from herdbook.reactors.scheduler import Scheduler
 from herdbook.reactors.sensitive import SensitiveReactor
 from herdbook.reactors.sweeper import Sweeper
+from herdbook.web.auth import check_bind
+from herdbook.web.server import WebServer
 
 REQUESTER_HEARTBEAT_INTERVAL = 5.0
 CATCH_UP_TIMEOUT = 60.0
@@ -198,6 +201,9 @@ def bootstrap(config: Config, *, clock: Clock, demo: int = 0,
     if metrics is not None:
         metrics_server = metrics_endpoint(cfg, metrics, projector, sweeper, nc)
         parts.append(Service("metrics server", serving(metrics_server), metrics_server.stop))
+    web_server = http_endpoint(cfg, api, sweeper, nc, clock)
+    if web_server is not None:
+        parts.append(Service("http server", serving_http(web_server), web_server.stop))
     if demo:
         parts.append(DemoAgents(nc, url, data_dir / "demo", demo))
     return ControlPlane(
@@ -206,7 +212,7 @@ def bootstrap(config: Config, *, clock: Clock, demo: int = 0,
         classifier=classifier, agent_sync=agent_sync, streams_guard=streams_guard,
         lease=lease, api=api, rebuild_view=rebuild_view, parts=Parts(parts, lease),
         embedded=embedded, users=users, storage=storage, supervisor=supervisor,
-        metrics=metrics, metrics_server=metrics_server)
+        metrics=metrics, metrics_server=metrics_server, web=web_server)
 
 
 def streams_of(cfg: Config) -> list[StreamConfig]:
@@ -243,6 +249,29 @@ def serving(server: MetricsServer) -> Callable[[], Awaitable[None]]:
         except OSError as err:
             raise StartupError(f"cannot serve metrics on {server.host}:{server.port}: "
                                f"{err.strerror} (pass another --metrics-port)") from err
+    return start
+
+
+def http_endpoint(cfg: Config, api: Api, sweeper: Sweeper, nc: NATS,
+                  clock: Clock) -> WebServer | None:
+    """The HTTP API on ``http.host:port`` (off without a port or with 0); with
+    ``nats.auth`` it takes the bearer tokens of ``herd creds operator --http``."""
+    if not cfg.http.port:
+        return None
+    tokens = HttpTokens(Path(cfg.data_dir) / "nats") if cfg.nats.auth else None
+    if check_bind(cfg.http.host, tokens is not None) is not None:
+        raise StartupError(str(check_bind(cfg.http.host, tokens is not None)))
+    return WebServer(api, sweeper, nc, host=cfg.http.host, port=cfg.http.port, tokens=tokens,
+                     clock=clock)
+
+
+def serving_http(server: WebServer) -> Callable[[], Awaitable[None]]:
+    async def start() -> None:
+        try:
+            await server.start()
+        except OSError as err:
+            raise StartupError(f"cannot serve HTTP on {server.host}:{server.port}: "
+                               f"{err.strerror} (pass another --http-port, or 0: off)") from err
     return start
 
 

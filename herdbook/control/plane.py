@@ -29,6 +29,7 @@ from herdbook.reactors.approver import AutoApprover
 from herdbook.reactors.classifier import HealthClassifier
 from herdbook.reactors.runner import DecideRunner
 from herdbook.reactors.sweeper import Sweeper
+from herdbook.web.server import WebServer
 
 
 @dataclass(eq=False, kw_only=True)
@@ -65,6 +66,8 @@ class ControlPlane:
     metrics: Metrics | None
     """With ``metrics.port``: what ``/metrics`` counts."""
     metrics_server: MetricsServer | None
+    web: WebServer | None = None
+    """With ``http.port``: the HTTP API and the console."""
 
     @property
     def failure(self) -> str | None:
@@ -78,7 +81,8 @@ class ControlPlane:
         return {"nats_url": redact(self.url), "embedded": self.embedded is not None,
                 "auth": self.users is not None, "node_id": self.node_id,
                 "data_dir": str(self.data_dir), "nodes": len(self.projector.nodes),
-                "metrics_url": self.metrics_server.url if self.metrics_server else None}
+                "metrics_url": self.metrics_server.url if self.metrics_server else None,
+                "http_url": self.web.url if self.web is not None else None}
 
     async def stop(self) -> None:
         """Stop every started part in reverse order."""
