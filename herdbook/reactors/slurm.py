@@ -74,6 +74,12 @@ def is_drained(state: str) -> bool:
     return "DRAIN" in flags and base not in BUSY and "COMPLETING" not in flags
 
 
+def resumable(state: str) -> bool:
+    """DRAIN or DOWN: what RESUME is for (Slurm refuses it for any other node)."""
+    base, *flags = state.upper().replace("*", "").split("+")
+    return base == "DOWN" or "DRAIN" in flags
+
+
 class Slurm:
     """``scontrol`` for one Slurm cluster (``SLURM_CONF`` from ``notifier.slurm.conf``)."""
 
@@ -85,11 +91,20 @@ class Slurm:
         return node_name(self.config.node_name, node_id, labels)
 
     async def update(self, action: str, name: str, reason: str) -> None:
-        await self._run(update_argv(self.config.scontrol, action, name, reason))
+        try:
+            await self._run(update_argv(self.config.scontrol, action, name, reason))
+        except SlurmError as err:
+            # RESUME of a node already neither DRAIN nor DOWN: nothing left to do.
+            if (STATES[action] != "RESUME" or "Invalid node state specified" not in str(err)
+                    or resumable(node_state(await self._show(name)))):
+                raise
 
     async def drained(self, name: str) -> tuple[bool, str]:
-        state = node_state(await self._run([self.config.scontrol, "-o", "show", "node", name]))
+        state = node_state(await self._show(name))
         return is_drained(state), f"Slurm node {name} is {state}"
+
+    async def _show(self, name: str) -> str:
+        return await self._run([self.config.scontrol, "-o", "show", "node", name])
 
     async def _run(self, argv: list[str]) -> str:
         try:

@@ -190,6 +190,8 @@ async def test_drain_sets_the_reason_and_drained_is_what_slurm_says(idle: SlurmC
     await slurm.update("uncordon", "gpu-1", "")
     # (NOT_RESPONDING for a moment after RESUME, until slurmctld pings the slurmd)
     assert idle.state("gpu-1").split("+")[0] == "IDLE" and "DRAIN" not in idle.state("gpu-1")
+    # Slurm refuses RESUME for a node it does not hold; uncordon again is still a success
+    await slurm.update("uncordon", "gpu-2", "")
     assert (await slurm.drained("gpu-1"))[0] is False
 
 

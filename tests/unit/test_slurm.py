@@ -17,6 +17,7 @@ from herdbook.reactors.slurm import (
     is_drained,
     node_name,
     node_state,
+    resumable,
     update_argv,
 )
 from tests.fakes import FakeProjector, FakeStore
@@ -76,6 +77,7 @@ def test_drained_is_slurms_drained(state: str, drained: bool) -> None:
     line = f"NodeName=cn1 Arch=x86_64 CPUTot=1 State={state} ThreadsPerCore=1 Reason=x [root@t]"
     assert node_state(line) == state
     assert is_drained(state) is drained
+    assert resumable(state) is ("DRAIN" in state or state.startswith("DOWN"))
 
 
 def test_an_answer_without_a_state_is_an_error() -> None:
@@ -133,6 +135,19 @@ async def test_a_node_without_the_label_is_a_recorded_failure(tmp_path: Path) ->
     [(event, _)] = store.appended
     assert isinstance(event, NodeNotificationFailed) and "no label 'missing'" in event.reason
     assert not (tmp_path / "calls").exists()
+
+
+async def test_resume_of_a_node_slurm_does_not_hold_is_done_already(tmp_path: Path) -> None:
+    refuse = ('if [ "$1" = update ]; then echo "slurm_update error: Invalid node state specified";'
+              ' exit 1; fi; echo "NodeName=cn7 State={state} Reason=x"')
+    n, store = notifier(tmp_path, refuse.format(state="IDLE"))
+    assert await n.notify("uncordon", "gpu-1", "")
+    assert store.appended == []
+    # but refused for a node Slurm still holds (DRAIN), it is a failure
+    n, store = notifier(tmp_path, refuse.format(state="IDLE+DRAIN"))
+    assert not await n.notify("undrain", "gpu-1", "")
+    [(event, _)] = store.appended
+    assert isinstance(event, NodeNotificationFailed) and "Invalid node state" in event.reason
 
 
 async def test_drain_status_asks_scontrol_show_node(tmp_path: Path) -> None:
