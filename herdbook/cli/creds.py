@@ -141,17 +141,42 @@ def operator(
     "admin",
     data_dir: DataDir = None, config: ConfigFile = None, host: Host = None,
     out: OutFile = None,
+    http: Annotated[bool, typer.Option("--http", help="Instead: a bearer token for the HTTP "
+                                       "API and the console, acting as op-<name>.")] = False,
+    read_only: Annotated[bool, typer.Option("--read-only", help="With --http: a token for "
+                                            "the read routes only.")] = False,
 ) -> None:
     """Credentials for a person or a tool: the API (every herd command), fault injection
-    and read access to the streams; no raw publish of events."""
+    and read access to the streams; no raw publish of events. With --http, an HTTP bearer
+    token with the same API rights (or only reads, with --read-only)."""
     from herdbook.natsd.users import UsersError
     client.check_id(name, "operator name")
+    if read_only and not http:
+        raise client.fail("--read-only is for --http tokens", client.EXIT_USAGE)
     store = _store_dir(config, data_dir)
+    if http:
+        _issue_token(store, name, read_only)
+        return
     try:
         user = _registry(store).add_operator(name)
     except (UsersError, OSError) as err:
         raise client.fail(str(err), client.EXIT_REFUSED) from None
     _issue(store, user, host, out, "operator credentials")
+
+
+def _issue_token(store: Path, name: str, read_only: bool) -> None:
+    from herdbook.natsd.http_tokens import HttpTokens
+    from herdbook.natsd.users import UsersError
+    try:
+        token, entry = HttpTokens(store).issue(name, read_only=read_only)
+    except (UsersError, OSError) as err:
+        raise client.fail(str(err), client.EXIT_REFUSED) from None
+    rights = "read-only " if read_only else ""
+    console.print(f"Ok: {rights}HTTP token of {entry.user} (shown once; only its hash is kept; "
+                  f"revoke: herd creds revoke {entry.user})", markup=False)
+    console.print(f"  token: {token}", markup=False)
+    console.print(f"  use:   curl -H 'Authorization: Bearer {token}' "
+                  "http://127.0.0.1:8641/v1/status", markup=False)
 
 
 @creds_app.command("list")
@@ -166,9 +191,17 @@ def list_users(data_dir: DataDir = None, config: ConfigFile = None,
         users = _registry(store).users()
     except UsersError as err:
         raise client.fail(str(err), client.EXIT_REFUSED) from None
+    from herdbook.natsd.http_tokens import HttpTokens
+    try:
+        tokens = HttpTokens(store).tokens()
+    except UsersError as err:
+        raise client.fail(str(err), client.EXIT_REFUSED) from None
     rows = [{"user": u.user, "kind": u.kind, "node_id": u.node_id,
              "created_at": datetime.fromtimestamp(u.created_at, UTC).isoformat(
                  timespec="seconds") if u.created_at else None} for u in users]
+    rows += [{"user": t.user, "kind": "http token (read-only)" if t.read_only else "http token",
+              "node_id": None, "created_at": datetime.fromtimestamp(t.created_at, UTC).isoformat(
+                  timespec="seconds") if t.created_at else None} for t in tokens]
     render_rows(rows, [("USER", "user"), ("KIND", "kind"), ("NODE", "node_id"),
                        ("CREATED", "created_at")], output)
 
@@ -178,16 +211,20 @@ def revoke(
     user: Annotated[str, typer.Argument(help="The user, e.g. agent-gpu-1 or op-alice.")],
     data_dir: DataDir = None, config: ConfigFile = None,
 ) -> None:
-    """Remove a user; the server closes its connections when it reloads."""
+    """Remove a user and its HTTP tokens; the server closes its connections when it
+    reloads, the HTTP API refuses the tokens at once."""
     from herdbook.natsd.users import UsersError
     store = _store_dir(config, data_dir)
+    from herdbook.natsd.http_tokens import HttpTokens
     try:
         found = _registry(store).revoke(user)
-    except UsersError as err:
+        tokens = HttpTokens(store).revoke(user) if user.startswith("op-") else 0
+    except (UsersError, OSError) as err:
         raise client.fail(str(err), client.EXIT_REFUSED) from None
-    if not found:
+    if not found and not tokens:
         raise client.fail(f"no user {user}", client.EXIT_REFUSED)
-    console.print(f"Ok: {user} revoked; {_reloaded(store)}", markup=False)
+    also = f" and its {tokens} HTTP token(s)" if tokens else ""
+    console.print(f"Ok: {user}{also} revoked; {_reloaded(store)}", markup=False)
 
 
 # Connection options shared by the global options, `herd up` and `herd agent`.
