@@ -84,7 +84,12 @@ class Console:
 
     def screenshot(self, name: str) -> Path:
         path = self.shots / name
-        self.driver.save_screenshot(str(path))
+        height = self.js("return Math.min(1400, document.documentElement.scrollHeight)")
+        self.driver.set_window_size(1280, max(900, height))
+        try:
+            self.driver.save_screenshot(str(path))
+        finally:
+            self.driver.set_window_size(1280, 900)
         return path
 
     def browser_errors(self) -> list[str]:

@@ -360,14 +360,18 @@ async function nodePage(id) {
       ${ACTIONS.map(a => `<button data-action="${a}">${a}</button>`).join("")}
     </div>
     <div id="notice"></div>
-    <div class="card"><h2>Info</h2><div id="info"></div></div>
-    <div class="card"><h2>GPUs</h2><div class="gpus" id="gpus"></div></div>
-    <div class="card"><h2>Allocations</h2><div id="allocs"></div></div>
-    <div class="card"><h2>As of</h2>
-      <div class="slider"><input type="range" id="at" min="0" max="1000" value="1000">
-        <span id="at-label">now</span></div>
-      <div id="as-of"></div></div>
-    <div class="card"><h2>Cause chains</h2><div id="chains"></div></div>
+    <div class="columns">
+      <div class="card"><h2>Info</h2><div id="info"></div></div>
+      <div>
+        <div class="card"><h2>GPUs</h2><div class="gpus" id="gpus"></div></div>
+        <div class="card"><h2>Allocations</h2><div id="allocs"></div></div>
+        <div class="card"><h2>As of</h2>
+          <div class="slider"><input type="range" id="at" min="0" max="1000" value="1000">
+            <span id="at-label">now</span></div>
+          <div id="as-of"></div></div>
+        <div class="card"><h2>Cause chains</h2><div id="chains"></div></div>
+      </div>
+    </div>
     <div class="card"><h2>History</h2><ul class="timeline" id="timeline"></ul></div>`;
   for (const button of document.querySelectorAll("[data-action]")) {
     button.addEventListener("click", () => act(id, button.dataset.action));
@@ -411,10 +415,11 @@ async function loadNode(id, range) {
     `<div class="gpu" data-gpu="${i}" data-health="${h}" style="background: ${HEALTH_COLOR[h]}" ` +
     `title="${esc(devices[i]?.name ?? "")} ${esc(devices[i]?.uuid ?? "")} ${esc(reasons[i])}">GPU ${i}<br>${h}</div>`
   ).join("") || `<p class="muted">no GPUs</p>`;
-  $("#allocs").innerHTML = table(items_(allocs).map(a => ({ id: a.id, job: a.job_id, status: a.status,
-    desired: a.desired, exit: a.exit_code, requeues: a.requeue_count, reason: a.status_reason,
-    started: a.started_at })));
-  $("#chains").innerHTML = (history?.chains ?? []).map(c =>
+  const short = (text, n) => (text && text.length > n ? `${text.slice(0, n - 1)}…` : text);
+  $("#allocs").innerHTML = table(items_(allocs).map(a => ({ id: a.id.slice(0, 12), job: a.job_id,
+    status: a.status, desired: a.desired, exit: a.exit_code, requeues: a.requeue_count,
+    reason: short(a.status_reason, 60), started: a.started_at?.slice(0, 19) })));
+  $("#chains").innerHTML = [...(history?.chains ?? [])].reverse().map(c =>
     `<pre class="chain" data-root="${esc(c.root)}">${esc(c.lines.join("\n"))}</pre>`).join("") ||
     `<p class="muted">no event caused another</p>`;
   $("#timeline").innerHTML = [...items].reverse().map(item =>
