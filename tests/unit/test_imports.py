@@ -215,6 +215,9 @@ FORBIDDEN = [
     (_sub("reactors"), _sub("agent", "control", "cli", "sim", "history", "api")),
     (_sub("agent"), _sub("reactors", "control", "cli", "sim", "history", "api")),
     (_sub("history"), _sub("agent", "control", "cli", "sim", "api")),
+    # web (the HTTP API and the console) calls the API's handlers in-process and reads
+    # the views; the composition root hands it the rest (tokens, heartbeat ages).
+    (_sub("web"), _sub("agent", "control", "cli", "sim", "reactors", "natsd")),
 ]
 
 # Exceptions that stand today, each with why and what removes it: none.
@@ -238,6 +241,14 @@ def test_only_the_cli_imports_typer_and_rich() -> None:
              if not _inside(name, _sub("cli"))
              for imported, line in imported_names(name, is_package, path.read_text()).items()
              if _inside(imported, ("typer", "rich"))]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_only_the_composition_root_and_herd_up_import_web() -> None:
+    allowed = _sub("web", "control", "cli.up")
+    wrong = [f"{module} imports {target} (line {line})"
+             for module, edges in sorted(herdbook_graph().items()) if not _inside(module, allowed)
+             for target, line in sorted(edges.items()) if _inside(target, _sub("web"))]
     assert not wrong, "\n".join(wrong)
 
 
