@@ -87,6 +87,17 @@ class ProjectorConfig(_Section, frozen=True):
     batch_interval: Duration = Duration(0.05)
 
 
+class ViewConfig(_Section, frozen=True):
+    """Snapshots of the view in the HERD_VIEW_SNAPSHOTS object store (``control/snapshots.py``)."""
+
+    snapshots: bool = True
+    """The leader writes them; a control plane starting without a usable view restores one."""
+    snapshot_every_events: int = 100_000
+    snapshot_every: Duration = Duration(600.0)
+    """Or this long after the last one, if the view moved at all."""
+    snapshots_kept: int = 3
+
+
 class HealthStreamConfig(_Section, frozen=True):
     max_age: Duration = Duration(7 * 86400.0)
     """Retention of HERD_HEALTH."""
@@ -244,6 +255,7 @@ class Config(_Section, frozen=True):
     leader_ttl: Duration = Duration(6.0)
     """Replicas: the leader's lease expires this long after its last renewal."""
 
+    view: ViewConfig = ViewConfig()
 
 class ConfigError(ValueError):
     pass
@@ -311,6 +323,11 @@ def parse_config(raw: bytes | str, source: str = "config") -> Config:
     return config
 
 
+    if config.view.snapshot_every_events < 1 or config.view.snapshots_kept < 1:
+        raise ConfigError(f"{source}: view: snapshot_every_events and snapshots_kept must be "
+                          "at least 1")
+    if float(config.view.snapshot_every) <= 0:
+        raise ConfigError(f"{source}: view.snapshot_every: must be more than 0")
 def to_builtins(config: Config) -> Any:
     return msgspec.to_builtins(config, enc_hook=_enc_hook)
 

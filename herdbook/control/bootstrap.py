@@ -48,6 +48,7 @@ from herdbook.credentials import CredsFile, NatsAuth, write_creds
 from herdbook.events.store import EventStore
 from herdbook.events.streams import all_streams
 from herdbook.events.subjects import EVENTS_STREAM, validate_id
+from herdbook.control.snapshots import SnapshotWriter, restore
 from herdbook.health_policy import Policy, PolicyError
 from herdbook.natsd.http_tokens import HttpTokens
 from herdbook.natsd.server import EmbeddedNats
@@ -142,6 +143,11 @@ def bootstrap(config: Config, *, clock: Clock, demo: int = 0,
               Service("liveness settings", LivenessPublisher(nc, cfg).start)]
     metrics = Metrics() if cfg.metrics.port else None
     if metrics is not None:
+    if cfg.view.snapshots:
+        # A view that is missing or unusable starts from the newest usable snapshot.
+        async def restore_view() -> None:
+            await restore(nc, data_dir / "view.db")
+        parts.append(Service("view restore", restore_view))
         # Counted from here on: what the catch-up folded happened before this start.
         counting = metrics
         parts.append(Subscribed("metrics counting",
@@ -184,7 +190,12 @@ def bootstrap(config: Config, *, clock: Clock, demo: int = 0,
                 lambda: AllocationReactor(store, projector, cfg, clock=clock)),
         PerTerm("scheduler", lambda: Scheduler(nc, store, projector, cfg, clock=clock)),
         PerTerm("sensitive reactor",
-                lambda: SensitiveReactor(store, projector, cfg, fingerprints, clock=clock))]
+                lambda: SensitiveReactor(store, projector, cfg, fingerprints, clock=clock,
+                                         gate=breaker.gate))]
+    if cfg.view.snapshots:
+        parts.append(PerTerm("view snapshots", lambda: SnapshotWriter(
+            nc, data_dir / "view.db", lambda: projector.committed_seq, cfg.view, clock=clock,
+            replicas=cfg.nats.replicas)))
 
     api = Api(nc, store, projector, sweeper, rebuild_view, node_id, cfg, metrics=metrics,
               clock=clock)

@@ -86,6 +86,20 @@ def _consumer_denials() -> list[str]:
     return out
 
 
+SNAPSHOTS_STREAM = "OBJ_HERD_VIEW_SNAPSHOTS"
+"""The view snapshots' object store (``control/snapshots.py``): the control plane's only."""
+
+
+def _snapshot_denials() -> list[str]:
+    """Every read-only JetStream API subject an operator has, aimed at the snapshots'
+    stream: neither its info, nor its messages, nor a consumer on it."""
+    stream = SNAPSHOTS_STREAM
+    return [f"$JS.API.STREAM.INFO.{stream}", f"$JS.API.STREAM.MSG.GET.{stream}",
+            f"$JS.API.DIRECT.GET.{stream}", f"$JS.API.DIRECT.GET.{stream}.>",
+            f"$JS.API.CONSUMER.CREATE.{stream}.>", f"$JS.API.CONSUMER.INFO.{stream}.*",
+            f"$JS.API.CONSUMER.MSG.NEXT.{stream}.*", f"$JS.API.CONSUMER.DELETE.{stream}.*"]
+
+
 def agent_permissions(node_id: str) -> dict[str, Any]:
     """Publish: exactly the stream subjects ``events.authority`` lets this node's agent
     write (its heartbeat, resources, health, and the node and allocation events an agent
@@ -132,7 +146,7 @@ def operator_permissions(name: str) -> dict[str, Any]:
         "herd.alloc.>", "herd.pool.>", "herd.hb.>", "herd.health.>", "herd.res.>",
         "herd.deadletter.>",
     ]
-    return {"publish": {"allow": publish, "deny": _consumer_denials()},
+    return {"publish": {"allow": publish, "deny": _consumer_denials() + _snapshot_denials()},
             "subscribe": {"allow": subscribe}, "allow_responses": True}
 
 

@@ -6,6 +6,7 @@ The stream sequence checkpoint is written in the same transaction as the view ro
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -58,6 +59,11 @@ CREATE TABLE IF NOT EXISTS stream_identity (
 );
 """
 
+SCHEMA_VERSION = 1
+"""The view's layout, kept in ``PRAGMA user_version``: bump it with any change to SCHEMA
+or to how rows are encoded. A view (or a snapshot, ``control/snapshots.py``) of another
+version is not used: the view is rebuilt from sequence 1."""
+
 _encoder = msgspec.json.Encoder()
 _view_decoder = msgspec.json.Decoder(NodeView)
 DECODERS: dict[str, msgspec.json.Decoder[Any]] = {
@@ -79,11 +85,24 @@ async def open_db(path: str) -> aiosqlite.Connection:
         await db.execute("PRAGMA journal_mode=WAL")
         await db.execute("PRAGMA synchronous=NORMAL")
         await integrity.quick_check(db)
+        await _check_version(db)
         await db.executescript(SCHEMA)
     except BaseException:
         await db.close()
         raise
     return db
+
+
+async def _check_version(db: aiosqlite.Connection) -> None:
+    """Stamp a new (or unversioned, older) view with SCHEMA_VERSION; raise
+    ``sqlite3.DatabaseError`` for one of another version (the runner then rebuilds it)."""
+    async with db.execute("PRAGMA user_version") as cursor:
+        row = await cursor.fetchone()
+    version = int(row[0]) if row else 0
+    if version == 0:
+        await db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    elif version != SCHEMA_VERSION:
+        raise sqlite3.DatabaseError(f"schema version {version}, this herd reads {SCHEMA_VERSION}")
 
 
 async def load(db: aiosqlite.Connection, stream: str) -> tuple[dict[str, NodeView], int]:
