@@ -21,6 +21,7 @@ Both formats take ``metadata`` and a ``description`` per rule, and both see the 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -30,6 +31,7 @@ import msgspec
 import msgspec.yaml
 
 from herdbook.events.health_report import CheckResult, GpuEvent, HealthReport
+from herdbook.fault_history import NO_HISTORY, FaultHistory, NodeHistory
 from herdbook.health_policy_navarch import check_fields, describe, event_fields
 
 RESULTS = ("healthy", "degraded", "unhealthy", "critical", "fatal")
@@ -55,6 +57,12 @@ rules:
     description: stopped processing, double-bit ECC, page retirement; replace the node
     condition: event.kind == "xid" && event.xid in [43, 48, 63]
     result: critical
+  - name: repeated-xid
+    description: the same recoverable XID 3 times within 24 h on one GPU, this one counted
+    condition: >-
+      event.kind == "xid" && event.xid in [13, 31, 45, 64, 92, 94]
+      && history.xid_count(event.gpu, event.xid, duration("24h")) >= 3
+    result: critical
   - name: recoverable-xid
     condition: event.kind == "xid" && event.xid in [13, 31, 45, 64, 92, 94]
     result: degraded
@@ -70,6 +78,12 @@ rules:
   - name: pcie-errors
     condition: event.kind == "pcie"
     result: degraded
+  - name: gpu-pulled-twice
+    description: >-
+      a GPU of this node took its node out (critical or fatal) twice within a week, on
+      this node or another (by serial); any node holding it stays out
+    condition: event.kind == "check" && event.name == "gpu" && history.max_gpu_pulls(duration("168h")) >= 2
+    result: critical
   - name: failed-check
     condition: event.kind == "check" && event.status == "unhealthy"
     result: unhealthy
@@ -118,6 +132,7 @@ class CompiledRule:
 class Verdict:
     result: str                 # one of RESULTS
     reasons: tuple[str, ...]    # "rule-name: what matched", worst first
+    gpus: tuple[int, ...] = ()  # the GPUs of the events found critical or fatal
 
     @property
     def fatal(self) -> bool:
@@ -205,37 +220,66 @@ class Policy:
         return (f"{self.format.value} format (version {version}){named}: "
                 f"{len(self.rules)} rule{plural}" + (f" ({by_result})" if by_result else ""))
 
-    def classify_event(self, event: dict[str, Any]) -> tuple[str, str]:
+    def classify_event(self, event: dict[str, Any],
+                       history: NodeHistory = NO_HISTORY) -> tuple[str, str]:
         """(result, rule name) of the first matching rule; healthy if none matches. A rule
-        that fails at runtime (e.g. a missing field) does not match."""
+        that fails at runtime (e.g. a missing field) does not match. ``history``: the
+        node's fault history, the ``history.*`` functions (``herdbook.fault_history``)."""
+        import cel
+        context = cel.Context({"event": event}, history.functions())
         for rule in self.rules:
             try:
-                matched = rule.program.execute({"event": event})
+                matched = rule.program.execute(context)
             except Exception:  # noqa: BLE001 - a rule that cannot apply does not match
                 continue
             if matched is True:
                 return rule.result, rule.name
         return "healthy", ""
 
-    def _classify_check(self, check: CheckResult) -> tuple[str, str]:
+    def _classify_check(self, check: CheckResult,
+                        history: NodeHistory = NO_HISTORY) -> tuple[str, str]:
         if self.format is Format.HERDBOOK:
-            return self.classify_event(check_fields(check))
+            return self.classify_event(check_fields(check), history)
         if check.status == "unhealthy":
             return "unhealthy", "failed-check"
         return ("degraded", "warning-check") if check.status == "degraded" else ("healthy", "")
 
-    def classify(self, report: HealthReport) -> Verdict:
+    def classify(self, report: HealthReport, history: NodeHistory = NO_HISTORY) -> Verdict:
+        """The report's verdict; ``history`` is its node's (``herdbook.fault_history``)."""
         worst = "healthy"
         reasons: list[tuple[int, str]] = []
+        gpus: list[int] = []
         items: list[GpuEvent | CheckResult] = [*report.events, *report.checks]
         for item in items:
             if isinstance(item, GpuEvent):
-                result, rule = self.classify_event(event_fields(item, report.sent_at))
+                result, rule = self.classify_event(event_fields(item, report.sent_at), history)
+                if result in AT_ONCE and item.gpu >= 0 and item.gpu not in gpus:
+                    gpus.append(item.gpu)
             else:
-                result, rule = self._classify_check(item)
+                result, rule = self._classify_check(item, history)
             if result != "healthy":
                 reasons.append((_RANK[result], f"{rule}: {describe(item)}"))
             if _RANK[result] > _RANK[worst]:
                 worst = result
         reasons.sort(key=lambda r: -r[0])
-        return Verdict(worst, tuple(reason for _, reason in reasons))
+        return Verdict(worst, tuple(reason for _, reason in reasons), tuple(gpus))
+
+    def classify_with(self, history: FaultHistory, report: HealthReport,
+                      serials: Mapping[int, str], at: float | None = None) -> Verdict:
+        """Record the report in ``history``, classify it with its node's history, and
+        record the GPUs it found critical or fatal as pulls. ``serials``: GPU index ->
+        serial of the node; ``at``: when HERD_HEALTH stored the report."""
+        when = history.when(at)
+        history.record(report, when)
+        verdict = self.classify(report, history.of(report.node_id, serials, when))
+        if verdict.at_once:
+            for gpu in verdict.gpus:
+                if gpu in serials:
+                    history.record_pull(serials[gpu], report, when)
+        return verdict
+
+    def replay(self, history: FaultHistory, report: HealthReport, serials: Mapping[int, str],
+               at: float) -> None:
+        """A report decided on before a restart: into the history, deciding nothing."""
+        if report.events:       # a report without events adds nothing to count
+            self.classify_with(history, report, serials, at)
