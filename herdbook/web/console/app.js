@@ -10,7 +10,7 @@ const HEALTH_COLOR = { HEALTHY: "var(--HEALTHY)", DEGRADED: "var(--DEGRADED)",
                        UNHEALTHY: "var(--UNHEALTHY)", UNKNOWN: "var(--UNKNOWN)" };
 
 // What tests and benchmarks read: when the fleet grid was drawn, each live patch.
-const probe = window.herdConsole = { fleetRenderedAt: null, fleetRows: 0, fleetVersion: null,
+const probe = window.herdConsole = { fleetRenderedAt: null, fleetPaintedAt: null, fleetRows: 0, fleetVersion: null,
                                      updates: [], sseOpen: false, route: null };
 
 export function esc(value) {
@@ -168,6 +168,7 @@ async function fleetPage() {
   probe.fleetVersion = fleet.version;
   probe.fleetRows = fleet.rows.size;
   probe.fleetRenderedAt = performance.now();
+  requestAnimationFrame(() => setTimeout(() => { probe.fleetPaintedAt = performance.now(); }, 0));
   leave = onLive(fleetEvent);
 }
 
@@ -308,6 +309,7 @@ async function patchNode(id, want) {
   const now = performance.timeOrigin + performance.now();
   probe.updates.push({ id, seq: want.seq, state: node.state,
                        latency_ms: want.at ? now - Date.parse(want.at) : null,
+                       sse_ms: want.at ? performance.timeOrigin + want.got - Date.parse(want.at) : null,
                        in_page_ms: performance.now() - want.got });
 }
 
