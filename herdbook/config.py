@@ -243,6 +243,7 @@ class Config(_Section, frozen=True):
     approval: ApprovalConfig = ApprovalConfig()
     lifecycle: LifecycleConfig = LifecycleConfig()
     projector: ProjectorConfig = ProjectorConfig()
+    view: ViewConfig = ViewConfig()
     health: HealthStreamConfig = HealthStreamConfig()
     pools: dict[str, PoolConfig] = msgspec.field(default_factory=dict)
     instance_manager: InstanceManagerConfig = InstanceManagerConfig()
@@ -255,7 +256,6 @@ class Config(_Section, frozen=True):
     leader_ttl: Duration = Duration(6.0)
     """Replicas: the leader's lease expires this long after its last renewal."""
 
-    view: ViewConfig = ViewConfig()
 
 class ConfigError(ValueError):
     pass
@@ -310,6 +310,11 @@ def parse_config(raw: bytes | str, source: str = "config") -> Config:
                           "like SIGUSR1")
     if not 1 <= config.projector.batch_size <= 10_000:
         raise ConfigError(f"{source}: projector.batch_size: must be between 1 and 10000")
+    if config.view.snapshot_every_events < 1 or config.view.snapshots_kept < 1:
+        raise ConfigError(f"{source}: view: snapshot_every_events and snapshots_kept must be "
+                          "at least 1")
+    if float(config.view.snapshot_every) <= 0:
+        raise ConfigError(f"{source}: view.snapshot_every: must be more than 0")
     max_age = config.lifecycle.heartbeats_max_age
     if max_age is not None and max_age < longest_silence(config):
         raise ConfigError(f"{source}: lifecycle.heartbeats_max_age: must be at least "
@@ -323,11 +328,6 @@ def parse_config(raw: bytes | str, source: str = "config") -> Config:
     return config
 
 
-    if config.view.snapshot_every_events < 1 or config.view.snapshots_kept < 1:
-        raise ConfigError(f"{source}: view: snapshot_every_events and snapshots_kept must be "
-                          "at least 1")
-    if float(config.view.snapshot_every) <= 0:
-        raise ConfigError(f"{source}: view.snapshot_every: must be more than 0")
 def to_builtins(config: Config) -> Any:
     return msgspec.to_builtins(config, enc_hook=_enc_hook)
 

@@ -42,13 +42,13 @@ from herdbook.control.plane import ControlPlane
 from herdbook.control.providers import FakeProvider, LocalProvider, Provider
 from herdbook.control.requester import RequesterNode, default_requester_id, this_host
 from herdbook.control.settings import LivenessPublisher
+from herdbook.control.snapshots import SnapshotWriter, restore
 from herdbook.control.streams_guard import StreamsGuard
 from herdbook.control.view_rebuild import ViewRebuild
 from herdbook.credentials import CredsFile, NatsAuth, write_creds
 from herdbook.events.store import EventStore
 from herdbook.events.streams import all_streams
 from herdbook.events.subjects import EVENTS_STREAM, validate_id
-from herdbook.control.snapshots import SnapshotWriter, restore
 from herdbook.health_policy import Policy, PolicyError
 from herdbook.natsd.http_tokens import HttpTokens
 from herdbook.natsd.server import EmbeddedNats
@@ -136,6 +136,11 @@ def bootstrap(config: Config, *, clock: Clock, demo: int = 0,
 
     streams_guard = StreamsGuard(nc, streams_of(cfg), floor=folded)
     agent_sync = AgentSync(nc)
+    if cfg.view.snapshots:
+        # A view that is missing or unusable starts from the newest usable snapshot.
+        async def restore_view() -> None:
+            await restore(nc, data_dir / "view.db")
+        parts.append(Service("view restore", restore_view))
     parts += [Service("projector", start_projector, projector.stop),
               Service("streams guard", streams_guard.start, streams_guard.stop),
               Service("catch-up", catch_up),
@@ -143,11 +148,6 @@ def bootstrap(config: Config, *, clock: Clock, demo: int = 0,
               Service("liveness settings", LivenessPublisher(nc, cfg).start)]
     metrics = Metrics() if cfg.metrics.port else None
     if metrics is not None:
-    if cfg.view.snapshots:
-        # A view that is missing or unusable starts from the newest usable snapshot.
-        async def restore_view() -> None:
-            await restore(nc, data_dir / "view.db")
-        parts.append(Service("view restore", restore_view))
         # Counted from here on: what the catch-up folded happened before this start.
         counting = metrics
         parts.append(Subscribed("metrics counting",
@@ -190,8 +190,7 @@ def bootstrap(config: Config, *, clock: Clock, demo: int = 0,
                 lambda: AllocationReactor(store, projector, cfg, clock=clock)),
         PerTerm("scheduler", lambda: Scheduler(nc, store, projector, cfg, clock=clock)),
         PerTerm("sensitive reactor",
-                lambda: SensitiveReactor(store, projector, cfg, fingerprints, clock=clock,
-                                         gate=breaker.gate))]
+                lambda: SensitiveReactor(store, projector, cfg, fingerprints, clock=clock))]
     if cfg.view.snapshots:
         parts.append(PerTerm("view snapshots", lambda: SnapshotWriter(
             nc, data_dir / "view.db", lambda: projector.committed_seq, cfg.view, clock=clock,
