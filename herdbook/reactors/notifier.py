@@ -4,7 +4,8 @@ backoff. A notification that fails every retry is an event (``node.notification_
 shown by ``describe``. When a drain-status source is configured, DRAINED waits for it to say
 drained.
 
-Every control-plane replica that runs a notifier sends its notifications: run one.
+The notifier runs on the leader only (a ``PerTerm`` part): one replica sends each
+notification.
 """
 
 from __future__ import annotations
