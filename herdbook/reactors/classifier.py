@@ -35,6 +35,7 @@ from herdbook.events.node import NodeEvent
 from herdbook.events.states import Health
 from herdbook.events.store import EventStore
 from herdbook.events.subjects import EVENTS_STREAM, HEALTH_STREAM, printable
+from herdbook.fault_history import FaultHistory, serials_of
 from herdbook.health_policy import Policy, Verdict
 from herdbook.projector.node_view import NodeView
 from herdbook.projector.runner import ProjectorRunner
@@ -101,10 +102,15 @@ class HealthClassifier:
         self._position = 0
         self._unsubscribe: Callable[[], None] | None = None
         self._feed: StreamFeed | None = None
+        self.history = FaultHistory(clock)
+        """Each node's recent faults, for the policy's ``history.*`` (``fault_history``);
+        rebuilt on start from HERD_HEALTH's reports up to the position resumed from."""
+        self._replay_through = 0
 
     async def start(self) -> None:
         self.follow(await decided_reports(self.nc))
-        self._feed = StreamFeed(self.nc, HEALTH_STREAM, "herd.health.*", self._position + 1,
+        self._replay_through = self._position   # before it: the fault history only
+        self._feed = StreamFeed(self.nc, HEALTH_STREAM, "herd.health.*", 1,
                                 self._on_report, batch=500)
         await self._feed.start()
 
@@ -147,21 +153,34 @@ class HealthClassifier:
             await self.dead_letters.send(msg, f"{type(err).__name__}: {err}")
             self._position = seq
             return
+        at = _stored_at(msg)
+        if seq <= self._replay_through:
+            self.policy.replay(self.history, report, self._serials(report.node_id), at or 0.0)
+            self._position = seq
+            return
         self.reports += 1
         try:
-            await self.classify(report, seq)
+            await self.classify(report, seq, at)
         except Exception as err:  # noqa: BLE001 - the next report decides again
             log.error("classifying report %d of %s failed: %s", seq, printable(report.node_id),
                       printable(f"{type(err).__name__}: {err}"))
         self._position = seq
 
-    async def classify(self, report: HealthReport, seq: int) -> None:
+    def _serials(self, node_id: str) -> dict[int, str]:
+        view = self.projector.nodes.get(node_id)
+        return {} if view is None else serials_of(view.info.gpus)
+
+    async def classify(self, report: HealthReport, seq: int, at: float | None = None) -> None:
         """Decide on report ``seq`` (its HERD_HEALTH sequence) from the node's current
         view; after a conflict, again from the newer one."""
         node_id = report.node_id
-        if node_id not in self.projector.nodes or seq <= self.decided.get(node_id, 0):
+        if node_id not in self.projector.nodes:
             return
-        verdict = self.policy.classify(report)
+        if seq <= self.decided.get(node_id, 0):   # decided already: the fault history only
+            self.policy.replay(self.history, report, self._serials(node_id),
+                               self.history.when(at))
+            return
+        verdict = self.policy.classify_with(self.history, report, self._serials(node_id), at)
         counted: list[int] = []
 
         def decide(_: Context) -> Decision[NodeEvent] | None:
@@ -177,3 +196,11 @@ class HealthClassifier:
         await self.runner.run("node", node_id, decide)
         if counted and node_id in self.projector.nodes:
             self.unhealthy_in_a_row[node_id] = counted[0]
+
+
+def _stored_at(msg: Msg) -> float | None:
+    """When HERD_HEALTH stored the report (the server's clock), if the message says."""
+    try:
+        return msg.metadata.timestamp.timestamp()
+    except Exception:  # noqa: BLE001 - not a JetStream message: the clock's now
+        return None
