@@ -75,3 +75,64 @@ async def test_xid_lines_written_to_the_fifo_classify_the_node(
     finally:
         await agent.stop()
         await task
+
+
+async def _stored_reports(plane: ControlPlane, node_id: str) -> int:
+    assert plane.nc is not None
+    info = await plane.nc.jetstream().stream_info(HEALTH_STREAM, subjects_filter=f"herd.health.{node_id}")
+    return (info.state.subjects or {}).get(f"herd.health.{node_id}", 0)
+
+
+async def test_the_fault_history_survives_a_control_plane_restart(
+        nats_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """XID 31 twice from the kernel log, the control plane restarted, XID 31 once more:
+    the third within 24 h on the same GPU makes the node UNHEALTHY (repeated-xid), so the
+    restarted classifier counted the two before it from HERD_HEALTH."""
+    config = (f"nats: {{url: '{nats_server.url}'}}\ndata_dir: '{tmp_path / 'd'}'\n"
+              "node_id: cp\n")
+    fifo = tmp_path / "kmsg.fifo"
+    os.mkfifo(fifo)
+    agent = Agent(AgentOptions(server=nats_server.url, node_id="k2",
+                               state_dir=str(tmp_path / "k2"), heartbeat_interval=0.2,
+                               health_interval=3600.0, fake_gpus=2,
+                               kmsg_source=f"file:{fifo}", kmsg_poll_interval=0.05))
+    line = (f"NVRM: Xid (PCI:{normalise_bus_id(gpu.fake_bus_id(1))}): 31, pid=77, name=train, "
+            "Ch 0000002e, intr 10000000. MMU Fault\n").encode()
+
+    def write_line() -> None:
+        writer = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        try:
+            os.write(writer, line)
+        finally:
+            os.close(writer)
+
+    task = asyncio.create_task(agent.run())
+    try:
+        async with running_plane(config) as plane:
+            projector = plane.projector
+            assert projector is not None
+            await eventually(lambda: _true("k2" in projector.nodes and projector.nodes["k2"].lifecycle
+                                           is Lifecycle.READY), what="k2 READY")
+            for n in range(2):
+                before = await _stored_reports(plane, "k2")
+                write_line()
+                await eventually(lambda b=before: _stored_reports_above(plane, b), what=f"XID {n}")
+            await eventually(lambda: _true(projector.nodes["k2"].health is Health.DEGRADED),
+                             what="k2 DEGRADED")
+        async with running_plane(config) as plane:
+            projector = plane.projector
+            assert projector is not None
+            await eventually(lambda: _true("k2" in projector.nodes), what="k2 in the view")
+            assert projector.nodes["k2"].health is Health.DEGRADED
+            write_line()
+            await eventually(lambda: _true(projector.nodes["k2"].health is Health.UNHEALTHY),
+                             timeout=20, what="k2 UNHEALTHY")
+            assert projector.nodes["k2"].health_reason.startswith(
+                "fatal: repeated-xid: XID 31 on GPU 1"), projector.nodes["k2"].health_reason
+    finally:
+        await agent.stop()
+        await task
+
+
+async def _stored_reports_above(plane: ControlPlane, before: int) -> bool:
+    return await _stored_reports(plane, "k2") > before
