@@ -248,3 +248,15 @@ def test_a_source_that_cannot_be_opened_is_one_warning_and_no_monitor(
     warnings = [r.getMessage() for r in caplog.records]
     assert len(warnings) == 2 and all("kernel log monitor off" in w for w in warnings)
     assert all("\n" not in w for w in warnings)
+
+
+def test_herd_agent_refuses_a_bad_kmsg_source_in_one_line(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from herdbook.cli.main import app
+    result = CliRunner().invoke(app, ["agent", "--state-dir", str(tmp_path), "--fake-gpus", "1",
+                                      "--kmsg-source", "syslog"],
+                                env={"HERD_SERVER": None, "HERD_CREDS": None})
+    assert result.exit_code == 2, result.output
+    assert "invalid --kmsg-source 'syslog'" in result.output
+    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
