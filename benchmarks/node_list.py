@@ -30,7 +30,9 @@ from herdbook.events.store import subject_of
 TARGETS = {("table", 10_000): 0.3, ("json", 10_000): 0.3, ("json", 50_000): 1.2}
 
 MINIMAL = r"""
-import asyncio, sys, msgspec, nats
+import asyncio, sys, msgspec
+sys.modules["aiohttp"] = None   # as the CLI: nats-py without its websocket transport
+import nats
 async def main(url, wide):
     nc = await nats.connect(url)
     items, token = [], None

@@ -1,3 +1,3 @@
-from herdbook.cli.main import main
+from herdbook.cli.entry import main
 
 main()

@@ -3,19 +3,19 @@ many nodes live in ``herdbook.cli.node_actions``."""
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
-from herdbook.cli import client, node_actions
-from herdbook.cli.node_args import NodeId, Reason, parse_labels, send_command, server, split
+from herdbook.cli import client, node_actions, node_list
+from herdbook.cli.node_args import NodeId, Reason, parse_labels, send_command, server
+from herdbook.cli.node_list import LOG_TIMEOUT as LOG_TIMEOUT  # audit.py reads it here
+from herdbook.cli.node_list import ORDER_KEYS, parse_at
 from herdbook.cli.output import (
     Format,
     Output,
     console,
     echo,
-    render_json_items,
     render_object,
     render_rows,
 )
@@ -23,28 +23,8 @@ from herdbook.cli.output import (
 node_app = typer.Typer(help="See nodes and decide their membership (Bacalhau style).",
                        no_args_is_help=True)
 
-LIST_COLUMNS = [("ID", "id"), ("TYPE", "type"), ("APPROVAL", "approval"), ("STATE", "state")]
-WIDE_COLUMNS = [("HEALTH", "health"), ("CLASS", "class"), ("LABELS", "labels"),
-                ("LAST HEARTBEAT", "heartbeat_ago"), ("GPUS", "gpus"),
-                ("ALLOCS", "allocations"), ("FINGERPRINT", "fingerprint_group"),
-                ("CLAIMED BY", "claimed_by")]
-ORDER_KEYS = ("id", "type", "approval", "state", "health", "class", "last_heartbeat", "gpus")
-
 At = Annotated[str | None, typer.Option("--at", help="As the event log had it then: "
                                         "ISO-8601 (2026-11-21T10:00:00Z) or ago (10m, 2h, 1d).")]
-LOG_TIMEOUT = 300.0
-"""Requests that read the event log: their cost grows with it."""
-
-
-def parse_at(text: str, option: str = "--at") -> datetime:
-    """TIME as an absolute UTC time for the API; a bad one is a usage error."""
-    from datetime import UTC
-
-    from herdbook.history.times import parse_time
-    try:
-        return parse_time(text, datetime.now(UTC))
-    except ValueError as err:
-        raise client.fail(f"{option}: {err}", client.EXIT_USAGE) from None
 
 
 @node_app.command("list")
@@ -68,66 +48,8 @@ def list_nodes(
 
     With --at, the nodes as the event log had them then (no heartbeat or allocation
     fields)."""
-    from herdbook.events.states import resolve_state_filter
-    states = split(filter_state)
-    try:
-        resolve_state_filter(states)
-    except ValueError as err:
-        raise client.fail(str(err), client.EXIT_USAGE) from None
-    approvals = split(filter_approval)
-    bad = [a for a in approvals if a.upper() not in ("PENDING", "APPROVED", "REJECTED")]
-    if bad:
-        raise client.fail(f"unknown approval {bad[0]!r}; choose from pending, approved, "
-                          "rejected", client.EXIT_USAGE)
-    key = order_by.lstrip("-")
-    if key not in ORDER_KEYS:
-        raise client.fail(f"cannot order by {order_by!r}; choose from {', '.join(ORDER_KEYS)}",
-                          client.EXIT_USAGE)
-    import msgspec
-    from msgspec.structs import replace
-
-    from herdbook.api.messages import ListNodes, Page
-    query = ListNodes(filter_approval=approvals, filter_state=states,
-                      labels=parse_labels(labels), wide=output in (Format.json, Format.yaml))
-    when = None if at is None else parse_at(at)
-    # json in id order prints the control plane's objects as they came (the bytes the
-    # rows would encode to again); everything else reads them as plain rows.
-    verbatim = output is Format.json and key == "id" and when is None
-    reply: Any = Page[msgspec.Raw] if verbatim else Page[dict[str, Any]]
-
-    async def page(nc: Any, token: str | None) -> tuple[list[Any], str | None]:
-        if when is None:
-            now = await client.request(nc, "node.list", replace(query, next_token=token),
-                                       reply)
-            return now.items, now.next_token
-        from herdbook.api.history_messages import NodesAt, PastNodesPage
-        past = await client.request(
-            nc, "node.list_at", NodesAt(
-                at=when, filter_approval=approvals, filter_state=states,
-                labels=query.labels, wide=query.wide, next_token=token),
-            PastNodesPage, timeout=LOG_TIMEOUT)
-        return past.items, past.next_token
-
-    async def fetch(nc: Any) -> list[Any]:
-        items: list[Any] = []
-        token = None
-        while True:
-            found, token = await page(nc, token)
-            items.extend(found)
-            if not token:
-                return items
-
-    rows = client.run(server(ctx), fetch)
-    if verbatim:
-        render_json_items(rows[::-1] if order_by.startswith("-") else rows)
-        return
-    if output in (Format.table, Format.csv):
-        for row in rows:
-            age = row.get("heartbeat_age")
-            row["heartbeat_ago"] = None if age is None else f"{age:.0f}s ago"
-    rows.sort(key=lambda r: (r.get(key) is None, str(r.get(key) or "")),
-              reverse=order_by.startswith("-"))
-    render_rows(rows, LIST_COLUMNS + (WIDE_COLUMNS if wide else []), output)
+    node_list.list_nodes(server(ctx), output, wide, filter_approval, filter_state, labels,
+                         order_by, at)
 
 
 @node_app.command("describe")

@@ -14,9 +14,9 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
-import typer
 
 if TYPE_CHECKING:
+    import typer
     from rich.console import Console
 
 
@@ -53,7 +53,18 @@ class Format(StrEnum):
     csv = "csv"
 
 
-Output = Annotated[Format, typer.Option("--output", "-o", help="table, json, yaml or csv.")]
+if TYPE_CHECKING:
+    Output = Annotated[Format, typer.Option("--output", "-o", help="table, json, yaml or csv.")]
+else:
+    def __getattr__(name: str) -> Any:
+        """``Output``, the option of the commands that print: made when one of them is
+        defined, so `herd node list` (``herdbook.cli.entry``) never imports typer."""
+        if name != "Output":
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        import typer
+        option = Annotated[Format, typer.Option("--output", "-o", help="table, json, yaml or csv.")]
+        globals()["Output"] = option
+        return option
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
@@ -122,8 +133,13 @@ def render_rows(rows: list[dict[str, Any]], columns: list[tuple[str, str]], fmt:
 def render_json_items(items: list[bytes]) -> None:
     """What ``render_rows`` writes for json, from the objects' JSON as the control plane
     sent them (``Raw`` items of its pages): a list of objects, indented by two."""
-    sys.stdout.write(msgspec.json.format(b"[" + b",".join(items) + b"]", indent=2).decode()
-                     + "\n")
+    text = msgspec.json.format(b"[" + b",".join(items) + b"]", indent=2) + b"\n"
+    binary = getattr(sys.stdout, "buffer", None)
+    if binary is None:
+        sys.stdout.write(text.decode())
+        return
+    sys.stdout.flush()              # what went before through the text layer first
+    binary.write(text)              # megabytes: no decode here and encode in the write
 
 
 def render_object(obj: dict[str, Any], fmt: Format) -> None:
