@@ -221,6 +221,18 @@ class SensitiveConfig(_Section, frozen=True):
     """How often the control plane compares the fleet's conformance fingerprints."""
 
 
+class BreakerConfig(_Section, frozen=True):
+    """The fleet-wide circuit breaker (``reactors/breaker.py``)."""
+
+    enabled: bool = True
+    max_share: float = 0.10
+    """Automatic take-outs allowed within ``window``, as a share of the fleet and of each
+    pool (approved compute nodes); one more is held and the scope trips."""
+    window: Duration = Duration(3600.0)
+    min_nodes: int = 2
+    """This many take-outs per scope are always allowed, whatever the share (tiny fleets)."""
+
+
 class MetricsConfig(_Section, frozen=True):
     port: int = 0
     """Serve Prometheus ``GET /metrics`` on this port; 0: off (also ``--metrics-port``)."""
@@ -253,6 +265,7 @@ class Config(_Section, frozen=True):
     metrics: MetricsConfig = MetricsConfig()
     http: HttpConfig = HttpConfig()
     sensitive: SensitiveConfig = SensitiveConfig()
+    breaker: BreakerConfig = BreakerConfig()
     leader_ttl: Duration = Duration(6.0)
     """Replicas: the leader's lease expires this long after its last renewal."""
 
@@ -321,6 +334,8 @@ def parse_config(raw: bytes | str, source: str = "config") -> Config:
                           f"{longest_silence(config):g}s (the longest heartbeat timeout + "
                           "grace period), or a restart forgets when a silent node was last "
                           "seen")
+    if not 0 < config.breaker.max_share <= 1 or config.breaker.min_nodes < 0:
+        raise ConfigError(f"{source}: breaker: need 0 < max_share <= 1 and min_nodes >= 0")
     if not 0 <= config.metrics.port <= 65535:
         raise ConfigError(f"{source}: metrics.port: must be between 0 and 65535")
     if config.http.port is not None and not 0 <= config.http.port <= 65535:

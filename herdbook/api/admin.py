@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import msgspec
 from nats.aio.client import Client as NATS
 
 import herdbook
@@ -12,6 +13,8 @@ from herdbook.clock import Clock
 from herdbook.events.store import stream_last_seq
 from herdbook.events.subjects import EVENTS_STREAM
 from herdbook.projector.runner import ProjectorRunner
+from herdbook.projector.score import fleet_score
+from herdbook.reactors.breaker import Breaker
 from herdbook.reactors.sweeper import Sweeper
 
 Handler = Callable[[bytes], Awaitable[Any]]
@@ -20,8 +23,10 @@ Handler = Callable[[bytes], Awaitable[Any]]
 class AdminRoutes:
     def __init__(self, nc: NATS, projector: ProjectorRunner, sweeper: Sweeper,
                  rebuild: Callable[[], Awaitable[dict[str, Any]]], instance: str,
-                 is_leader: Callable[[], bool], clock: Clock) -> None:
+                 is_leader: Callable[[], bool], clock: Clock,
+                 breaker: Breaker | None = None) -> None:
         self.nc = nc
+        self.breaker = breaker
         self.projector = projector
         self.sweeper = sweeper
         self.rebuild = rebuild
@@ -51,4 +56,6 @@ class AdminRoutes:
             "liveness_detections": self.sweeper.detections,
             "uptime_s": round(self.clock.monotonic() - self.started, 1),
             "leader": self.is_leader(),
+            "health_score": msgspec.to_builtins(fleet_score(self.projector.nodes.values())),
+            "breaker_open": self.breaker is not None and bool(self.breaker.state.tripped),
         }

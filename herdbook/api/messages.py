@@ -150,6 +150,15 @@ class ScalePool(_Request, frozen=True, kw_only=True):
     actor: str = "operator"
 
 
+class ResetBreaker(_Request, frozen=True, kw_only=True):
+    """``herd breaker reset``: close one scope (``fleet``, ``pool:<name>``) or, empty,
+    every scope."""
+
+    scope: Annotated[str, Meta(max_length=140, pattern=r"^(|fleet|pool:[A-Za-z0-9_-]+)$")] = ""
+    reason: Annotated[str, Meta(min_length=1)]
+    actor: str = "operator"
+
+
 # replies --------------------------------------------------------------------------------
 class _Reply(msgspec.Struct, frozen=True, kw_only=True):
     pass

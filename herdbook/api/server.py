@@ -24,6 +24,7 @@ from nats.micro.request import Request
 import herdbook
 from herdbook.api.admin import AdminRoutes
 from herdbook.api.allocs import AllocRoutes
+from herdbook.api.breaker import BreakerRoutes
 from herdbook.api.caller import CALLER
 from herdbook.api.history_routes import HistoryRoutes
 from herdbook.api.jobs import JobRoutes
@@ -37,6 +38,7 @@ from herdbook.events.jobs import JobSpecError
 from herdbook.events.store import EventStore, StorageFullError
 from herdbook.events.subjects import API_PREFIX, InvalidIdError, validate_id
 from herdbook.projector.runner import ProjectorRunner
+from herdbook.reactors.breaker import Breaker
 from herdbook.reactors.refused import CommandRefused
 from herdbook.reactors.runner import DecideRunner, KeptChanging
 from herdbook.reactors.sweeper import Sweeper
@@ -59,7 +61,8 @@ class Api:
     def __init__(self, nc: NATS, store: EventStore, projector: ProjectorRunner,
                  sweeper: Sweeper, rebuild: Callable[[], Awaitable[dict[str, Any]]],
                  instance: str, config: Config | None = None,
-                 metrics: Metrics | None = None, *, clock: Clock = SYSTEM_CLOCK) -> None:
+                 metrics: Metrics | None = None, *, clock: Clock = SYSTEM_CLOCK,
+                 breaker: Breaker | None = None) -> None:
         self.config = config or Config()
         self.is_leader: Callable[[], bool] = lambda: True
         """Whether this replica holds the leader lease (set by the control plane)."""
@@ -76,8 +79,9 @@ class Api:
             **AllocRoutes(projector, self.runner).routes(),
             **PoolRoutes(store, projector, self.runner, self.config).routes(),
             **AdminRoutes(nc, projector, sweeper, rebuild, instance,
-                          lambda: self.is_leader(), clock).routes(),
+                          lambda: self.is_leader(), clock, breaker).routes(),
             **HistoryRoutes(nc, lambda: projector.nodes, clock=clock).routes(),
+            **(BreakerRoutes(breaker).routes() if breaker is not None else {}),
         }
 
     async def start(self) -> None:

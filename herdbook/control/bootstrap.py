@@ -35,7 +35,13 @@ from herdbook.control.demo import DemoAgents
 from herdbook.control.errors import StartupError
 from herdbook.control.instances import InstanceManager
 from herdbook.control.leader import LeaderLease
-from herdbook.control.metrics import ControlPlaneCollector, Metrics, MetricsServer, scrape
+from herdbook.control.metrics import (
+    BreakerCollector,
+    ControlPlaneCollector,
+    Metrics,
+    MetricsServer,
+    scrape,
+)
 from herdbook.control.nats_parts import EmbeddedServer, NatsConnection, ServerSupervisor
 from herdbook.control.parts import Part, Parts, PerTerm, Service, Subscribed
 from herdbook.control.plane import ControlPlane
@@ -58,6 +64,7 @@ from herdbook.projector.integrity import ViewError
 from herdbook.projector.runner import ProjectorRunner
 from herdbook.reactors.allocations import AllocationReactor
 from herdbook.reactors.approver import AutoApprover
+from herdbook.reactors.breaker import Breaker
 from herdbook.reactors.classifier import HealthClassifier
 from herdbook.reactors.notifier import Notifier
 from herdbook.reactors.runner import DecideRunner
@@ -158,15 +165,21 @@ def bootstrap(config: Config, *, clock: Clock, demo: int = 0,
     requester = NodeProtocol(node_id, actor=f"control:{node_id}", seqs=SeqAllocator(data_dir))
     sweeper = Sweeper(nc, store, projector, cfg, clock=clock)
     approver = AutoApprover(store, projector, cfg.approval.auto_approve, clock=clock)
+    breaker = Breaker(nc, store, projector.nodes, cfg.breaker, clock)
+    if metrics is not None:
+        metrics.registry.register(BreakerCollector(breaker, projector))
     classifier = HealthClassifier(nc, store, projector, policy, cfg.health.unhealthy_threshold,
                                   pool_thresholds={name: pool.health.unhealthy_threshold
                                                    for name, pool in cfg.pools.items()},
-                                  clock=clock)
+                                  clock=clock, gate=breaker.gate)
     fake_provider = FakeProvider(nc, data_dir)
     parts += [RequesterNode(nc, runner, projector.nodes, requester, this_host(),
                             interval=interval),
               Service("sweeper", sweeper.start, sweeper.stop),
               Service("approver", approver.start, approver.stop),
+              Service("circuit breaker", breaker.start, breaker.stop),
+              Subscribed("breaker counting",
+                         lambda: projector.nodes.subscribe(breaker.on_node_event)),
               Service("health classifier", classifier.start, classifier.stop),
               Service("fake provider", stop=fake_provider.stop_all)]
 
@@ -190,14 +203,15 @@ def bootstrap(config: Config, *, clock: Clock, demo: int = 0,
                 lambda: AllocationReactor(store, projector, cfg, clock=clock)),
         PerTerm("scheduler", lambda: Scheduler(nc, store, projector, cfg, clock=clock)),
         PerTerm("sensitive reactor",
-                lambda: SensitiveReactor(store, projector, cfg, fingerprints, clock=clock))]
+                lambda: SensitiveReactor(store, projector, cfg, fingerprints, clock=clock,
+                                         gate=breaker.gate))]
     if cfg.view.snapshots:
         parts.append(PerTerm("view snapshots", lambda: SnapshotWriter(
             nc, data_dir / "view.db", lambda: projector.committed_seq, cfg.view, clock=clock,
             replicas=cfg.nats.replicas)))
 
     api = Api(nc, store, projector, sweeper, rebuild_view, node_id, cfg, metrics=metrics,
-              clock=clock)
+              clock=clock, breaker=breaker)
     api.is_leader = lambda: lease.leader
 
     async def start_api() -> None:

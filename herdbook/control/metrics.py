@@ -39,6 +39,8 @@ from herdbook.events.store import stream_last_seq
 from herdbook.events.subjects import EVENTS_STREAM
 from herdbook.projector.node_view import NodeView
 from herdbook.projector.runner import ProjectorRunner
+from herdbook.projector.score import fleet_score
+from herdbook.reactors.breaker import Breaker
 from herdbook.reactors.sweeper import Sweeper
 
 log = logging.getLogger(__name__)
@@ -224,3 +226,38 @@ class MetricsServer:
                 await writer.wait_closed()
             except OSError:
                 pass
+
+
+class BreakerCollector(Collector):
+    """The circuit breaker's families (``reactors/breaker.py``) and the fleet health score
+    (``projector/score.py``), read when collected."""
+
+    def __init__(self, breaker: Breaker, projector: ProjectorRunner) -> None:
+        self.breaker = breaker
+        self.projector = projector
+
+    def collect(self) -> Iterator[Metric]:
+        opened = GaugeMetricFamily("herd_breaker_open",
+                                   "1 while the circuit breaker of a scope (fleet, pool:<name>) "
+                                   "is open: automatic actions held.", labels=["scope"])
+        for scope, tally in self.breaker.tallies().items():
+            opened.add_metric([scope], 1 if tally.open else 0)
+        yield opened
+        yield CounterMetricFamily("herd_breaker_held_total",
+                                  "node.action_held events folded since this control plane "
+                                  "started.", self.breaker.held)
+        score = fleet_score(self.projector.nodes.values())
+        yield GaugeMetricFamily("herd_fleet_health_score",
+                                "Fleet health, 0-100: the mean of the two shares below.",
+                                score.score)
+        yield GaugeMetricFamily("herd_fleet_gpus_healthy_ratio",
+                                "Share of GPUs on nodes up and not UNHEALTHY or DEGRADED.",
+                                score.gpus_healthy)
+        yield GaugeMetricFamily("herd_fleet_schedulable_ratio",
+                                "Share of approved compute nodes the scheduler may use.",
+                                score.schedulable)
+        faults = GaugeMetricFamily("herd_fleet_open_faults", "Nodes with an open fault, by kind.",
+                                   labels=["kind"])
+        for kind in ("unhealthy", "degraded", "down", "failed", "quarantined", "drift"):
+            faults.add_metric([kind], score.faults.get(kind, 0))
+        yield faults

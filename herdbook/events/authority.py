@@ -32,6 +32,7 @@ from herdbook.events.alloc import (
     AllocStopped,
 )
 from herdbook.events.base import Event
+from herdbook.events.breaker import BreakerEvent
 from herdbook.events.eval_events import EvalEvent
 from herdbook.events.health_report import HealthReport
 from herdbook.events.heartbeat import Heartbeat, NodeResources
@@ -111,6 +112,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("eval", EVENTS_STREAM, ("eval_id",), EvalEvent),
     Family("instance", EVENTS_STREAM, ("instance_id",), InstanceEvent),
     Family("pool", EVENTS_STREAM, ("pool",), PoolEvent),
+    Family("breaker", EVENTS_STREAM, ("breaker",), BreakerEvent),
     Family("hb", HEARTBEATS_STREAM, ("node_id",), Heartbeat, agent_types=(Heartbeat,)),
     Family("res", HEARTBEATS_STREAM, ("node_id",), NodeResources, agent_types=(NodeResources,)),
     Family("health", HEALTH_STREAM, ("node_id",), HealthReport, agent_types=(HealthReport,)),
@@ -123,7 +125,7 @@ _BY_PREFIX = {family.prefix: family for family in FAMILIES}
 
 ID_FIELDS = ("node_id", "alloc_id", "job_id", "eval_id", "instance_id", "pool", "boot_id",
              "previous_alloc", "previous_eval", "next_eval", "blocked_eval", "replaces",
-             "report_id")
+             "report_id", "breaker")
 """Body fields that hold an id: each must be a valid id (or empty/None where optional)."""
 
 

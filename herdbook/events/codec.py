@@ -17,6 +17,7 @@ from herdbook.events.alloc import (
     AllocStopRequested,
 )
 from herdbook.events.base import Event
+from herdbook.events.breaker import BreakerReset, BreakerTripped, NodeActionHeld
 from herdbook.events.eval_events import (
     EvalCreated,
     EvalEnqueued,
@@ -75,6 +76,7 @@ AnyNodeEvent = (
     | NodeDisabled | NodeEnabled | NodeHealthChanged | NodeTerminated
     | NodeNotificationFailed | NodeClaimed | NodeReleased | NodeWipeStarted
     | NodeWipeStepReported | NodeWiped | NodeWipeFailed | NodeConformanceChanged
+    | NodeActionHeld
 )
 AnyInstanceEvent = (
     InstanceProvisioning | InstanceProvisioned | InstanceRunning | InstanceFailed
@@ -84,7 +86,7 @@ AnyEvalEvent = EvalCreated | EvalStatusChanged | EvalEnqueued | EvalLinked
 AnyAllocEvent = (AllocPlaced | AllocRunning | AllocCompleted | AllocFailed | AllocStopRequested
                  | AllocStopped | AllocLost | AllocRequeueApproved)
 AnyEvent = (AnyNodeEvent | AnyInstanceEvent | PoolScaled | AnyEvalEvent | JobRegistered
-            | JobDeregistered | AnyAllocEvent)
+            | JobDeregistered | AnyAllocEvent | BreakerTripped | BreakerReset)
 
 EVENT_TYPES: tuple[type[Event], ...] = AnyEvent.__args__
 

@@ -17,7 +17,7 @@ def events_stream(replicas: int = 1) -> StreamConfig:
     return StreamConfig(
         name=EVENTS_STREAM,
         subjects=["herd.node.>", "herd.instance.>", "herd.job.>", "herd.eval.>", "herd.alloc.>",
-                  "herd.pool.>"],
+                  "herd.pool.>", "herd.breaker.>"],
         retention=RetentionPolicy.LIMITS,
         storage=StorageType.FILE,
         deny_delete=True,

@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 import msgspec
 from msgspec.structs import replace
 
+from herdbook.events.breaker import NodeActionHeld
 from herdbook.events.codec import AnyNodeEvent
 from herdbook.events.health_report import NodeHealthChanged
 from herdbook.events.machine import LifecycleTrigger as Trigger
@@ -98,6 +99,9 @@ class NodeView(msgspec.Struct, frozen=True, kw_only=True):
     fingerprint: str = ""
     fingerprint_expected: str = ""
     drift: bool = False
+    held: str = ""
+    """The kind of the last automatic action the circuit breaker held (``node.action_held``)."""
+    held_at: datetime | None = None
     version: int = 0
 
     @property
@@ -226,6 +230,8 @@ def apply(view: NodeView | None, event: AnyNodeEvent, seq: int) -> NodeView | No
             return replace(_lifecycle(view, target, why, event.at, ""), wipe_status="failed")
         case NodeConformanceChanged(fingerprint=fp, expected=expected, drift=drift):
             return replace(view, fingerprint=fp, fingerprint_expected=expected, drift=drift)
+        case NodeActionHeld(kind=kind):
+            return replace(view, held=kind.value, held_at=event.at)
     return view
 
 

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Generic, TypeVar, overload
 
 from herdbook.events.alloc import AllocEvent
+from herdbook.events.breaker import BreakerEvent
 from herdbook.events.codec import AnyEvent
 from herdbook.events.eval_events import EvalEvent
 from herdbook.events.instance import InstanceEvent
@@ -135,6 +136,8 @@ class ReadModel:
                     self.jobs.get(event.job_id), event, seq), event)
             case PoolScaled():
                 self.pool_sizes.put(event.pool, event.size, event)
+            case BreakerEvent():
+                pass   # folded by reactors/breaker.py from herd.breaker.>
             case _:
                 self.nodes.put(event.node_id, apply(
                     self.nodes.get(event.node_id), event, seq), event)

@@ -27,6 +27,7 @@ from nats.aio.msg import Msg
 
 from herdbook.clock import SYSTEM_CLOCK, Clock
 from herdbook.events.authority import bind_event, bind_node_report, check_ids
+from herdbook.events.breaker import HeldAction
 from herdbook.events.codec import decode_health_report
 from herdbook.events.deadletters import DeadLetters
 from herdbook.events.feed import StreamFeed, stream_seq
@@ -39,6 +40,7 @@ from herdbook.fault_history import FaultHistory, serials_of
 from herdbook.health_policy import Policy, Verdict
 from herdbook.projector.node_view import NodeView
 from herdbook.projector.runner import ProjectorRunner
+from herdbook.reactors.breaker import Gate
 from herdbook.reactors.health import decide_health
 from herdbook.reactors.runner import Context, DecideRunner, Decision
 
@@ -48,15 +50,23 @@ HEALTH_CHANGES = "herd.node.*.health_changed"
 
 
 def decide_on_report(view: NodeView | None, verdict: Verdict, report: HealthReport, seq: int,
-                     unhealthy_in_a_row: int, threshold: int,
-                     decided_through: int) -> tuple[Decision[NodeEvent] | None, int]:
+                     unhealthy_in_a_row: int, threshold: int, decided_through: int,
+                     gate: Gate | None = None) -> tuple[Decision[NodeEvent] | None, int]:
     """The decision on report ``seq`` of a node whose last health change was decided on
     report ``decided_through``, and the new count of consecutive unhealthy reports. A
-    report already decided on, or of a node not in the view, decides nothing."""
+    report already decided on, or of a node not in the view, decides nothing. ``gate``:
+    the circuit breaker (``reactors/breaker.py``), asked before the node turns UNHEALTHY."""
     if view is None or seq <= decided_through:
         return None, unhealthy_in_a_row
     events, count = decide_health(view, verdict, unhealthy_in_a_row, threshold,
                                   report.report_id, seq)
+    if gate is not None and any(isinstance(e, NodeHealthChanged) and e.health is Health.UNHEALTHY
+                                for e in events):
+        would = " and ".join("UNHEALTHY" if isinstance(e, NodeHealthChanged) else "DOWN"
+                             for e in events)
+        instead = gate(view, HeldAction.UNHEALTHY, f"{would}: {'; '.join(verdict.reasons)}")
+        if instead is not None:
+            events = list(instead)
     return Decision(view.version, events), count
 
 
@@ -86,8 +96,10 @@ async def decided_reports(nc: NATS, timeout: float = 120.0) -> dict[str, int]:
 class HealthClassifier:
     def __init__(self, nc: NATS, store: EventStore, projector: ProjectorRunner, policy: Policy,
                  threshold: int, pool_thresholds: dict[str, int] | None = None, *,
-                 clock: Clock = SYSTEM_CLOCK) -> None:
+                 clock: Clock = SYSTEM_CLOCK, gate: Gate | None = None) -> None:
         self.nc = nc
+        self.gate = gate
+        """The circuit breaker's gate (``reactors/breaker.py``); None: none."""
         self.runner = DecideRunner(store, projector, clock)
         self.projector = projector
         self.policy = policy
@@ -189,7 +201,7 @@ class HealthClassifier:
                 view.info.labels.get("pool", ""), self.threshold)
             decision, count = decide_on_report(
                 view, verdict, report, seq, self.unhealthy_in_a_row.get(node_id, 0), threshold,
-                self.decided.get(node_id, 0))
+                self.decided.get(node_id, 0), self.gate)
             counted[:] = [count]
             return decision
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from herdbook.clock import SYSTEM_CLOCK, Clock
 from herdbook.config import Config
 from herdbook.events.alloc import LIVE
+from herdbook.events.breaker import HeldAction
 from herdbook.events.node import (
     NodeConformanceChanged,
     NodeDrained,
@@ -40,6 +41,7 @@ from herdbook.events.states import Intent, Lifecycle, NodeClass, NodeType
 from herdbook.events.store import EventStore
 from herdbook.projector.node_view import NodeView
 from herdbook.projector.runner import ProjectorRunner
+from herdbook.reactors.breaker import Gate
 from herdbook.reactors.runner import Context, DecideRunner, Decision
 
 log = logging.getLogger(__name__)
@@ -79,28 +81,35 @@ def pool_expectations(views: Mapping[str, NodeView], fingerprints: Mapping[str, 
     return out
 
 
-def decide_node_conformance(view: NodeView, fingerprint: str,
-                            expectation: Expectation) -> list[NodeEvent]:
+def decide_node_conformance(view: NodeView, fingerprint: str, expectation: Expectation,
+                            gate: Gate | None = None) -> list[NodeEvent]:
     """A changed fingerprint or drift verdict is recorded; a sensitive node that newly
-    drifted is drained at once (caused by the record)."""
+    drifted is drained at once (caused by the record), unless the circuit breaker
+    (``gate``) holds the drain."""
     expected = expectation.expected
     drift = bool(expected) and fingerprint != expected
     if (not expected and not view.drift and not view.fingerprint_expected
             and view.info.node_class is not NodeClass.SENSITIVE):
         return []   # a standard node held against nothing: nothing to audit
-    if (fingerprint, expected, drift) == (view.fingerprint, view.fingerprint_expected,
-                                          view.drift):
+    unchanged = (fingerprint, expected, drift) == (view.fingerprint, view.fingerprint_expected,
+                                                   view.drift)
+    held = drift and view.held == HeldAction.DRAIN   # decided again once the breaker allows
+    if unchanged and not held:
         return []
     reason = (f"fingerprint differs from {expectation.how}" if drift
               else "fingerprint conforms" if expected else "no expected fingerprint")
     record = NodeConformanceChanged(node_id=view.id, fingerprint=fingerprint,
                                     expected=expected, drift=drift, reason=reason, actor=ACTOR)
-    events: list[NodeEvent] = [record]
-    if (drift and not view.drift and view.info.node_class is NodeClass.SENSITIVE
+    events: list[NodeEvent] = [] if unchanged else [record]
+    if (drift and (not view.drift or held) and view.info.node_class is NodeClass.SENSITIVE
             and view.intent in (Intent.ELIGIBLE, Intent.CORDONED)):
+        instead = None if gate is None else gate(view, HeldAction.DRAIN,
+                                                 "drain: conformance drift on a sensitive node")
+        if instead is not None:
+            return [*events, *instead]
         events.append(NodeDrainStarted(node_id=view.id, actor=ACTOR, urgent=False,
                                        reason="conformance drift on a sensitive node",
-                                       causation_id=record.event_id))
+                                       causation_id=None if unchanged else record.event_id))
     return events
 
 
@@ -144,7 +153,8 @@ def decide_wipe_timeout(view: NodeView | None, attempt: int) -> Decision[NodeEve
 class SensitiveReactor:
     def __init__(self, store: EventStore, projector: ProjectorRunner, config: Config,
                  fingerprints: Callable[[], Mapping[str, str]], *,
-                 clock: Clock = SYSTEM_CLOCK) -> None:
+                 clock: Clock = SYSTEM_CLOCK, gate: Gate | None = None) -> None:
+        self.gate = gate
         self.runner = DecideRunner(store, projector, clock)
         self.projector = projector
         self.config = config
@@ -251,7 +261,7 @@ class SensitiveReactor:
                 if view is None or view.lifecycle is Lifecycle.TERMINATED:
                     return None
                 return Decision(view.version, decide_node_conformance(
-                    view, fingerprints[node_id], expectation))
+                    view, fingerprints[node_id], expectation, self.gate))
 
             done += len((await self.runner.run("node", node_id, decide)).events)
         return done

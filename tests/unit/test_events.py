@@ -21,6 +21,7 @@ from herdbook.events.alloc import (
     AllocStopRequested,
 )
 from herdbook.events.base import Event
+from herdbook.events.breaker import BreakerReset, BreakerTripped, HeldAction, NodeActionHeld
 from herdbook.events.codec import (
     EVENT_TYPES,
     DecodeError,
@@ -155,6 +156,11 @@ SAMPLES: dict[type[Event], Event] = {
                                                               count=3), version=2, **ENVELOPE),
     JobDeregistered: JobDeregistered(job_id="train", reason="done", **ENVELOPE),
     PoolScaled: PoolScaled(pool="train", size=5, reason="more", **ENVELOPE),
+    NodeActionHeld: NodeActionHeld(node_id="gpu-017", kind=HeldAction.UNHEALTHY, scope="fleet",
+                                   reason="breaker open", would="UNHEALTHY", **ENVELOPE),
+    BreakerTripped: BreakerTripped(scope="pool:train", taken_out=4, size=40, limit=4,
+                                   reason="breaker open", **ENVELOPE),
+    BreakerReset: BreakerReset(scope="", reason="checked", **ENVELOPE),
     InstanceProvisioning: InstanceProvisioning(
         instance_id="i-1", pool="train", provider="local", node_id="train-1",
         node_class=NodeClass.SENSITIVE, labels={"zone": "a"}, reason="below min_nodes",
@@ -331,7 +337,8 @@ def _registered_view(event: Event) -> NodeView | None:
 
 
 NODE_EVENTS = [e for e in EVENTS
-               if not isinstance(e, InstanceEvent | PoolScaled | EvalCreated
+               if not isinstance(e, InstanceEvent | PoolScaled | BreakerTripped | BreakerReset
+                                 | EvalCreated
                                  | EvalStatusChanged | EvalEnqueued | EvalLinked | JobRegistered
                                  | JobDeregistered | AllocEvent)]
 # (provisioning creates the view: it is the "given" of every instance test)
