@@ -97,21 +97,45 @@ class Console:
                 if e["level"] == "SEVERE" and "Failed to load resource" not in e["message"]]
 
 
+def chromium() -> Any:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--window-size=1280,900"):
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
+    driver.set_page_load_timeout(30)
+    return driver
+
+
+def screenshots(tmp: Path) -> Path:
+    shots = Path(os.environ.get("HERD_SCREENSHOTS") or tmp / "screenshots")
+    shots.mkdir(parents=True, exist_ok=True)
+    return shots
+
+
 @pytest.fixture(scope="module")
-def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
+def browser() -> Iterator[Any]:
     reason = missing_browser()
     if reason:
         print(f"browser tests skipped: {reason}")
         pytest.skip(reason)
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
+    driver = chromium()
+    try:
+        yield driver
+    finally:
+        driver.quit()
 
+
+@pytest.fixture(scope="module")
+def console(browser: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
     tmp = tmp_path_factory.mktemp("console")
-    shots = Path(os.environ.get("HERD_SCREENSHOTS") or tmp / "screenshots")
-    shots.mkdir(parents=True, exist_ok=True)
     fleet = Fleet(tmp)
     http_port = free_port()
-    driver = None
     try:
         fleet.up(CONFIG, "--http-port", str(http_port))
         # the job first, on the node the XID test takes down, so its allocation is lost there
@@ -126,18 +150,8 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
             fleet.agent(node)
         wait_until(lambda: all(fleet.state(n) == "READY" for n in ("web-a", "web-b", "web-kill")),
                    what="the fleet READY")
-        options = webdriver.ChromeOptions()
-        options.binary_location = CHROMIUM
-        for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                    "--window-size=1280,900"):
-            options.add_argument(arg)
-        options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-        driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
-        driver.set_page_load_timeout(30)
-        yield Console(fleet, http_port, driver, shots)
+        yield Console(fleet, http_port, browser, screenshots(tmp))
     finally:
-        if driver is not None:
-            driver.quit()
         fleet.stop()
 
 
