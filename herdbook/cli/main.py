@@ -29,6 +29,7 @@ LAZY: dict[str, tuple[str, str, str]] = {
     "pool": ("herdbook.cli.fleet", "pool_app", FLEET),
     "instance": ("herdbook.cli.fleet", "instance_app", FLEET),
     "health": ("herdbook.cli.health", "health_app", FLEET),
+    "breaker": ("herdbook.cli.breaker", "breaker_app", FLEET),
     "admin": ("herdbook.cli.sensitive", "admin_app", FLEET),
     "job": ("herdbook.cli.jobs", "job_app", JOBS),
     "eval": ("herdbook.cli.jobs", "eval_app", JOBS),
@@ -158,7 +159,8 @@ def status(
     output: Annotated[Format, typer.Option("--output", "-o", help="table, json, yaml, csv.")] = Format.table,
 ) -> None:
     """The control plane answering: node count, projector position and lag, dead letters,
-    dropped heartbeat replays, liveness detections."""
+    dropped heartbeat replays, liveness detections, the fleet health score (0-100 and its
+    breakdown) and whether the circuit breaker is open."""
     from herdbook.cli.output import render_object
     render_object(client.call(str(ctx.obj["server"]), "status", {}), output)
 
