@@ -11,7 +11,8 @@ a new route is a command until listed here).
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple, get_type_hints
 
 import msgspec
 
@@ -68,8 +69,13 @@ class HttpError(msgspec.Struct, frozen=True, kw_only=True):
     message: str
 
 
+UNTYPED: Any = dict[str, Any]
+"""The request of a route not (yet) in ``ROUTES``: any JSON object (its handler decodes it)."""
+
+
 class Route(NamedTuple):
-    request: type[Any] | None
+    request: Any
+    """The request Struct, None for a route that takes no body."""
     reply: Any
 
 
@@ -149,18 +155,40 @@ def _query_parameters(request: type[Any]) -> list[dict[str, Any]]:
             if prop.get("type") != "object"]
 
 
-def document(extra_paths: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The OpenAPI 3.1 document of every route in ``ROUTES`` (POST with the request
-    Struct as the JSON body; reads also as GET with query parameters), plus
-    ``extra_paths`` (the server's own endpoints)."""
+def untyped(handler: Callable[..., Any]) -> Route:
+    """A route missing from ``ROUTES``: any JSON object in, its handler's return
+    annotation out where msgspec can describe it."""
+    try:
+        reply = get_type_hints(handler).get("return", Any)
+        msgspec.json.schema(reply)
+    except Exception:  # noqa: BLE001 - an annotation msgspec cannot describe: any JSON
+        reply = Any
+    return Route(UNTYPED, reply)
+
+
+def routes_of(live: Mapping[str, Callable[..., Any]] | None) -> dict[str, Route]:
+    """``ROUTES``, or with ``live`` (the API's route handlers) exactly its routes, the
+    typed ones from ``ROUTES``."""
+    if live is None:
+        return dict(ROUTES)
+    return {name: ROUTES[name] if name in ROUTES else untyped(handler)
+            for name, handler in live.items()}
+
+
+def document(extra_paths: dict[str, Any] | None = None,
+             live: Mapping[str, Callable[..., Any]] | None = None) -> dict[str, Any]:
+    """The OpenAPI 3.1 document of every route (POST with the request Struct as the JSON
+    body; reads also as GET with query parameters), plus ``extra_paths`` (the server's
+    own endpoints). ``live``: the API's routes as served (default: ``ROUTES``)."""
+    routes = routes_of(live)
     types: list[Any] = [HttpError]
-    for route in ROUTES.values():
+    for route in routes.values():
         types += [route.reply] + ([route.request] if route.request is not None else [])
     schemas, components = msgspec.json.schema_components(types, ref_template=REF)
     by_type = iter(schemas[1:])
     paths: dict[str, Any] = {}
     errors = _error_responses()
-    for name, route in ROUTES.items():
+    for name, route in routes.items():
         reply = next(by_type)
         request = next(by_type) if route.request is not None else None
         ok = {"200": {"description": "the result",
@@ -168,6 +196,8 @@ def document(extra_paths: dict[str, Any] | None = None) -> dict[str, Any]:
         post: dict[str, Any] = {"operationId": name.replace(".", "_"),
                                 "summary": f"NATS route {name}", "tags": [name.split(".")[0]],
                                 "responses": ok}
+        if route.request is UNTYPED:
+            post["description"] = "not yet in herdbook/web/openapi.py ROUTES: any JSON object"
         if request is not None:
             post["requestBody"] = {"required": False,
                                    "content": {"application/json": {"schema": request}}}

@@ -19,6 +19,7 @@ import importlib
 import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import msgspec
@@ -31,6 +32,7 @@ from herdbook.api.messages import Page
 from herdbook.api.server import Api
 from herdbook.clock import Clock
 from herdbook.events.states import Lifecycle
+from herdbook.history.times import parse_time
 from herdbook.web import sse
 from herdbook.web.auth import (
     Principal,
@@ -93,12 +95,24 @@ def query_body(route: str, query: MultiMapping[str], path: Mapping[str, str] | N
             obj[name] = {k: v for k, _, v in pairs}
         elif text.startswith("list["):
             obj[name] = [part for v in values for part in v.split(",") if part]
+        elif "datetime" in text:
+            obj[name] = _time(key, values[-1])
         else:
             obj[name] = values[-1]
     try:
         return _encode(msgspec.convert(obj, kind, strict=False))
     except msgspec.ValidationError as err:
         raise Refused(400, "bad_request", str(err)) from None
+
+
+def _time(key: str, text: str) -> str:
+    """A time as the CLI's ``--at``/``--since`` takes it (ISO-8601, a duration ago such as
+    ``5m``, or ``now``), as RFC 3339 for the request."""
+    now = datetime.now(UTC)
+    try:
+        return (now if text.strip() == "now" else parse_time(text, now)).isoformat()
+    except ValueError as err:
+        raise Refused(400, "bad_request", f"{key}: {err}") from None
 
 
 class WebServer:
@@ -278,7 +292,7 @@ class WebServer:
                      "operationId": "health_summary", "tags": ["fleet"],
                      "summary": "leader, projector lag, heartbeat ages, counts",
                      "responses": {"200": {"description": "the summary"}}}}}
-        return json_response(document(extra))
+        return json_response(document(extra, self.api.routes))
 
     async def _index(self, request: web.Request) -> web.Response:
         return json_response({"api": "/v1/", "openapi": "/openapi.json",
