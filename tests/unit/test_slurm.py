@@ -3,6 +3,7 @@ notifier around them with a stand-in scontrol script (the real one: tests/integr
 
 from __future__ import annotations
 
+import os
 import stat
 from pathlib import Path
 
@@ -169,3 +170,37 @@ async def test_a_missing_scontrol_is_a_one_line_failure(tmp_path: Path) -> None:
     [(event, _)] = store.appended
     assert isinstance(event, NodeNotificationFailed)
     assert event.reason == f"{tmp_path / 'nope'}: No such file or directory"
+
+
+def documented(title: str) -> str:
+    """The YAML block under ``### <title>`` in docs/health.md."""
+    page = (Path(__file__).parents[2] / "docs" / "health.md").read_text()
+    section = page[page.index(f"### {title}"):]
+    return section[section.index("```yaml\n") + 8:section.index("\n```", section.index("```yaml"))]
+
+
+def test_the_documented_slurm_config_loads() -> None:
+    config = parse_config(documented("Slurm")).notifier
+    assert (config.type, config.slurm.node_name) == ("slurm", "{label:slurm-node}")
+
+
+async def test_the_documented_kubernetes_template_runs_kubectl(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    kubectl = scontrol(bin_dir, "exit 0")
+    kubectl.rename(bin_dir / "kubectl")
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    config = parse_config(documented("Kubernetes")).notifier
+    projector = FakeProjector()
+    store = FakeStore(projector)
+    store.fold(NodeRegistered(node_id="gpu-1", boot_id="b"))
+    n = Notifier(config, store, projector)  # type: ignore[arg-type]
+    assert await n.notify("drain", "gpu-1", "XID 79 on GPU 3")
+    assert (await n.drained("gpu-1"))[0]
+    assert await n.notify("undrain", "gpu-1", "")
+    assert (bin_dir / "calls").read_text().split("\n")[::2][:-1] == [
+        "cordon|gpu-1|",
+        "annotate|node|gpu-1|--overwrite|herdbook.io/reason=XID 79 on GPU 3|",
+        "drain|gpu-1|--ignore-daemonsets|--delete-emptydir-data|--timeout=20s|",
+        "uncordon|gpu-1|"]
