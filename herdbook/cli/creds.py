@@ -137,6 +137,8 @@ def agent(
 
 @creds_app.command("operator")
 def operator(
+    who: Annotated[str | None, typer.Argument(
+        metavar="[NAME]", help="Who they are for (op-<name>), as --name.")] = None,
     name: Annotated[str, typer.Option("--name", help="Who they are for (op-<name>).")] =
     "admin",
     data_dir: DataDir = None, config: ConfigFile = None, host: Host = None,
@@ -150,6 +152,10 @@ def operator(
     and read access to the streams; no raw publish of events. With --http, an HTTP bearer
     token with the same API rights (or only reads, with --read-only)."""
     from herdbook.natsd.users import UsersError
+    if who is not None:
+        if name not in ("admin", who):
+            raise client.fail(f"two names: {who} and --name {name}", client.EXIT_USAGE)
+        name = who
     client.check_id(name, "operator name")
     if read_only and not http:
         raise client.fail("--read-only is for --http tokens", client.EXIT_USAGE)
@@ -223,6 +229,10 @@ def revoke(
         raise client.fail(str(err), client.EXIT_REFUSED) from None
     if not found and not tokens:
         raise client.fail(f"no user {user}", client.EXIT_REFUSED)
+    if not found:
+        console.print(f"Ok: the {tokens} HTTP token(s) of {user} revoked (the HTTP API "
+                      "refuses them at once)", markup=False)
+        return
     also = f" and its {tokens} HTTP token(s)" if tokens else ""
     console.print(f"Ok: {user}{also} revoked; {_reloaded(store)}", markup=False)
 
