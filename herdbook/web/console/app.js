@@ -259,13 +259,73 @@ function fleetEvent(message) {
   if (!flushing) { flushing = true; setTimeout(flush, 0); }
 }
 
+const BULK = 64;   // more nodes than this waiting: one /v1/fleet instead of a request each
+
 async function flush() {
-  while (pending.size) {
-    const batch = [...pending.entries()].slice(0, 16);
-    for (const [id] of batch) pending.delete(id);
-    await Promise.all(batch.map(([id, want]) => patchNode(id, want)));
+  try {
+    while (pending.size) {
+      if (pending.size > BULK) {
+        const batch = new Map(pending);
+        pending.clear();
+        await patchFleet(batch);
+        continue;
+      }
+      const batch = [...pending.entries()].slice(0, 16);
+      for (const [id] of batch) pending.delete(id);
+      await Promise.all(batch.map(([id, want]) => patchNode(id, want)));
+    }
+  } finally {
+    flushing = false;
   }
-  flushing = false;
+}
+
+// A burst (a partition, a rebuild): the whole fleet once the view holds the newest event,
+// every changed cell patched.
+async function patchFleet(batch) {
+  const newest = Math.max(...[...batch.values()].map(w => w.seq));
+  let reply = await api("/v1/fleet");
+  for (let tries = 0; reply.version < newest && tries < 40; tries++) {
+    await new Promise(resolve => setTimeout(resolve, 25));
+    reply = await api("/v1/fleet");
+  }
+  const seen = new Set();
+  for (const row of reply.rows) {
+    const id = row[fleet.columns.id];
+    seen.add(id);
+    fleet.rows.set(id, row);
+    let cell = fleet.cells.get(id);
+    if (!cell && $("#grid")) {
+      cell = document.createElement("div");
+      cell.className = "cell";
+      cell.dataset.id = id;
+      $("#grid").append(cell);
+      fleet.cells.set(id, cell);
+    }
+    if (cell && (cell.dataset.state !== col(row, "state") || cell.dataset.health !== col(row, "health"))) {
+      cell.dataset.state = col(row, "state");
+      cell.dataset.health = col(row, "health");
+      cell.title = cellTitle(row);
+    }
+  }
+  for (const id of [...fleet.rows.keys()]) if (!seen.has(id)) removeNode(id);
+  fleet.version = reply.version;
+  applyFilters();
+  fillFilters();
+  scheduleCounts();
+  const now = performance.timeOrigin + performance.now();
+  for (const [id, want] of batch) {
+    probe.updates.push({ id, seq: want.seq, state: col(fleet.rows.get(id) ?? [], "state"),
+                         latency_ms: want.at ? now - Date.parse(want.at) : null,
+                         sse_ms: want.at ? performance.timeOrigin + want.got - Date.parse(want.at) : null,
+                         in_page_ms: performance.now() - want.got, bulk: true });
+  }
+}
+
+let countsScheduled = false;
+function scheduleCounts() {
+  if (countsScheduled) return;
+  countsScheduled = true;
+  requestAnimationFrame(() => { countsScheduled = false; drawCounts(); });
 }
 
 async function patchNode(id, want) {
@@ -304,7 +364,7 @@ async function patchNode(id, want) {
     cell.title = cellTitle(row);
     cell.classList.toggle("off", !matches(row, filters()));
   }
-  drawCounts();
+  scheduleCounts();
   if (fresh) fillFilters();
   const now = performance.timeOrigin + performance.now();
   probe.updates.push({ id, seq: want.seq, state: node.state,
@@ -317,7 +377,7 @@ function removeNode(id) {
   fleet.rows.delete(id);
   fleet.cells.get(id)?.remove();
   fleet.cells.delete(id);
-  drawCounts();
+  scheduleCounts();
 }
 
 // -- a node -------------------------------------------------------------------------------
