@@ -16,12 +16,14 @@ from typing import Any
 from herdbook.clock import SYSTEM_CLOCK, Clock
 from herdbook.config import Config
 from herdbook.control.providers import InstanceSpec, Provider, ProviderError
+from herdbook.events.breaker import HeldAction
 from herdbook.events.instance import InstanceEvent
 from herdbook.events.node import NodeEvent
 from herdbook.events.store import EventStore
 from herdbook.projector.instance_view import InstanceView
 from herdbook.projector.node_view import NodeView
 from herdbook.projector.runner import ProjectorRunner
+from herdbook.reactors.breaker import Gate
 from herdbook.reactors.pools import (
     decide_drain_first,
     decide_failed,
@@ -44,8 +46,10 @@ log = logging.getLogger(__name__)
 class InstanceManager:
     def __init__(self, config: Config, store: EventStore, projector: ProjectorRunner,
                  sweeper: Sweeper, providers: dict[str, Provider], *,
-                 clock: Clock = SYSTEM_CLOCK) -> None:
+                 clock: Clock = SYSTEM_CLOCK, gate: Gate | None = None) -> None:
         self.config = config
+        self.gate = gate
+        """The circuit breaker (``reactors/breaker.py``): auto-replacements it holds."""
         self.runner = DecideRunner(store, projector, clock)
         self.clock = clock
         self.projector = projector
@@ -107,7 +111,10 @@ class InstanceManager:
             instances = [i for i in self.projector.instances.values()
                          if i.pool == name and i.id not in self._busy]
             plan = plan_pool(pool, self.projector.pool_sizes.get(name), instances,
-                             self.projector.nodes, busy, now, timeout)
+                             self.projector.nodes, busy, now, timeout,
+                             None if self.gate is None else self._replace_held)
+            for node_id in plan.held:
+                await self._on_node(node_id, self._hold_replace)
             for instance_id in plan.running:
                 await self._on_instance(instance_id, decide_running)
             for instance_id, reason in plan.fail:
@@ -122,6 +129,17 @@ class InstanceManager:
             for i in range(plan.provision):
                 replaces = plan.replace[i] if i < len(plan.replace) else None
                 self._spawn(self._provision(name, replaces))
+
+    def _replace_held(self, view: NodeView) -> bool:
+        assert self.gate is not None
+        return self.gate(view, HeldAction.REPLACE, "replace") is not None
+
+    def _hold_replace(self, view: NodeView | None) -> Decision[NodeEvent] | None:
+        """``node.action_held`` once per node until a reset (the gate decides again)."""
+        if view is None or self.gate is None:
+            return None
+        events = self.gate(view, HeldAction.REPLACE, f"replace: unhealthy: {view.health_reason}")
+        return Decision(view.version, events) if events else None
 
     async def _on_instance(self, instance_id: str, decide: Callable[
             [InstanceView | None], Decision[InstanceEvent] | None]) -> Appended[InstanceEvent]:

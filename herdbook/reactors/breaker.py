@@ -190,16 +190,19 @@ def _duration(seconds: float) -> str:
 
 
 def check(view: NodeView, nodes: Iterable[NodeView], state: BreakerState, now: datetime,
-          config: BreakerConfig) -> Hold | None:
-    """Whether one more automatic take-out of ``view`` is held, and by which scope. A node
-    already out (counted) is not held again: what follows its take-out goes on."""
-    if not config.enabled or taken_out_at(view) is not None:
+          config: BreakerConfig, kind: HeldAction = HeldAction.UNHEALTHY) -> Hold | None:
+    """Whether one more automatic take-out of ``view`` is held, and by which scope. A
+    replacement follows a take-out already counted: it is held only while one of the
+    node's scopes is open. Otherwise a node already out is not held again."""
+    if not config.enabled:
         return None
     scopes = scopes_of(view)
     for scope in scopes:
         if scope in state.tripped:
             tripped = tally(nodes, state, now, config, only=[scope])[scope]
             return Hold(tripped, float(config.window))
+    if kind is HeldAction.REPLACE or taken_out_at(view) is not None:
+        return None
     for t in tally(nodes, state, now, config, only=scopes).values():
         if t.taken_out + 1 > t.limit:
             return Hold(t, float(config.window))
@@ -294,7 +297,7 @@ class Breaker:
                                    timeout)
 
     def gate(self, view: NodeView, kind: HeldAction, would: str) -> list[NodeEvent] | None:
-        hold = check(view, self.nodes.values(), self.state, self.clock.now(), self.config)
+        hold = check(view, self.nodes.values(), self.state, self.clock.now(), self.config, kind)
         if hold is None:
             return None
         events = held_instead(view, kind, hold, would, self.state)

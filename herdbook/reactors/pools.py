@@ -5,7 +5,7 @@ instance manager (``control/instances.py``) carries it out."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -37,12 +37,16 @@ class PoolPlan:
     terminate: list[tuple[str, str]] = field(default_factory=list)  # (instance id, reason)
     running: list[str] = field(default_factory=list)        # instances whose agent registered
     fail: list[tuple[str, str]] = field(default_factory=list)  # (instance id, reason)
+    held: list[str] = field(default_factory=list)           # replacements the breaker holds
 
 
 def plan_pool(pool: PoolConfig, desired: int | None, instances: list[InstanceView],
               nodes: Mapping[str, NodeView], busy: dict[str, bool], now: datetime,
-              registration_timeout: float) -> PoolPlan:
-    """``busy``: node id -> whether it runs allocations and is reachable (drain first)."""
+              registration_timeout: float,
+              held: Callable[[NodeView], bool] | None = None) -> PoolPlan:
+    """``busy``: node id -> whether it runs allocations and is reachable (drain first).
+    ``held``: whether the circuit breaker holds the replacement of an unhealthy node
+    (neither drained nor replaced: listed in ``plan.held``)."""
     plan = PoolPlan()
     live = [i for i in instances if i.state in LIVE]
     for inst in live:
@@ -64,6 +68,9 @@ def plan_pool(pool: PoolConfig, desired: int | None, instances: list[InstanceVie
             node = nodes.get(inst.node_id)
             if (inst.state is not InstanceState.RUNNING or node is None
                     or node.health is not Health.UNHEALTHY):
+                continue
+            if held is not None and held(node):
+                plan.held.append(node.id)
                 continue
             if busy.get(node.id) and node.intent not in (Intent.DRAINING, Intent.DRAINED):
                 plan.drain.append(node.id)

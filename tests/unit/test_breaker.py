@@ -25,6 +25,7 @@ from herdbook.reactors.breaker import (
     tally,
 )
 from herdbook.reactors.classifier import decide_on_report
+from herdbook.reactors.pools import plan_pool
 from herdbook.reactors.sensitive import Expectation, decide_node_conformance
 from tests.fakes import FakeClock
 
@@ -199,3 +200,26 @@ def test_hold_reason_names_a_pool_and_an_open_scope() -> None:
     assert isinstance(hold, Hold)
     assert hold.reason == ("breaker open (pool:a): 3 of 10 nodes (30%) taken out automatically "
                            "in 1h, limit 2 (20%); held until `herd breaker reset`")
+
+
+def test_a_replacement_is_held_only_while_a_scope_is_open() -> None:
+    nodes = fleet(40, 10)   # far past the share, but the breaker never tripped
+    out = nodes[0]
+    assert check(out, nodes, BreakerState(), NOW, CONFIG, HeldAction.REPLACE) is None
+    state = fold(BreakerState(), BreakerTripped(scope="fleet", taken_out=5, size=40, limit=4), 1)
+    hold = check(out, nodes, state, NOW, CONFIG, HeldAction.REPLACE)
+    assert hold is not None and hold.tally.open
+
+
+def test_the_pool_planner_neither_drains_nor_replaces_a_held_node() -> None:
+    from tests.unit.test_pools import POOL, inst
+    from tests.unit.test_pools import node as pool_node
+    nodes = {v.id: v for v in (pool_node(1, health=Health.UNHEALTHY), pool_node(2))}
+    plan = plan_pool(POOL, None, [inst(1), inst(2)], nodes, {}, NOW, 600,
+                     held=lambda view: view.id == "n1")
+    assert (plan.held, plan.replace, plan.terminate, plan.provision) == (["n1"], [], [], 0)
+    plan = plan_pool(POOL, None, [inst(1), inst(2)], nodes, {"n1": True}, NOW, 600,
+                     held=lambda view: view.id == "n1")
+    assert (plan.held, plan.drain) == (["n1"], [])
+    plan = plan_pool(POOL, None, [inst(1), inst(2)], nodes, {}, NOW, 600)
+    assert plan.replace == ["n1"] and plan.held == []
