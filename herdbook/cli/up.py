@@ -94,6 +94,7 @@ def up(
         client.check_server(nats_cfg.url, "--nats-url")
         checked_auth(NatsAuth(creds=nats_cfg.creds, tls_ca=nats_cfg.tls.ca,
                               tls_cert=nats_cfg.tls.cert, tls_key=nats_cfg.tls.key), nats_cfg.url)
+    cfg_http_port = cfg.http.port
     cfg = msgspec.structs.replace(
         cfg, nats=nats_cfg, data_dir=data_dir or cfg.data_dir, node_id=node_id or cfg.node_id,
         approval=msgspec.structs.replace(cfg.approval,
@@ -144,12 +145,15 @@ def up(
         if info.get("http_url"):
             console.print(f"  console, HTTP API: {info['http_url']} (OpenAPI: "
                           f"{info['http_url']}openapi.json)", markup=False)
+        elif info.get("http_off"):
+            console.print(f"  console, HTTP API: off: {info['http_off']}", markup=False)
         if info.get("metrics_url"):
             console.print(f"  Prometheus:        {info['metrics_url']}")
         console.print("  stop:              Ctrl-C")
 
     try:
-        asyncio.run(run(cfg, demo=demo, on_ready=ready))
+        asyncio.run(run(cfg, demo=demo, on_ready=ready,
+                        http_best_effort=http_port is None and cfg_http_port is None))
     except (StartupError, ControlPlaneFailed) as err:
         raise client.fail(str(err), client.EXIT_REFUSED) from None
     except KeyboardInterrupt:

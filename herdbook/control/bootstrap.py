@@ -79,9 +79,12 @@ CATCH_UP_TIMEOUT = 60.0
 
 
 def bootstrap(config: Config, *, clock: Clock, demo: int = 0,
-              on_failure: Callable[[], None] | None = None) -> ControlPlane:
+              on_failure: Callable[[], None] | None = None,
+              http_best_effort: bool = False) -> ControlPlane:
     """The control plane of ``config``, not started. ``demo``: that many in-process
-    agents with fake GPUs. ``on_failure``: called once it cannot go on (``failure``
+    agents with fake GPUs. ``http_best_effort``: the HTTP port is `herd up`'s default, so
+    one in use leaves HTTP off with a warning (another herd up on this host) rather than
+    stopping the start. ``on_failure``: called once it cannot go on (``failure``
     says why). Raises StartupError for a health policy that does not load."""
     cfg = config
     data_dir = Path(cfg.data_dir)
@@ -226,7 +229,7 @@ def bootstrap(config: Config, *, clock: Clock, demo: int = 0,
     if metrics is not None:
         metrics_server = metrics_endpoint(cfg, metrics, projector, sweeper, nc)
         parts.append(Service("metrics server", serving(metrics_server), metrics_server.stop))
-    web_server = http_endpoint(cfg, api, sweeper, nc, clock)
+    web_server = http_endpoint(cfg, api, sweeper, nc, clock, http_best_effort)
     if web_server is not None:
         parts.append(Service("http server", serving_http(web_server), web_server.stop))
     if demo:
@@ -277,8 +280,8 @@ def serving(server: MetricsServer) -> Callable[[], Awaitable[None]]:
     return start
 
 
-def http_endpoint(cfg: Config, api: Api, sweeper: Sweeper, nc: NATS,
-                  clock: Clock) -> WebServer | None:
+def http_endpoint(cfg: Config, api: Api, sweeper: Sweeper, nc: NATS, clock: Clock,
+                  best_effort: bool = False) -> WebServer | None:
     """The HTTP API on ``http.host:port`` (off without a port or with 0); with
     ``nats.auth`` it takes the bearer tokens of ``herd creds operator --http``."""
     if not cfg.http.port:
@@ -287,7 +290,7 @@ def http_endpoint(cfg: Config, api: Api, sweeper: Sweeper, nc: NATS,
     if check_bind(cfg.http.host, tokens is not None) is not None:
         raise StartupError(str(check_bind(cfg.http.host, tokens is not None)))
     return WebServer(api, sweeper, nc, host=cfg.http.host, port=cfg.http.port, tokens=tokens,
-                     clock=clock)
+                     clock=clock, best_effort=best_effort)
 
 
 def serving_http(server: WebServer) -> Callable[[], Awaitable[None]]:

@@ -82,7 +82,8 @@ class ControlPlane:
                 "auth": self.users is not None, "node_id": self.node_id,
                 "data_dir": str(self.data_dir), "nodes": len(self.projector.nodes),
                 "metrics_url": self.metrics_server.url if self.metrics_server else None,
-                "http_url": self.web.url if self.web is not None else None}
+                "http_url": self.web.url if self.web is not None and self.web.serving else None,
+                "http_off": self.web.skipped if self.web is not None else None}
 
     async def stop(self) -> None:
         """Stop every started part in reverse order."""

@@ -15,12 +15,13 @@ from herdbook.signals import stop_on_signals, stopped_by_signal
 
 async def run(config: Config, *, demo: int = 0,
               on_ready: Callable[[dict[str, Any]], None] | None = None,
-              stop: asyncio.Event | None = None) -> None:
+              stop: asyncio.Event | None = None, http_best_effort: bool = False) -> None:
     """Run the control plane until ``stop`` is set (SIGINT/SIGTERM by default); stopped
     within 2 s of the signal whatever NATS does (``herdbook.signals``). Raises
     ``ControlPlaneFailed`` once it could not go on (its embedded server kept dying)."""
     stop = stop or asyncio.Event()
-    plane = bootstrap(config, clock=SYSTEM_CLOCK, demo=demo, on_failure=stop.set)
+    plane = bootstrap(config, clock=SYSTEM_CLOCK, demo=demo, on_failure=stop.set,
+                      http_best_effort=http_best_effort)
     stop_on_signals(stop)
     try:
         info = await plane.start()

@@ -15,6 +15,7 @@ documents it all (``openapi.py``). Auth: ``auth.py``.
 from __future__ import annotations
 
 import asyncio
+import errno
 import importlib
 import logging
 from collections import Counter
@@ -119,7 +120,7 @@ class WebServer:
     """The aiohttp server as one control-plane part (``start``/``stop``)."""
 
     def __init__(self, api: Api, heartbeats: Heartbeats, nc: NATS, *, host: str, port: int,
-                 tokens: TokenBook | None, clock: Clock) -> None:
+                 tokens: TokenBook | None, clock: Clock, best_effort: bool = False) -> None:
         self.api = api
         self.heartbeats = heartbeats
         self.nc = nc
@@ -127,9 +128,16 @@ class WebServer:
         self.port = port
         self.tokens = tokens
         self.clock = clock
+        self.best_effort = best_effort
+        self.skipped: str | None = None
+        """Why it does not serve (``best_effort`` and the port in use), or None."""
         self.closing = asyncio.Event()
         self._runner: web.AppRunner | None = None
         self._fleet: tuple[int, list[list[Any]]] | None = None
+
+    @property
+    def serving(self) -> bool:
+        return self._runner is not None
 
     @property
     def url(self) -> str:
@@ -144,7 +152,17 @@ class WebServer:
         self._runner = web.AppRunner(self.app(), access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as err:
+            await self._runner.cleanup()
+            self._runner = None
+            if not (self.best_effort and err.errno == errno.EADDRINUSE):
+                raise
+            self.skipped = (f"port {self.port} is in use (another herd up?); pass "
+                            "--http-port to choose one")
+            log.warning("HTTP API off: %s", self.skipped)
+            return
         server = site._server
         if isinstance(server, asyncio.base_events.Server) and server.sockets:
             self.port = int(server.sockets[0].getsockname()[1])

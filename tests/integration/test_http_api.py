@@ -8,6 +8,9 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import signal
+import socket
+import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -15,12 +18,15 @@ from typing import Any
 import aiohttp
 import pytest
 
+from herdbook.clock import SYSTEM_CLOCK
+from herdbook.config import parse_config
+from herdbook.control.bootstrap import bootstrap
 from herdbook.control.errors import StartupError
 from herdbook.control.plane import ControlPlane
 from herdbook.events.store import stream_last_seq
 from herdbook.events.subjects import EVENTS_STREAM
 from herdbook.web.openapi import ROUTES
-from tests.conftest import free_port, herd
+from tests.conftest import HERD, free_port, herd, wait_until
 from tests.integration.conftest import running_plane
 
 JOB = {"id": "web-job", "count": 1, "command": ["sleep", "1"],
@@ -249,3 +255,43 @@ async def test_with_auth_requests_need_a_token_that_maps_to_the_operator(
     assert (status, body["code"]) == (401, "unauthenticated")
     status, _ = await call(session, "GET", url(plane, "/v1/status"), headers=bearer(reader))
     assert status == 200
+
+
+async def test_herd_up_prints_the_url_it_serves(tmp_path: Path,
+                                                session: aiohttp.ClientSession) -> None:
+    port, out = free_port(), tmp_path / "up.out"
+    with open(out, "wb") as stdout:
+        proc = subprocess.Popen(
+            [*HERD, "up", "--nats-port", str(free_port()), "--data-dir", str(tmp_path / "d"),
+             "--node-id", "cp-url", "--http-port", str(port), "--log-level", "warning"],
+            stdout=stdout, stderr=subprocess.STDOUT)
+    try:
+        await asyncio.to_thread(wait_until, lambda: "is up" in out.read_text(), 60,
+                                what="herd up")
+        assert f"console, HTTP API: http://127.0.0.1:{port}/" in out.read_text()
+        status, body = await call(session, "GET", f"http://127.0.0.1:{port}/v1/status")
+        assert status == 200 and body["instance"] == "cp-url"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        await asyncio.to_thread(proc.wait, 30)
+    assert proc.returncode == 0, out.read_text()
+
+
+async def test_the_default_port_in_use_leaves_http_off_an_explicit_one_fails(
+        tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        text = (f"nats: {{port: {free_port()}}}\ndata_dir: '{tmp_path / 'd'}'\n"
+                f"http: {{port: {port}}}\n")
+        plane = bootstrap(parse_config(text), clock=SYSTEM_CLOCK, http_best_effort=True)
+        info = await plane.start()
+        try:
+            assert info["http_url"] is None and "in use" in info["http_off"]
+        finally:
+            await plane.stop()
+        with pytest.raises(StartupError, match="cannot serve HTTP"):
+            async with running_plane(text.replace("'d'", "'e'").replace(
+                    str(tmp_path / "d"), str(tmp_path / "e"))):
+                pass
