@@ -37,6 +37,9 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "instance list": ("herd instance list",),
     "instance describe": ("herd instance describe i-0abc",),
     "health check-policy": ("herd health check-policy policy.yaml",),
+    "breaker status": ("herd breaker status", "herd breaker status -o json"),
+    "breaker reset": ("herd breaker reset --reason 'driver 550 rolled back'",
+                      "herd breaker reset --scope pool:a100 -m 'checked the rack'"),
     "admin node wipe": ("herd admin node wipe secure-3 --force",),
     # jobs
     "job run": ("herd job run job.yaml",),
