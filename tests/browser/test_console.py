@@ -108,6 +108,19 @@ def test_the_node_page_shows_an_xid_79_cause_chain_and_the_gpu(console: Console)
     assert "node.down" in console.driver.find_element("id", "timeline").text
     console.screenshot("console-node.png")
 
+    # the as-of slider: half a second before the fault the node was READY
+    console.js("""const fatal = [...document.querySelectorAll('#timeline li')]
+                    .find(li => li.textContent.includes('XID 79'));
+                  const r = herdConsole.asOfRange, at = Date.parse(fatal.dataset.at) - 500;
+                  const slider = document.querySelector('#at');
+                  slider.value = Math.floor(1000 * (at - r.from) / (r.to - r.from));
+                  slider.dispatchEvent(new Event('input'));""")
+    past = console.wait_js("return document.querySelector('#as-of dl')?.textContent",
+                           what="the node as of then")
+    assert "stateREADY" in past.replace(" ", ""), past
+    assert console.js("return [...document.querySelectorAll('#timeline li')]"
+                      ".some(li => li.style.opacity === '0.35')")     # later events dimmed
+
 
 def test_pools_jobs_evals_and_the_control_plane_pages(console: Console) -> None:
     console.open("jobs")

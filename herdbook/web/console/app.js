@@ -438,7 +438,7 @@ async function nodePage(id) {
   for (const button of document.querySelectorAll("[data-action]")) {
     button.addEventListener("click", () => act(id, button.dataset.action));
   }
-  const range = { from: 0, to: Date.now() };
+  const range = probe.asOfRange = { from: 0, to: Date.now() };
   let timer = null;
   $("#at").addEventListener("input", () => {
     clearTimeout(timer);
