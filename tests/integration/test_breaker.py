@@ -144,3 +144,29 @@ async def test_a_fatal_xid_on_30_percent_of_the_fleet_trips_the_breaker(
     async def decided_again() -> bool:
         return projector.nodes[held[0]].health is Health.UNHEALTHY
     await eventually(decided_again, what="the next report decided after the reset")
+
+
+async def test_an_open_breaker_stays_open_across_a_restart(nats_server: Any,
+                                                          tmp_path: Path) -> None:
+    config = (f"nats: {{url: '{nats_server.url}'}}\ndata_dir: '{tmp_path / 'd'}'\n"
+              "node_id: cp\n")
+    async with running_plane(config) as first:
+        assert first.store is not None
+        await first.store.append(BreakerTripped(scope="pool:a", taken_out=3, size=10, limit=2,
+                                                reason="breaker open (pool:a)"))
+
+        async def tripped() -> bool:
+            return bool((await api(first, "breaker.status", {}))["open"])
+        await eventually(tripped, what="the trip folded")
+    async with running_plane(config) as second:
+        status = await api(second, "breaker.status", {})
+        assert status["open"] is True
+        (pool,) = [s for s in status["scopes"] if s["scope"] == "pool:a"]
+        assert pool["open"] and pool["reason"] == "breaker open (pool:a)"
+        assert second.nc is not None
+        for bad in ({"scope": "rack:7", "reason": "ok"}, {"scope": "fleet"}):
+            reply = json.loads((await second.nc.request(
+                "herd.api.v1.breaker.reset", json.dumps(bad).encode(), timeout=10)).data)
+            assert not reply["ok"] and reply["code"] == "bad_request", reply
+        await api(second, "breaker.reset", {"scope": "pool:a", "reason": "ok"})
+        assert (await api(second, "breaker.status", {}))["open"] is False
