@@ -5,13 +5,14 @@ or rich unless an error is printed."""
 
 from __future__ import annotations
 
+import keyword
 from datetime import datetime
 from typing import Any
 
 import msgspec
 
 from herdbook.cli import client
-from herdbook.cli.output import Format, render_json_items, render_rows
+from herdbook.cli.output import Format, render_columns, render_json_items, render_rows
 
 LIST_COLUMNS = [("ID", "id"), ("TYPE", "type"), ("APPROVAL", "approval"), ("STATE", "state")]
 WIDE_COLUMNS = [("HEALTH", "health"), ("CLASS", "class"), ("LABELS", "labels"),
@@ -70,14 +71,19 @@ def list_nodes(server: str, output: Format, wide: bool, filter_approval: list[st
         from herdbook.cli.node_args import parse_labels
         selector = parse_labels(labels)
     key = order_by.lstrip("-")
+    reverse = order_by.startswith("-")
     approvals, states = split(filter_approval), split(filter_state)
     query = ListNodes(filter_approval=approvals, filter_state=states, labels=selector,
                       wide=output in (Format.json, Format.yaml))
     when = None if at is None else parse_at(at)
+    columns = LIST_COLUMNS + (WIDE_COLUMNS if wide else [])
     # json in id order prints the control plane's objects as they came (the bytes the
-    # rows would encode to again); everything else reads them as plain rows.
+    # rows would encode to again); a table or csv reads only the fields it shows (a
+    # Struct of them: msgspec skips the others); the rest reads plain rows.
     verbatim = output is Format.json and key == "id" and when is None
-    reply: Any = Page[msgspec.Raw] if verbatim else Page[dict[str, Any]]
+    shown = output in (Format.table, Format.csv) and when is None
+    row: Any = row_type([k for _, k in columns] + [key]) if shown else dict[str, Any]
+    reply: Any = Page[msgspec.Raw] if verbatim else Page[row]
 
     async def page(nc: Any, token: str | None) -> tuple[list[Any], str | None]:
         if when is None:
@@ -103,12 +109,36 @@ def list_nodes(server: str, output: Format, wide: bool, filter_approval: list[st
 
     rows = client.run(server, fetch)
     if verbatim:
-        render_json_items(rows[::-1] if order_by.startswith("-") else rows)
+        render_json_items(rows[::-1] if reverse else rows)
+        return
+    if shown:
+        order = _attribute(key)
+        rows.sort(key=lambda r: (getattr(r, order) is None, str(getattr(r, order) or "")),
+                  reverse=reverse)
+        render_columns([(header, _values(rows, field)) for header, field in columns], output)
         return
     if output in (Format.table, Format.csv):
         for row in rows:
             age = row.get("heartbeat_age")
             row["heartbeat_ago"] = None if age is None else f"{age:.0f}s ago"
-    rows.sort(key=lambda r: (r.get(key) is None, str(r.get(key) or "")),
-              reverse=order_by.startswith("-"))
-    render_rows(rows, LIST_COLUMNS + (WIDE_COLUMNS if wide else []), output)
+    rows.sort(key=lambda r: (r.get(key) is None, str(r.get(key) or "")), reverse=reverse)
+    render_rows(rows, columns, output)
+
+
+def _attribute(key: str) -> str:
+    return f"{key}_" if keyword.iskeyword(key) else key
+
+
+def row_type(keys: list[str]) -> type[msgspec.Struct]:
+    """A node of a ``node.list`` page with only these fields (``heartbeat_ago``: its
+    ``heartbeat_age``), each None where the page has none."""
+    wire = [("heartbeat_age" if k == "heartbeat_ago" else k) for k in keys]
+    names = {_attribute(k): k for k in dict.fromkeys(wire)}
+    return msgspec.defstruct("Row", [(name, Any, None) for name in names], rename=names)
+
+
+def _values(rows: list[Any], key: str) -> list[Any]:
+    if key != "heartbeat_ago":
+        return [getattr(row, _attribute(key)) for row in rows]
+    return [None if row.heartbeat_age is None else f"{row.heartbeat_age:.0f}s ago"
+            for row in rows]

@@ -96,12 +96,11 @@ def _cell(value: Any) -> str:
     return safe(text)
 
 
-def _column(rows: list[dict[str, Any]], key: str) -> list[str]:
+def _cells(values: list[Any]) -> list[str]:
     """One column's cells: a column of plain strings without a control character among
     them (ids, states) is taken as it is, in one pass at C speed."""
-    values = [row.get(key) for row in rows]
     if all(type(value) is str for value in values):
-        texts: list[str] = values  # type: ignore[assignment]
+        texts: list[str] = values
         if not _CONTROL.search("".join(texts)):
             return texts
     return [_cell(value) for value in values]
@@ -114,20 +113,28 @@ def render_rows(rows: list[dict[str, Any]], columns: list[tuple[str, str]], fmt:
     elif fmt is Format.yaml:
         import yaml
         sys.stdout.write(yaml.safe_dump(rows, sort_keys=False))
-    elif fmt is Format.csv:
+    else:
+        render_columns([(header, [row.get(key) for row in rows]) for header, key in columns],
+                       fmt)
+
+
+def render_columns(columns: list[tuple[str, list[Any]]], fmt: Format) -> None:
+    """Table or csv from (header, the column's values); what ``render_rows`` prints for
+    rows holding these values."""
+    if fmt is Format.csv:
         writer = csv.writer(sys.stdout)
         writer.writerow([header for header, _ in columns])
-        writer.writerows(zip(*(_column(rows, key) for _, key in columns), strict=True))
-    else:
-        # Plain aligned columns, built column by column: rich's Table takes seconds at
-        # 10k rows, and a Python call per cell a tenth of one.
-        cells = [[header, *_column(rows, key)] for header, key in columns]
-        # the last column needs no padding: every line loses its trailing blanks
-        widths = [max(map(len, column)) for column in cells[:-1]]
-        padded = [[cell.ljust(width) for cell in column]
-                  for column, width in zip(cells, widths, strict=False)] + cells[-1:]
-        lines = map(str.rstrip, map("  ".join, zip(*padded, strict=True)))
-        sys.stdout.write("\n".join(lines) + "\n")
+        writer.writerows(zip(*(_cells(values) for _, values in columns), strict=True))
+        return
+    # Plain aligned columns, built column by column: rich's Table takes seconds at 10k
+    # rows, and a Python call per cell a tenth of one.
+    cells = [[header, *_cells(values)] for header, values in columns]
+    # the last column needs no padding: every line loses its trailing blanks
+    widths = [max(map(len, column)) for column in cells[:-1]]
+    padded = [[cell.ljust(width) for cell in column]
+              for column, width in zip(cells, widths, strict=False)] + cells[-1:]
+    lines = map(str.rstrip, map("  ".join, zip(*padded, strict=True)))
+    sys.stdout.write("\n".join(lines) + "\n")
 
 
 def render_json_items(items: list[bytes]) -> None:

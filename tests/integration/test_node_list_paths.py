@@ -5,14 +5,18 @@ rich, aiohttp nor nats-py's JetStream modules on the way."""
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import os
 import re
 import subprocess
 import sys
+from contextlib import redirect_stdout
 from pathlib import Path
 from typing import Any
 
+from herdbook.cli.node_list import LIST_COLUMNS, WIDE_COLUMNS
+from herdbook.cli.output import Format, render_rows
 from herdbook.clock import SYSTEM_CLOCK
 from herdbook.config import parse_config
 from herdbook.control.bootstrap import bootstrap
@@ -70,6 +74,19 @@ async def test_the_fast_path_prints_what_the_typer_app_prints(nc: Any, nats_serv
                 asyncio.to_thread(_run, TYPER, nats_server.url, *flags))
             assert _steady(fast) == _steady(typer), flags
             assert "Traceback" not in fast[2], flags
+        # the table read as Structs of its fields shows what the rows as dicts show
+        _, listed, _ = await asyncio.to_thread(_run, FAST, nats_server.url, "-o", "json")
+        for flags, columns in ((("--wide",), LIST_COLUMNS + WIDE_COLUMNS),
+                               (("-o", "csv", "--order-by", "-class"), LIST_COLUMNS)):
+            rows = sorted(json.loads(listed), key=lambda r: str(r["class"]), reverse=True)
+            for row in rows:
+                age = row["heartbeat_age"]
+                row["heartbeat_ago"] = None if age is None else f"{age:.0f}s ago"
+            shown = io.StringIO()
+            with redirect_stdout(shown):
+                render_rows(rows, columns, Format.csv if "csv" in flags else Format.table)
+            table = await asyncio.to_thread(_run, FAST, nats_server.url, *flags)
+            assert _steady(table) == _steady((0, shown.getvalue(), "")), flags
         code, out, err = await asyncio.to_thread(_run, PROBE, nats_server.url, "-o", "json")
         assert code == 0 and "gpu-0" in [row["id"] for row in json.loads(out)]
         loaded = json.loads(err)
