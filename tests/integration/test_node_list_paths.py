@@ -92,6 +92,7 @@ async def test_the_fast_path_prints_what_the_typer_app_prints(nc: Any, nats_serv
         loaded = json.loads(err)
         assert "herdbook.cli.node_list" in loaded and "nats" in loaded
         assert not [m for m in loaded if m.split(".")[0] in ("typer", "rich", "aiohttp", "click")]
+        assert "nats.js.client" not in loaded       # no JetStream call, no JetStream code
     finally:
         await plane.stop()
 
