@@ -54,6 +54,7 @@ from herdbook.api.messages import (
     ReleaseNode,
     RequeueAlloc,
     RequeueResult,
+    ResetBreaker,
     RetryEval,
     ScalePool,
     StopJob,
@@ -115,13 +116,15 @@ ROUTES: dict[str, Route] = {
     "view.rebuild": Route(None, Json),
     "audit.list": Route(AuditList, AuditPage),
     "audit.verify": Route(AuditVerify, ChainReport),
+    "breaker.status": Route(None, Json),
+    "breaker.reset": Route(ResetBreaker, Json),
 }
 
 READS = frozenset({
     "node.list", "node.describe", "node.conformance", "node.history", "node.list_at",
     "node.describe_at", "job.status", "eval.list", "eval.status", "alloc.list",
     "alloc.status", "instance.list", "instance.describe", "pool.list", "pool.status",
-    "status", "audit.list", "audit.verify",
+    "status", "audit.list", "audit.verify", "breaker.status",
 })
 
 STATUS_OF_CODE = {
