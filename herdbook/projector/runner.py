@@ -8,7 +8,9 @@ and commits batches with the checkpoint, in one transaction each.
   with ``StreamFeed`` and commits every ``batch_size`` events or ``batch_interval``.
   The pull batch (what the reader asks the server for) is not the flush batch.
 - ``wait_applied`` never waits for a window: the commit happens as soon as the event
-  it waits for is folded.
+  it waits for is folded. The exception is a rebuild from sequence 1: it goes into a
+  fresh file with no journal and no fsyncs, committed once and renamed over the view at
+  its end (``fresh_view``); a crash meanwhile leaves the old view and the rebuild restarts.
 
 - A message that does not decode, or that its subject does not vouch for
   (``events.authority``), is counted, logged with subject and sequence (at most a line
@@ -50,7 +52,7 @@ from herdbook.events.subjects import (
     ID_PATTERN,
     node_id_of_subject,
 )
-from herdbook.projector import integrity, schema
+from herdbook.projector import fresh_view, integrity, schema
 from herdbook.projector.alloc_view import AllocView
 from herdbook.projector.eval_view import EvalView
 from herdbook.projector.instance_view import InstanceView
@@ -77,6 +79,9 @@ class ProjectorRunner:
         self.catch_up_interval = max(batch_interval, catch_up_interval)
         self.live = True
         """False while reading the backlog (coalesced commits), True once caught up."""
+        self._fresh = False
+        """True while folding from sequence 1 into a fresh file (``fresh_view``): nothing is
+        committed (``committed_seq`` stays 0) until it is renamed over the view at the end."""
         self.stream = stream
         self.model = ReadModel()
         self.folded_seq = 0          # last sequence folded into memory
@@ -127,6 +132,8 @@ class ProjectorRunner:
         info = await self.js.stream_info(self.stream)
         end = int(info.state.last_seq)
         self.live = end <= self.committed_seq
+        if not self.live and self.committed_seq == 0:
+            await self._open_fresh()
         self._flusher = asyncio.create_task(self._flush_loop(), name="projector-flush")
         if self.live:
             await self._follow_live()
@@ -145,8 +152,37 @@ class ProjectorRunner:
             log.warning("reading the backlog of %s failed (%s); following it instead",
                         self.stream, err)
         self.live = True
+        if self._fresh:
+            try:
+                await asyncio.shield(self._install())
+            except (OSError, sqlite3.Error) as err:
+                self.failed = f"installing the rebuilt view {self.db_path} failed: {err}"
+                log.error("projector stopped: %s", self.failed)
+                return
         self._kick.set()       # the last coalesced rows go out now, not in a second
         await self._follow_live()
+
+    async def _open_fresh(self) -> None:
+        await self._close_db()
+        self._db = await fresh_view.open_fresh(self.db_path)
+        await integrity.disagreement(self.js, self.stream, self._db, 0)  # the stream's identity
+        self._fresh = True
+
+    async def _install(self, *, reopen: bool = True) -> None:
+        """Commit what is folded and rename the fresh file over the view (``fresh_view``);
+        with ``reopen``, go on in it."""
+        async with self._lock:
+            if not self._fresh or self._db is None:
+                return
+            seq = await self._commit()
+            db, self._db = self._db, None
+            self._fresh = False
+            await fresh_view.install(db, self.db_path)
+            if reopen:
+                self._db = await schema.open_db(self.db_path)
+            if seq is not None:   # the view at db_path holds it now
+                self.committed_seq = seq
+                self._release_waiters()
 
     async def _follow_live(self) -> None:
         self._sub = StreamFeed(self.nc, self.stream, "herd.>", self.folded_seq + 1,
@@ -213,11 +249,14 @@ class ProjectorRunner:
             except asyncio.CancelledError:
                 pass
             self._flusher = None
+        async with self._lock:
+            pass   # a shielded flush (or install) still writing finishes first
         if self._db is not None:
-            async with self._lock:
-                pass   # a shielded flush still writing finishes first
-            if self._pending:
+            if self._fresh:   # a view to what it folded: the next start goes on from there
+                await self._install(reopen=False)
+            elif self._pending:
                 await self.flush()
+        if self._db is not None:
             await self._db.close()
             self._db = None
 
@@ -249,7 +288,7 @@ class ProjectorRunner:
                 raise
         self.folded_seq = seq
         self._pending += 1
-        if seq >= self._first_waiter or (not self.live
+        if seq >= self._first_waiter or (not self.live and not self._fresh
                                          and self._pending >= self.catch_up_events):
             self._kick.set()
         return more
@@ -292,26 +331,32 @@ class ProjectorRunner:
 
     async def flush(self) -> None:
         async with self._lock:
-            if self._pending == 0 or self._db is None:
-                return
-            seq = self.folded_seq
-            self._pending = 0
-            model = self.model
-            tables = [(table, table.take_dirty()) for table in model.tables()]
-            (_, nodes_changed), *others, (_, pools_changed) = tables
-            try:
-                await schema.write_batch(
-                    self._db, self.stream, model.nodes.rows, nodes_changed, seq,
-                    [(table.name, table.rows, dirty) for table, dirty in others],
-                    dict(model.pool_sizes.rows) if pools_changed else None)
-            except BaseException:
-                # Nothing was committed: the next flush writes these rows again.
-                for table, dirty in tables:
-                    table.mark_dirty(dirty)
-                self._pending += max(1, seq - self.committed_seq)
-                raise
+            await self._commit()
+
+    async def _commit(self) -> int | None:
+        """What ``flush`` does, under its lock; returns the sequence written, if any."""
+        if self._pending == 0 or self._db is None:
+            return None
+        seq = self.folded_seq
+        self._pending = 0
+        model = self.model
+        tables = [(table, table.take_dirty()) for table in model.tables()]
+        (_, nodes_changed), *others, (_, pools_changed) = tables
+        try:
+            await schema.write_batch(
+                self._db, self.stream, model.nodes.rows, nodes_changed, seq,
+                [(table.name, table.rows, dirty) for table, dirty in others],
+                dict(model.pool_sizes.rows) if pools_changed else None)
+        except BaseException:
+            # Nothing was committed: the next flush writes these rows again.
+            for table, dirty in tables:
+                table.mark_dirty(dirty)
+            self._pending += max(1, seq - self.committed_seq)
+            raise
+        if not self._fresh:   # else committed once the fresh file is the view (_install)
             self.committed_seq = seq
             self._release_waiters()
+        return seq
 
     def _release_waiters(self) -> None:
         keep = []
@@ -333,6 +378,8 @@ class ProjectorRunner:
             except TimeoutError:
                 pass
             self._kick.clear()
+            if self._fresh:
+                continue   # a rebuild into a fresh file commits once, at its end (_install)
             try:
                 # Shielded: stop() cancelling this loop must not cut a transaction in
                 # half; stop() then waits for it on the lock and flushes the rest.

@@ -88,3 +88,48 @@ async def test_a_bad_message_in_the_backlog_is_dead_lettered_and_passed(nc, tmp_
     await nc.flush()
     assert dead == [b"not json"]
     assert runner.committed_seq == last and len(runner.nodes) == 10   # and went on past it
+
+
+def checkpoint(db: Path) -> int:
+    with sqlite3.connect(db) as conn:
+        row = conn.execute("SELECT seq FROM checkpoints").fetchone()
+    return int(row[0]) if row else 0
+
+
+async def test_a_rebuild_from_sequence_1_goes_into_a_fresh_file(nc, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    for i in range(6_000):
+        event = NodeRegistered(node_id=f"n{i % 40}") if i % 2 else NodeRecovered(node_id=f"n{i % 40}")
+        await nc.publish(subject_of(event), encode(event))
+    half = await fill(nc, 0)
+    db = tmp_path / "view.db"
+    commits: list[tuple[int, int]] = []
+    real = schema.write_batch
+
+    async def counting(*args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        await real(*args, **kwargs)
+        commits.append((args[4], checkpoint(db)))   # (committed, what view.db holds)
+
+    monkeypatch.setattr(schema, "write_batch", counting)
+    runner = ProjectorRunner(nc, str(db), batch_size=100, catch_up_events=100)
+    await runner.start()
+    assert runner.committed_seq == 0
+    await runner.wait_applied(half - 1_000, timeout=60)   # released once the view has it
+    assert checkpoint(db) == half and runner.committed_seq == half
+    await runner.stop()
+    # One commit (not one per 100 events), into view.db.rebuild while view.db stayed
+    # empty; then the rebuilt file replaced the view whole.
+    assert commits == [(half, 0)], commits
+    assert not Path(f"{db}.rebuild").exists()
+
+    # From a checkpoint, a catch-up commits into the view as it goes (coalesced).
+    for i in range(3_000):
+        await nc.publish(subject_of(NodeRecovered(node_id=f"n{i % 40}")),
+                         encode(NodeRecovered(node_id=f"n{i % 40}")))
+    last = await fill(nc, 0)
+    commits.clear()
+    runner = ProjectorRunner(nc, str(db), batch_size=100, catch_up_events=100)
+    await runner.start()
+    await runner.wait_applied(last, timeout=60)
+    await runner.stop()
+    assert commits and all(seq == held for seq, held in commits), commits
+    assert checkpoint(db) == last

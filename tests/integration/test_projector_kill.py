@@ -69,11 +69,8 @@ def start_up(url: str, data_dir: Path, log: Path) -> subprocess.Popen[bytes]:
             stdout=subprocess.DEVNULL, stderr=out)
 
 
-async def test_sigkill_mid_stream_then_restart_equals_rebuild(nc, nats_server, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    seed = int(os.environ.get("HERD_TEST_SEED", random.randrange(1 << 30)))
-    print(f"seed={seed}")
-    rng = random.Random(seed)
-    for event in random_history(rng, 60_000, 500):
+async def publish_and_settle(nc, events: list[object]) -> int:  # type: ignore[no-untyped-def]
+    for event in events:
         await nc.publish(subject_of(event), encode(event))  # the stream captures them
     await nc.flush()
     js = nc.jetstream()
@@ -82,13 +79,38 @@ async def test_sigkill_mid_stream_then_restart_equals_rebuild(nc, nats_server, t
         previous = last
         await asyncio.sleep(0.5)
         last = await stream_last_seq(js, EVENTS_STREAM)
-    assert last > 30_000
+    return last
+
+
+async def test_sigkill_mid_stream_then_restart_equals_rebuild(nc, nats_server, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    seed = int(os.environ.get("HERD_TEST_SEED", random.randrange(1 << 30)))
+    print(f"seed={seed}")
+    rng = random.Random(seed)
+    head = await publish_and_settle(nc, random_history(rng, 20_000, 500))
+    js = nc.jetstream()
 
     data_dir = tmp_path / "herd"
     db = data_dir / "view.db"
+    # Killed while rebuilding from sequence 1 (into view.db.rebuild): the view is all or
+    # nothing, never a part of the rebuild; the restart rebuilds it.
     proc = start_up(nats_server.url, data_dir, tmp_path / "up.log")
     try:
-        wait_until(lambda: 0 < checkpoint(db), timeout=30, interval=0.01,
+        wait_until(lambda: Path(f"{db}.rebuild").exists() or checkpoint(db) > 0, timeout=30,
+                   interval=0.005, what="the rebuild to start")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        assert checkpoint(db) in (0, head)
+        proc = start_up(nats_server.url, data_dir, tmp_path / "up.log")
+        wait_until(lambda: checkpoint(db) >= head, timeout=60, what="the rebuild after restart")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        assert not Path(f"{db}.rebuild").exists()
+
+        # Killed mid-way through a catch-up from a checkpoint: it commits as it goes.
+        last = await publish_and_settle(nc, random_history(rng, 60_000, 500))
+        assert last - head > 30_000
+        proc = start_up(nats_server.url, data_dir, tmp_path / "up.log")
+        wait_until(lambda: head < checkpoint(db), timeout=30, interval=0.01,
                    what="the projector to commit its first batch")
         killed_at = checkpoint(db)
         proc.send_signal(signal.SIGKILL)
