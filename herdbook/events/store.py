@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -25,7 +26,7 @@ from msgspec.structs import replace
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy, Header
-from nats.js.errors import APIError, BadRequestError, NotFoundError
+from nats.js.errors import APIError, NotFoundError
 
 from herdbook.events.authority import Unvouched, bind_event
 from herdbook.events.base import Event
@@ -79,6 +80,26 @@ def storage_full_error(err: APIError) -> StorageFullError | None:
 
 def subject_of(event: Event) -> str:
     return event_subject(type(event).aggregate, event.aggregate_id, event.event_name)
+
+
+def log_appended(events: Sequence[Event]) -> None:
+    """One info line per decision appended (an event's, or the count of each kind for
+    several: a plan's part is hundreds of placements); each event at debug level."""
+    if not events:
+        return
+    first = events[0]
+    if len(events) == 1:
+        log.info("%s %s by %s: %s", first.aggregate_id, first.event_name, first.actor,
+                 getattr(first, "reason", ""))
+        return
+    if log.isEnabledFor(logging.INFO):
+        kinds = Counter(type(event).__name__ for event in events)
+        log.info("%s: %s by %s", first.aggregate_id,
+                 ", ".join(f"{count} {name}" for name, count in kinds.items()), first.actor)
+    if log.isEnabledFor(logging.DEBUG):
+        for event in events:
+            log.debug("%s %s by %s: %s", event.aggregate_id, event.event_name, event.actor,
+                      getattr(event, "reason", ""))
 
 
 class EventStore:
@@ -142,36 +163,51 @@ class EventStore:
             headers[Header.EXPECTED_LAST_SUBJECT_SEQUENCE.value] = str(expected_version)
             headers[EXPECTED_LAST_SUBJECT_SEQ_SUBJECT] = filt
         data = encode(event)
+
+        async def send() -> int:
+            ack = await self.js.publish(subject, data, timeout=self.timeout,
+                                        stream=self.stream, headers=headers)
+            return int(ack.seq)
+
+        return await self._acked(send, filt, expected_version, event.event_id,
+                                 RETRYABLE_CODES)
+
+    async def _acked(self, send: Callable[[], Awaitable[int]], filt: str,
+                     expected_version: int | None, last_id: str, retry: frozenset[int],
+                     refused: Callable[[APIError], Awaitable[int | None]] | None = None) -> int:
+        """``send()`` (one append or one atomic batch, whose last event is ``last_id``)
+        until it is acknowledged: a timeout or no responders is sent again (after a
+        pause; our own event found stored answers a conflict that follows), a code of
+        ``retry`` too; ``refused`` may answer another error; a full NATS storage is
+        ``StorageFullError``, a stale expectation ``ConflictError``."""
         timed_out = False
         for attempt in range(self.attempts):
             try:
-                ack = await self.js.publish(subject, data, timeout=self.timeout,
-                                            stream=self.stream, headers=headers)
-                return int(ack.seq)
-            except APIError as err:
-                full = storage_full_error(err)
-                if full is not None:
-                    raise full from err
-                if not isinstance(err, BadRequestError):
-                    raise
-                if err.err_code in CONFLICT_CODES:
-                    if timed_out:
-                        # A resend of a write that landed: a single server checks the
-                        # expectation before dedupe. Find our own event id.
-                        landed = await self._landed_seq(filt, event.event_id)
-                        if landed is not None:
-                            return landed
-                    raise ConflictError(filt, expected_version or 0, err.description or "") from err
-                if err.err_code in RETRYABLE_CODES and attempt + 1 < self.attempts:
-                    await asyncio.sleep(0.05 * (attempt + 1))
-                    continue
-                raise
+                return await send()
             except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
                 timed_out = True
                 self._check_storage()
                 if attempt + 1 == self.attempts:
                     raise
                 await asyncio.sleep(0.2 * (attempt + 1))
+                continue
+            except APIError as caught:
+                err = caught
+            full = storage_full_error(err)
+            if full is not None:
+                raise full from err
+            if refused is not None and (answer := await refused(err)) is not None:
+                return answer
+            if err.err_code in CONFLICT_CODES:
+                # A resend of a write that landed: a single server checks the
+                # expectation before dedupe. Find our own event id.
+                if timed_out and (landed := await self._landed_seq(filt, last_id)) is not None:
+                    return landed
+                raise ConflictError(filt, expected_version or 0, err.description or "") from err
+            if err.err_code in retry and attempt + 1 < self.attempts:
+                await asyncio.sleep(0.05 * (attempt + 1))
+                continue
+            raise err
         raise AssertionError("unreachable")
 
     def _check_storage(self) -> None:
@@ -187,8 +223,7 @@ class EventStore:
         version = expected_version
         for event in events:
             version = await self.append(event, expected_version=version)
-            log.info("%s %s by %s: %s", event.aggregate_id, event.event_name, event.actor,
-                     getattr(event, "reason", ""))
+        log_appended(events)
         return version
 
     async def append_batch(self, events: Sequence[Event], expected_version: int) -> int:
@@ -214,24 +249,16 @@ class EventStore:
             Header.EXPECTED_LAST_SUBJECT_SEQUENCE.value: str(expected_version),
             EXPECTED_LAST_SUBJECT_SEQ_SUBJECT: filt})
         last_id = events[-1].event_id
-        timed_out = False
-        for attempt in range(self.attempts):
-            try:
-                async with self._batches:
-                    ack = await publish_batch(self.js._nc, messages, self.timeout)
-            except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
-                timed_out = True
-                self._check_storage()
-                if attempt + 1 == self.attempts:
-                    raise
-                await asyncio.sleep(0.2 * (attempt + 1))
-                continue
-            if ack.error is None:
-                for event in events:
-                    log.info("%s %s by %s: %s", event.aggregate_id, event.event_name,
-                             event.actor, getattr(event, "reason", ""))
-                return ack.seq
-            err = ack.error
+
+        async def send() -> int:
+            async with self._batches:
+                ack = await publish_batch(self.js._nc, messages, self.timeout)
+            if ack.error is not None:
+                raise APIError(code=ack.error.code, err_code=ack.error.err_code,
+                               description=ack.error.description)
+            return ack.seq
+
+        async def refused(err: APIError) -> int | None:
             if err.err_code == ATOMIC_DISABLED:
                 log.warning("stream %s refuses atomic batches; appending one by one",
                             self.stream)
@@ -239,16 +266,12 @@ class EventStore:
                 return await self.append_decided(events, expected_version)
             if err.err_code == CONTAINS_DUPLICATE:
                 return await self._landed_batch(filt, last_id, messages[-1])
-            if err.err_code in CONFLICT_CODES:
-                if timed_out and (landed := await self._landed_seq(filt, last_id)) is not None:
-                    return landed
-                raise ConflictError(filt, expected_version, err.description)
-            if err.err_code in RETRY_CODES and attempt + 1 < self.attempts:
-                await asyncio.sleep(0.05 * (attempt + 1))
-                continue
-            api = APIError(code=err.code, err_code=err.err_code, description=err.description)
-            raise storage_full_error(api) or api
-        raise AssertionError("unreachable")
+            return None
+
+        seq = await self._acked(send, filt, expected_version, last_id, RETRY_CODES, refused)
+        if self.atomic:
+            log_appended(events)
+        return seq
 
     async def _landed_batch(self, filt: str, last_id: str, last: Message) -> int:
         """The sequence of a batch that had landed (the server refused its resend whole):
