@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from herdbook.events.breaker import NodeActionHeld
 from herdbook.events.codec import event_tag
 from herdbook.events.health_report import NodeHealthChanged
 from herdbook.events.node import NodeDegraded, NodeDown, NodeFailed, NodeWipeFailed
@@ -37,7 +38,9 @@ class Injection:
 
 
 def shows_failure(event: Any) -> bool:
-    if isinstance(event, NodeDegraded | NodeDown | NodeFailed | NodeWipeFailed):
+    """A held action (the circuit breaker open) is a detection too: the control plane saw
+    the failure and chose not to act on it."""
+    if isinstance(event, NodeDegraded | NodeDown | NodeFailed | NodeWipeFailed | NodeActionHeld):
         return True
     return isinstance(event, NodeHealthChanged) and event.health in (Health.DEGRADED,
                                                                       Health.UNHEALTHY)

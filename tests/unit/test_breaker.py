@@ -223,3 +223,8 @@ def test_the_pool_planner_neither_drains_nor_replaces_a_held_node() -> None:
     assert (plan.held, plan.drain) == (["n1"], [])
     plan = plan_pool(POOL, None, [inst(1), inst(2)], nodes, {}, NOW, 600)
     assert plan.replace == ["n1"] and plan.held == []
+
+
+def test_a_held_action_counts_as_a_detection_in_the_simulator() -> None:
+    from herdbook.sim.detections import shows_failure
+    assert shows_failure(NodeActionHeld(node_id="n1", kind=HeldAction.UNHEALTHY))
