@@ -5,6 +5,7 @@ or rich unless an error is printed."""
 
 from __future__ import annotations
 
+import asyncio
 import keyword
 from datetime import datetime
 from typing import Any
@@ -12,7 +13,7 @@ from typing import Any
 import msgspec
 
 from herdbook.cli import client
-from herdbook.cli.output import Format, render_columns, render_json_items, render_rows
+from herdbook.cli.output import Format, json_items, render_columns, render_json_chunks, render_rows
 
 LIST_COLUMNS = [("ID", "id"), ("TYPE", "type"), ("APPROVAL", "approval"), ("STATE", "state")]
 WIDE_COLUMNS = [("HEALTH", "health"), ("CLASS", "class"), ("LABELS", "labels"),
@@ -99,17 +100,24 @@ def list_nodes(server: str, output: Format, wide: bool, filter_approval: list[st
         return past.items, past.next_token
 
     async def fetch(nc: Any) -> list[Any]:
+        """The items, or with ``verbatim`` each page's ``json_items``: the next page is
+        asked for before this one is formatted, so the control plane builds it meanwhile."""
         items: list[Any] = []
-        token = None
+        pending = asyncio.ensure_future(page(nc, None))
         while True:
-            found, token = await page(nc, token)
-            items.extend(found)
+            found, token = await pending
+            if token:
+                pending = asyncio.ensure_future(page(nc, token))
+            if verbatim:
+                items.append(json_items(found[::-1] if reverse else found))
+            else:
+                items.extend(found)
             if not token:
                 return items
 
     rows = client.run(server, fetch)
     if verbatim:
-        render_json_items(rows[::-1] if reverse else rows)
+        render_json_chunks(rows[::-1] if reverse else rows)
         return
     if shown:
         order = _attribute(key)

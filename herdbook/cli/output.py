@@ -137,16 +137,30 @@ def render_columns(columns: list[tuple[str, list[Any]]], fmt: Format) -> None:
     sys.stdout.write("\n".join(lines) + "\n")
 
 
-def render_json_items(items: list[bytes]) -> None:
-    """What ``render_rows`` writes for json, from the objects' JSON as the control plane
-    sent them (``Raw`` items of its pages): a list of objects, indented by two."""
-    text = msgspec.json.format(b"[" + b",".join(items) + b"]", indent=2) + b"\n"
+def json_items(items: list[bytes]) -> bytes:
+    """Objects' JSON (``Raw`` items of the control plane's pages) as they stand inside the
+    list ``render_json_chunks`` writes, indented by two and separated by ``,\n``: any
+    run of the list's objects formats the same alone, so pages format one by one."""
+    if not items:
+        return b""
+    return msgspec.json.format(b"[" + b",".join(items) + b"]", indent=2)[2:-2]
+
+
+def render_json_chunks(chunks: list[bytes]) -> None:
+    """What ``render_rows`` writes for json, from ``json_items`` of its objects in order."""
+    chunks = [chunk for chunk in chunks if chunk]
     binary = getattr(sys.stdout, "buffer", None)
     if binary is None:
-        sys.stdout.write(text.decode())
+        sys.stdout.write((b"[\n" + b",\n".join(chunks) + b"\n]\n" if chunks else b"[]\n").decode())
         return
     sys.stdout.flush()              # what went before through the text layer first
-    binary.write(text)              # megabytes: no decode here and encode in the write
+    if not chunks:
+        binary.write(b"[]\n")
+        return
+    for number, chunk in enumerate(chunks):     # megabytes: written as they are
+        binary.write(b",\n" if number else b"[\n")
+        binary.write(chunk)
+    binary.write(b"\n]\n")
 
 
 def render_object(obj: dict[str, Any], fmt: Format) -> None:

@@ -76,6 +76,10 @@ async def test_the_fast_path_prints_what_the_typer_app_prints(nc: Any, nats_serv
             assert "Traceback" not in fast[2], flags
         # the table read as Structs of its fields shows what the rows as dicts show
         _, listed, _ = await asyncio.to_thread(_run, FAST, nats_server.url, "-o", "json")
+        _, backwards, _ = await asyncio.to_thread(_run, FAST, nats_server.url, "-o", "json",
+                                                  "--order-by", "-id")
+        assert [r["id"] for r in json.loads(backwards)] == [
+            r["id"] for r in json.loads(listed)][::-1] and len(json.loads(listed)) == 8
         for flags, columns in ((("--wide",), LIST_COLUMNS + WIDE_COLUMNS),
                                (("-o", "csv", "--order-by", "-class"), LIST_COLUMNS)):
             rows = sorted(json.loads(listed), key=lambda r: str(r["class"]), reverse=True)
