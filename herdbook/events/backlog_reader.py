@@ -68,10 +68,10 @@ class _NarrowParser(Parser):
                 if eol < 0:
                     return
                 if buf.startswith(b"HMSG ", pos):   # subject sid [reply] header-size size
-                    args = bytes(buf[pos + 5:eol]).split()
+                    args = buf[pos + 5:eol].split()
                     header_size, size, replied = int(args[-2]), int(args[-1]), len(args) == 5
                 elif buf.startswith(b"MSG ", pos):  # subject sid [reply] size
-                    args = bytes(buf[pos + 4:eol]).split()
+                    args = buf[pos + 4:eol].split()
                     header_size, size, replied = 0, int(args[-1]), len(args) == 4
                 else:
                     if not await self._one_line(buf, pos, eol + 2):
@@ -81,17 +81,21 @@ class _NarrowParser(Parser):
                 start = eol + 2
                 if len(buf) < start + size + 2:
                     return   # not yet whole: wait for the rest
-                headers = bytes(buf[start:start + header_size]) if header_size else None
                 body = bytes(buf[start + header_size:start + size])
-                pos = start + size + 2
-                sid, reply = int(args[1]), args[2] if replied else b""
+                sid, reply = int(args[1]), bytes(args[2]) if replied else b""
                 route = routes.get(sid)
                 if route is not None:
-                    more = route(args[0], reply, body, headers)
+                    # A stored message's headers are not read: only a status's (no reply).
+                    headers = None if replied or not header_size else bytes(
+                        buf[start:start + header_size])
+                    pos = start + size + 2
+                    more = route(bytes(args[0]), reply, body, headers)
                     if more is not None:
                         await more
                 else:
-                    await self.nc._process_msg(sid, args[0], reply, body, headers)
+                    headers = bytes(buf[start:start + header_size]) if header_size else None
+                    pos = start + size + 2
+                    await self.nc._process_msg(sid, bytes(args[0]), reply, body, headers)
                 if buf is not self.buf:
                     return   # reset by a reconnect meanwhile: the rest is stale
         finally:

@@ -56,9 +56,10 @@ def test_any_split_routes_each_frame_once_in_order(cuts: list[int]) -> None:
 
     asyncio.run(feed())
     assert routed == [
-        (b"herd.node.a", b"$JS.ACK.S.c.1.1.1.0.5", b"hello", HDR),
+        (b"herd.node.a", b"$JS.ACK.S.c.1.1.1.0.5", b"hello", None),   # headers: a status's only
         (b"herd.node.b", b"$JS.ACK.S.c.1.2.2.0.4", b"abc", None),
         (b"_INBOX.x", b"", b"", b"NATS/1.0 408\r\n\r\n"),
         (b"herd.node.c", b"", b"xyz", None),
     ]
     assert client.seen == [("nats", 3, b"other", b"", b"hi", None), ("ping",)]
+    assert all(type(part) is bytes for frame in routed for part in frame[:3])
