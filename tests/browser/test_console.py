@@ -5,6 +5,7 @@ screenshots. Run alone: ``python -m pytest tests/browser -m browser``."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 
 import pytest
@@ -132,7 +133,10 @@ def test_pools_jobs_evals_and_the_control_plane_pages(console: Console) -> None:
     console.open("status")
     console.wait_js("return document.querySelector('#leader')?.dataset.leader === 'true'",
                     what="the leader")
-    assert "heartbeat age p99" in console.driver.find_element("id", "status").text
+    status = console.driver.find_element("id", "status").text
+    assert "heartbeat age p99" in status
+    assert re.search(r"fleet health score\s+\d+ / 100", status), status   # issue 19 item 5
+    assert "open faults" in status
     console.open("pools")
     console.wait_js("return document.querySelector('#list')", what="the pools page")
     assert console.browser_errors() == []

@@ -544,6 +544,16 @@ function evalsPage() {
                                                "status_reason", "created_at"]);
 }
 
+// The fleet health score of the status reply: one number and what it is made of.
+function healthScoreRows(score) {
+  if (!score || typeof score !== "object") return [];
+  const share = v => (typeof v === "number" ? `${(100 * v).toFixed(1)} %` : v);
+  const faults = Object.entries(score.faults || {}).map(([k, n]) => `${k} ${n}`).join(", ") || "none";
+  return [["fleet health score", `${score.score} / 100`],
+          ["GPUs healthy", share(score.gpus_healthy)], ["nodes schedulable", share(score.schedulable)],
+          ["open faults", faults]];
+}
+
 async function statusPage() {
   main().innerHTML = `<h1>Control plane</h1><div class="card" id="status"></div>`;
   const draw = async () => {
@@ -555,7 +565,8 @@ async function statusPage() {
     $("#status").innerHTML =
       `<p id="leader" data-leader="${!!all.leader}">${all.leader ? badge("LEADER", "var(--READY)")
                                                               : badge("STANDBY", "var(--DISABLED)")}</p>` +
-      kv([["projector lag", `${all.projector_lag ?? "?"} events`],
+      kv([...healthScoreRows(all.health_score),
+          ["projector lag", `${all.projector_lag ?? "?"} events`],
           ["heartbeat age p50", fmt(pct.p50 ?? all.heartbeat_age_p50)],
           ["heartbeat age p99", fmt(pct.p99 ?? all.heartbeat_age_p99)],
           ["heartbeat age max", fmt(pct.max ?? all.heartbeat_age_max)],
