@@ -1,6 +1,11 @@
 """View rebuild rate: events/s folded from sequence 1 into a fresh SQLite view, printed
 beside its limit measured in the same run: decode + fold of the same events in memory
-(no NATS, no SQLite). Rebuild and limit alternate, ``--rounds`` times; medians printed."""
+(no NATS, no SQLite). Rebuild and limit alternate, ``--rounds`` times; medians printed,
+with the cost per event (µs) to show it stays flat across ``--sizes``.
+
+``--stages`` adds, per round, the reader alone (``BacklogReader`` with a callback that
+does nothing) and the CPU the rebuild used: this process (all its threads) and
+nats-server, as a share of one core over the rebuild's wall time."""
 
 from __future__ import annotations
 
@@ -13,9 +18,10 @@ from pathlib import Path
 
 import nats
 
-from benchmarks.common import report, start_server, stop_server
+from benchmarks.common import cpu_seconds, report, start_server, stop_server
 from herdbook.control.nats_parts import ensure_streams
 from herdbook.events.authority import bind_event
+from herdbook.events.backlog_reader import BacklogReader
 from herdbook.events.codec import encode
 from herdbook.events.node import NodeApproved, NodeDegraded, NodeInfo, NodeRecovered, NodeRegistered
 from herdbook.events.store import stream_last_seq, subject_of
@@ -62,7 +68,15 @@ async def rebuild(nc: nats.NATS, db: Path, last: int) -> tuple[float, int]:
     return last / elapsed, len(runner.nodes)
 
 
-async def one_size(events: int, nodes: int, rounds: int) -> tuple[float, float, int]:
+async def read_only(nc: nats.NATS, last: int) -> float:
+    """The reader alone: what reading the backlog costs without the fold."""
+    start = time.monotonic()
+    await BacklogReader(nc, EVENTS_STREAM, "herd.>", 1, last, lambda subject, data, seq: None).run()
+    return last / (time.monotonic() - start)
+
+
+async def one_size(events: int, nodes: int, rounds: int,
+                   stages: bool = False) -> tuple[float, float, int]:
     server, tmp = start_server()
     try:
         nc = await nats.connect(server.url)
@@ -80,29 +94,40 @@ async def one_size(events: int, nodes: int, rounds: int) -> tuple[float, float, 
             await asyncio.sleep(0.5)
             last = await stream_last_seq(nc.jetstream(), EVENTS_STREAM)
         figures, limits, rows = [], [], 0
+        assert server.proc is not None
         for _ in range(rounds):
             limits.append(fold_limit(messages))
+            if stages:
+                reading = await read_only(nc, last)
+            wall, cpu, server_cpu = time.monotonic(), time.process_time(), cpu_seconds(server.proc.pid)
             rate, rows = await rebuild(nc, tmp / "view.db", last)
             figures.append(rate)
+            if stages:
+                wall = time.monotonic() - wall
+                print(f"    round: rebuild {rate:,.0f}/s, limit {limits[-1]:,.0f}/s, reader alone "
+                      f"{reading:,.0f}/s; during the rebuild this process used "
+                      f"{(time.process_time() - cpu) / wall:.0%} of a core, nats-server "
+                      f"{(cpu_seconds(server.proc.pid) - server_cpu) / wall:.0%}")
         await nc.close()
-        spread = (max(figures) - min(figures)) / statistics.median(figures)
-        print(f"  {events:>9,} events {rows:>7,} nodes: rebuild {statistics.median(figures):>9,.0f}/s"
-              f"  limit {statistics.median(limits):>9,.0f}/s  ratio "
-              f"{statistics.median(figures) / statistics.median(limits):.2f}"
+        figure, limit = statistics.median(figures), statistics.median(limits)
+        spread = (max(figures) - min(figures)) / figure
+        print(f"  {events:>9,} events {rows:>7,} nodes: rebuild {figure:>9,.0f}/s "
+              f"({1e6 / figure:.1f} µs/event)  limit {limit:>9,.0f}/s ({1e6 / limit:.1f} µs/event)"
+              f"  ratio {figure / limit:.2f}"
               f"  (rebuild runs {', '.join(f'{f:,.0f}' for f in figures)}; spread {spread:.0%})")
         return statistics.median(figures), statistics.median(limits), rows
     finally:
         stop_server(server, tmp)
 
 
-async def main(sizes: list[int], nodes: int, rounds: int) -> None:
-    results = [await one_size(size, nodes, rounds) for size in sizes]
+async def main(sizes: list[int], nodes: int, rounds: int, stages: bool) -> None:
+    results = [await one_size(size, nodes, rounds, stages) for size in sizes]
     figure, limit, rows = results[-1]
     report("view rebuild", f"{figure:,.0f} events/s ({sizes[-1]:,} events, {rows:,} nodes); "
            f"limit (decode + fold in memory) {limit:,.0f}/s; ratio {figure / limit:.2f}",
            ">= 120,000 events/s and >= 0.65 of the limit",
            f"python -m benchmarks.view_rebuild --sizes {','.join(map(str, sizes))} "
-           f"--nodes {nodes} --rounds {rounds}")
+           f"--nodes {nodes} --rounds {rounds}" + (" --stages" if stages else ""))
 
 
 def sizes_arg(text: str) -> list[int]:
@@ -121,7 +146,9 @@ if __name__ == "__main__":
     parser.add_argument("--sizes", type=sizes_arg, help="several sizes, e.g. 100000,200000")
     parser.add_argument("--nodes", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=3, help="rebuild/limit pairs per size")
+    parser.add_argument("--stages", action="store_true",
+                        help="also the reader alone and the CPU of this process and nats-server")
     args = parser.parse_args()
     if args.events < 1 or args.nodes < 1 or args.rounds < 1:
         parser.error("--events, --nodes and --rounds must be positive")
-    asyncio.run(main(args.sizes or [args.events], args.nodes, args.rounds))
+    asyncio.run(main(args.sizes or [args.events], args.nodes, args.rounds, args.stages))
