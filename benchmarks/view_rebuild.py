@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import nats
+from nats.aio.client import Client as NATS
 
 from benchmarks.common import cpu_seconds, report, start_server, stop_server
 from herdbook.control.nats_parts import ensure_streams
@@ -56,7 +57,7 @@ def fold_limit(messages: list[tuple[str, bytes, str]]) -> float:
     return len(messages) / (time.perf_counter() - start)
 
 
-async def rebuild(nc: nats.NATS, db: Path, last: int) -> tuple[float, int]:
+async def rebuild(nc: NATS, db: Path, last: int) -> tuple[float, int]:
     runner = ProjectorRunner(nc, str(db))
     start = time.monotonic()
     await runner.start()
@@ -68,7 +69,7 @@ async def rebuild(nc: nats.NATS, db: Path, last: int) -> tuple[float, int]:
     return last / elapsed, len(runner.nodes)
 
 
-async def read_only(nc: nats.NATS, last: int) -> float:
+async def read_only(nc: NATS, last: int) -> float:
     """The reader alone: what reading the backlog costs without the fold."""
     start = time.monotonic()
     await BacklogReader(nc, EVENTS_STREAM, "herd.>", 1, last, lambda subject, data, seq: None).run()
