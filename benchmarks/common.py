@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import platform
 import shutil
@@ -63,3 +64,14 @@ def machine() -> str:
 def report(figure: str, value: str, target: str, command: str) -> None:
     print(f"{figure}: {value}   (target {target}; {machine()})")
     print(f"reproduce: {command}")
+
+
+def sizes_arg(text: str) -> list[int]:
+    """``--sizes 10000,50000,100000``: positive counts, for argparse's ``type=``."""
+    try:
+        sizes = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of counts: {text!r}") from None
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"counts must be positive: {text!r}")
+    return sizes

@@ -3,6 +3,10 @@
 A separate publisher process sends heartbeats for --nodes nodes at --rate per second
 (core publish, as agents do) for --seconds; the control plane's sweeper counts what it
 accepted. Ingest is sustained when accepted ≈ sent.
+
+``--sizes 10000,50000,100000`` runs each fleet size on a fresh server and prints a table
+with the cost per heartbeat: CPU µs of the control plane (this process, every thread)
+and of nats-server per heartbeat accepted, which should stay flat as the fleet grows.
 """
 
 from __future__ import annotations
@@ -12,10 +16,11 @@ import asyncio
 import subprocess
 import sys
 import time
+from typing import NamedTuple
 
 import nats
 
-from benchmarks.common import report, start_server, stop_server
+from benchmarks.common import cpu_seconds, report, sizes_arg, start_server, stop_server
 from herdbook.clock import SYSTEM_CLOCK
 from herdbook.config import parse_config
 from herdbook.control.bootstrap import bootstrap
@@ -66,16 +71,26 @@ async def register(url: str, nodes: int) -> None:
     await nc.close()
 
 
-async def main(nodes: int, rate: int, seconds: float) -> None:
+class Row(NamedTuple):
+    nodes: int
+    offered: float
+    accepted: float
+    plane_us: float
+    """CPU µs of the control plane (this process) per heartbeat accepted."""
+    server_us: float
+
+
+async def one_size(nodes: int, rate: int, seconds: float) -> Row:
     server, tmp = start_server()
     try:
         await register(server.url, nodes)
         config = parse_config(f"nats: {{url: '{server.url}'}}\ndata_dir: '{tmp / 'd'}'\n")
         plane = bootstrap(config, clock=SYSTEM_CLOCK)
         await plane.start()
-        assert plane.sweeper is not None
+        assert plane.sweeper is not None and server.proc is not None
+        await plane.projector.catch_up(timeout=600)
         base = plane.sweeper.accepted
-        start = time.monotonic()
+        start, cpu, server_cpu = time.monotonic(), time.process_time(), cpu_seconds(server.proc.pid)
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "benchmarks.heartbeat_ingest", "--publish-only", server.url,
             "--nodes", str(nodes), "--rate", str(rate), "--seconds", str(seconds),
@@ -85,20 +100,34 @@ async def main(nodes: int, rate: int, seconds: float) -> None:
         await asyncio.sleep(1.0)    # let the last ones arrive
         elapsed = time.monotonic() - start - 1.0
         accepted = plane.sweeper.accepted - base
+        cpu, server_cpu = time.process_time() - cpu, cpu_seconds(server.proc.pid) - server_cpu
         await plane.stop()
         print(f"sent {sent} heartbeats for {nodes} nodes in {elapsed:.1f}s; accepted {accepted} "
-              f"({accepted / max(sent, 1):.1%})")
-        report("heartbeat ingest", f"{accepted / elapsed:,.0f} heartbeats/s accepted "
-               f"of {sent / elapsed:,.0f}/s offered", ">= 20,000/s",
-               f"python -m benchmarks.heartbeat_ingest --nodes {nodes} --rate {rate} "
-               f"--seconds {seconds:g}")
+              f"({accepted / max(sent, 1):.1%})", flush=True)
+        return Row(nodes, sent / elapsed, accepted / elapsed, 1e6 * cpu / max(accepted, 1),
+                   1e6 * server_cpu / max(accepted, 1))
     finally:
         stop_server(server, tmp)
 
 
+async def main(sizes: list[int], rate: int, seconds: float) -> None:
+    rows = [await one_size(nodes, rate, seconds) for nodes in sizes]
+    print("\n| nodes | offered/s | accepted/s | accepted | control plane CPU µs/heartbeat "
+          "| nats-server CPU µs/heartbeat |\n|---|---|---|---|---|---|")
+    for row in rows:
+        print(f"| {row.nodes:,} | {row.offered:,.0f} | {row.accepted:,.0f} | "
+              f"{row.accepted / max(row.offered, 1):.1%} | {row.plane_us:.1f} | {row.server_us:.1f} |")
+    last = rows[-1]
+    report("heartbeat ingest", f"{last.accepted:,.0f} heartbeats/s accepted of {last.offered:,.0f}/s "
+           f"offered ({last.nodes:,} nodes)", ">= 20,000/s",
+           f"python -m benchmarks.heartbeat_ingest --sizes {','.join(map(str, sizes))} "
+           f"--rate {rate} --seconds {seconds:g}")
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--nodes", type=int, default=200_000)
+    parser.add_argument("--nodes", type=int, default=200_000, help="one fleet size")
+    parser.add_argument("--sizes", type=sizes_arg, help="several fleet sizes, e.g. 10000,50000,100000")
     parser.add_argument("--rate", type=int, default=25_000)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--publish-only", metavar="URL")
@@ -106,4 +135,6 @@ if __name__ == "__main__":
     if args.publish_only:
         asyncio.run(publish(args.publish_only, args.nodes, args.rate, args.seconds))
     else:
-        asyncio.run(main(args.nodes, args.rate, args.seconds))
+        if args.nodes < 1 or args.rate < 1 or args.seconds <= 0:
+            parser.error("--nodes, --rate and --seconds must be positive")
+        asyncio.run(main(args.sizes or [args.nodes], args.rate, args.seconds))

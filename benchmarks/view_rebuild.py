@@ -19,7 +19,7 @@ from pathlib import Path
 import nats
 from nats.aio.client import Client as NATS
 
-from benchmarks.common import cpu_seconds, report, start_server, stop_server
+from benchmarks.common import cpu_seconds, report, sizes_arg, start_server, stop_server
 from herdbook.control.nats_parts import ensure_streams
 from herdbook.events.authority import bind_event
 from herdbook.events.backlog_reader import BacklogReader
@@ -129,16 +129,6 @@ async def main(sizes: list[int], nodes: int, rounds: int, stages: bool) -> None:
            ">= 120,000 events/s and >= 0.65 of the limit",
            f"python -m benchmarks.view_rebuild --sizes {','.join(map(str, sizes))} "
            f"--nodes {nodes} --rounds {rounds}" + (" --stages" if stages else ""))
-
-
-def sizes_arg(text: str) -> list[int]:
-    try:
-        sizes = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a comma-separated list of counts: {text!r}") from None
-    if not sizes or min(sizes) < 1:
-        raise argparse.ArgumentTypeError(f"counts must be positive: {text!r}")
-    return sizes
 
 
 if __name__ == "__main__":
