@@ -4,6 +4,11 @@ A publisher process heartbeats --nodes nodes every --interval seconds; after a w
 it stops heartbeating --dead of them. For each dead node the latency is the time from
 its last heartbeat to the moment the `node.degraded` event is seen on NATS. The target
 is heartbeat_timeout + 1 s.
+
+``--sizes 10000,50000,100000`` runs each fleet size on a fresh server and prints a table:
+detected, false alarms, latency over the timeout (p50, max), and the control plane's CPU
+µs per heartbeat while the fleet heartbeats (this process, every thread): the detection
+delay and the cost per heartbeat should stay flat as the fleet grows.
 """
 
 from __future__ import annotations
@@ -14,10 +19,11 @@ import json
 import subprocess
 import sys
 import time
+from typing import NamedTuple
 
 import nats
 
-from benchmarks.common import report, start_server, stop_server
+from benchmarks.common import report, sizes_arg, start_server, stop_server
 from herdbook.clock import SYSTEM_CLOCK
 from herdbook.config import parse_config
 from herdbook.control.bootstrap import bootstrap
@@ -61,7 +67,18 @@ async def publish(url: str, nodes: int, dead: int, interval: float, kill_after: 
     await nc.close()
 
 
-async def main(nodes: int, dead: int, timeout: float, interval: float) -> None:
+class Row(NamedTuple):
+    nodes: int
+    detected: int
+    dead: int
+    false_alarms: int
+    p50: float
+    worst: float
+    plane_us: float
+    """CPU µs of the control plane (this process) per heartbeat published."""
+
+
+async def one_size(nodes: int, dead: int, timeout: float, interval: float) -> Row | None:
     server, tmp = start_server()
     try:
         nc = await nats.connect(server.url)
@@ -87,11 +104,14 @@ async def main(nodes: int, dead: int, timeout: float, interval: float) -> None:
         while len(plane.projector.nodes) < nodes:
             await asyncio.sleep(0.2)
         kill_after = 2 * interval
+        cpu = time.process_time()
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "benchmarks.detection_latency", "--publish-only", server.url,
             "--nodes", str(nodes), "--dead", str(dead), "--interval", str(interval),
             "--kill-after", str(kill_after), stdout=subprocess.PIPE)
         out, _ = await proc.communicate()
+        cpu = time.process_time() - cpu
+        beats = nodes * round(kill_after / interval + 1)   # rounds before and at the kill
         last = json.loads(out.decode().strip().splitlines()[-1])
         deadline = time.monotonic() + timeout + 10
         while len([n for n in last if n in seen]) < len(last) and time.monotonic() < deadline:
@@ -101,24 +121,40 @@ async def main(nodes: int, dead: int, timeout: float, interval: float) -> None:
         await plane.stop()
         await nc.close()
         if not latencies:
-            print("no dead node was detected")
-            return
+            print(f"{nodes} nodes: no dead node was detected")
+            return None
         p50 = latencies[len(latencies) // 2]
         worst = latencies[-1]
-        print(f"{len(latencies)}/{len(last)} dead nodes detected; {false_alarms} live nodes "
-              f"wrongly degraded; latency p50 {p50:.2f}s, max {worst:.2f}s")
-        report(f"dead node -> DEGRADED at {nodes} nodes",
-               f"max {worst:.2f}s = timeout {timeout:g}s + {worst - timeout:.2f}s",
-               f"<= heartbeat_timeout + 1s ({timeout + 1:g}s)",
-               f"python -m benchmarks.detection_latency --nodes {nodes} --dead {dead} "
-               f"--timeout {timeout:g} --interval {interval:g}")
+        print(f"{nodes} nodes: {len(latencies)}/{len(last)} dead nodes detected; {false_alarms} "
+              f"live nodes wrongly degraded; latency p50 {p50:.2f}s, max {worst:.2f}s", flush=True)
+        return Row(nodes, len(latencies), len(last), false_alarms, p50, worst, 1e6 * cpu / beats)
     finally:
         stop_server(server, tmp)
 
 
+async def main(sizes: list[int], dead: int, timeout: float, interval: float) -> None:
+    rows = [await one_size(nodes, dead, timeout, interval) for nodes in sizes]
+    print("\n| nodes | detected | false alarms | p50 over timeout | max over timeout "
+          "| control plane CPU µs/heartbeat |\n|---|---|---|---|---|---|")
+    for row in rows:
+        if row is not None:
+            print(f"| {row.nodes:,} | {row.detected}/{row.dead} | {row.false_alarms} | "
+                  f"+{row.p50 - timeout:.2f} s | +{row.worst - timeout:.2f} s | {row.plane_us:.1f} |")
+    done = [row for row in rows if row is not None]
+    if not done:
+        raise SystemExit(1)
+    worst = max(done, key=lambda row: row.worst)
+    report(f"dead node -> DEGRADED at {', '.join(f'{row.nodes:,}' for row in done)} nodes",
+           f"max {worst.worst:.2f}s = timeout {timeout:g}s + {worst.worst - timeout:.2f}s "
+           f"({worst.nodes:,} nodes)", f"<= heartbeat_timeout + 1s ({timeout + 1:g}s)",
+           f"python -m benchmarks.detection_latency --sizes {','.join(map(str, sizes))} "
+           f"--dead {dead} --timeout {timeout:g} --interval {interval:g}")
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--nodes", type=int, default=10_000)
+    parser.add_argument("--nodes", type=int, default=10_000, help="one fleet size")
+    parser.add_argument("--sizes", type=sizes_arg, help="several fleet sizes, e.g. 10000,50000,100000")
     parser.add_argument("--dead", type=int, default=100)
     parser.add_argument("--timeout", type=float, default=10.0)
     parser.add_argument("--interval", type=float, default=3.0)
@@ -129,4 +165,6 @@ if __name__ == "__main__":
         asyncio.run(publish(args.publish_only, args.nodes, args.dead, args.interval,
                             args.kill_after))
     else:
-        asyncio.run(main(args.nodes, args.dead, args.timeout, args.interval))
+        if min(args.nodes, args.dead) < 1 or args.timeout <= 0 or args.interval <= 0:
+            parser.error("--nodes, --dead, --timeout and --interval must be positive")
+        asyncio.run(main(args.sizes or [args.nodes], args.dead, args.timeout, args.interval))
