@@ -305,13 +305,20 @@ async def attempt(nc: Any, route: str, payload: msgspec.Struct | dict[str, Any],
 
 
 def run(server: str, fn: Callable[[Any], Awaitable[T]]) -> T:
-    async def main() -> T:
+    """``fn`` on a connection to ``server``. Its result is handed out beside the main
+    task, not as the task's result: ``asyncio.run`` on Python 3.11 formats the task's
+    repr (its result included, megabytes for `herd node list -o json`) as it restores
+    the SIGINT handler."""
+    result: list[T] = []
+
+    async def main() -> None:
         nc = await connect(server)
         try:
-            return await fn(nc)
+            result.append(await fn(nc))
         finally:
             await nc.close()
-    return asyncio.run(main())
+    asyncio.run(main())
+    return result[0]
 
 
 @overload
