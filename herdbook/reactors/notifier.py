@@ -1,8 +1,8 @@
 """Notifiers tell the workload system (Kubernetes, Slurm, ...) about cordon, uncordon, drain
-and undrain (Navarch): a webhook, a command or Slurm's scontrol (``slurm.py``), retried with
-backoff. A notification that fails every retry is an event (``node.notification_failed``),
-shown by ``describe``. When a drain-status source is configured, DRAINED waits for it to say
-drained.
+and undrain (Navarch), and cordon there a node the health policy makes UNHEALTHY: a webhook,
+a command or Slurm's scontrol (``slurm.py``), retried with backoff. A notification that
+fails every retry is an event (``node.notification_failed``), shown by ``describe``. When a
+drain-status source is configured, DRAINED waits for it to say drained.
 
 The notifier runs on the leader only (a ``PerTerm`` part): one replica sends each
 notification.
@@ -19,6 +19,7 @@ from typing import Any
 from herdbook.clock import SYSTEM_CLOCK, Clock
 from herdbook.config import NotifierConfig
 from herdbook.events.codec import AnyEvent
+from herdbook.events.health_report import NodeHealthChanged
 from herdbook.events.node import (
     NodeCordoned,
     NodeDrained,
@@ -28,7 +29,7 @@ from herdbook.events.node import (
     NodeUncordoned,
     NodeUndrained,
 )
-from herdbook.events.states import Intent
+from herdbook.events.states import Health, Intent
 from herdbook.events.store import EventStore
 from herdbook.projector.node_view import NodeView
 from herdbook.projector.runner import ProjectorRunner
@@ -43,8 +44,18 @@ ACTIONS: dict[type, str] = {NodeCordoned: "cordon", NodeUncordoned: "uncordon",
 
 
 def action_for(event: AnyEvent | NodeEvent) -> str | None:
-    """Which notification an event calls for, if any."""
+    """Which notification an event calls for, if any. A node the health policy makes
+    UNHEALTHY is cordoned in the workload system too (herdbook places nothing on it; Slurm
+    or Kubernetes must not either); the operator's ``uncordon`` that clears it uncordons
+    it there."""
+    if isinstance(event, NodeHealthChanged):
+        return "cordon" if event.health is Health.UNHEALTHY else None
     return ACTIONS.get(type(event))
+
+
+def reason_for(event: AnyEvent | NodeEvent) -> str:
+    reason = str(getattr(event, "reason", ""))
+    return f"unhealthy: {reason}" if isinstance(event, NodeHealthChanged) else reason
 
 
 def has_drain_status(config: NotifierConfig) -> bool:
@@ -110,7 +121,7 @@ class Notifier:
         action = action_for(event)
         if action is None or view is None:
             return
-        task = asyncio.create_task(self.notify(action, node_id, getattr(event, "reason", "")))
+        task = asyncio.create_task(self.notify(action, node_id, reason_for(event)))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 

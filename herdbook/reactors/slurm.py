@@ -68,16 +68,24 @@ def node_state(output: str) -> str:
     raise SlurmError(f"no State= in scontrol's answer: {output.strip()[:200]!r}")
 
 
+def drain_reason(output: str) -> str:
+    """``Reason=`` of ``scontrol -o show node``: the rest of the line, without Slurm's
+    ``[user@time]`` stamp ("" when Slurm gives none)."""
+    _, found, rest = output.partition(" Reason=")
+    if not found:
+        return ""
+    return re.sub(r"\s*\[[^\]]*@[^\]]*\]\s*$", "", rest.strip())
+
+
 def is_drained(state: str) -> bool:
     """Slurm's own DRAINED: the DRAIN flag on a node that holds no work (as ``sinfo``)."""
     base, *flags = state.upper().replace("*", "").split("+")
     return "DRAIN" in flags and base not in BUSY and "COMPLETING" not in flags
 
 
-def resumable(state: str) -> bool:
-    """DRAIN or DOWN: what RESUME is for (Slurm refuses it for any other node)."""
-    base, *flags = state.upper().replace("*", "").split("+")
-    return base == "DOWN" or "DRAIN" in flags
+def draining_flag(state: str) -> bool:
+    """The DRAIN flag is set (DRAINING or DRAINED): the only state RESUME undoes for us."""
+    return "DRAIN" in state.upper().replace("*", "").split("+")[1:]
 
 
 class Slurm:
@@ -91,13 +99,22 @@ class Slurm:
         return node_name(self.config.node_name, node_id, labels)
 
     async def update(self, action: str, name: str, reason: str) -> None:
-        try:
-            await self._run(update_argv(self.config.scontrol, action, name, reason))
-        except SlurmError as err:
-            # RESUME of a node already neither DRAIN nor DOWN: nothing left to do.
-            if (STATES[action] != "RESUME" or "Invalid node state specified" not in str(err)
-                    or resumable(node_state(await self._show(name)))):
-                raise
+        if STATES[action] == "RESUME" and not await self._ours_to_resume(name):
+            return
+        await self._run(update_argv(self.config.scontrol, action, name, reason))
+
+    async def _ours_to_resume(self, name: str) -> bool:
+        """RESUME only a drain herdbook set: a drain with another reason (an admin's) is not
+        herdbook's to release, and a node without the DRAIN flag has nothing of ours to
+        resume (Slurm's own DOWN returns to service by itself)."""
+        shown = await self._show(name)
+        if not draining_flag(node_state(shown)):
+            return False
+        held_for = drain_reason(shown)
+        if not held_for.startswith("herdbook:"):
+            raise SlurmError(f"Slurm node {name} is held for another reason "
+                             f"({held_for[:120] or 'none given'!r}); not resumed")
+        return True
 
     async def drained(self, name: str) -> tuple[bool, str]:
         state = node_state(await self._show(name))

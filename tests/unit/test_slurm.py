@@ -3,6 +3,7 @@ notifier around them with a stand-in scontrol script (the real one: tests/integr
 
 from __future__ import annotations
 
+import asyncio
 import os
 import stat
 from pathlib import Path
@@ -10,15 +11,18 @@ from pathlib import Path
 import pytest
 
 from herdbook.config import ConfigError, parse_config
+from herdbook.events.health_report import NodeHealthChanged
 from herdbook.events.node import NodeInfo, NodeNotificationFailed, NodeRegistered, NodeUndrained
-from herdbook.reactors.notifier import Notifier, action_for, has_drain_status
+from herdbook.events.states import Health
+from herdbook.reactors.notifier import Notifier, action_for, has_drain_status, reason_for
 from herdbook.reactors.slurm import (
     SlurmError,
     clean_reason,
+    drain_reason,
+    draining_flag,
     is_drained,
     node_name,
     node_state,
-    resumable,
     update_argv,
 )
 from tests.fakes import FakeProjector, FakeStore
@@ -78,7 +82,8 @@ def test_drained_is_slurms_drained(state: str, drained: bool) -> None:
     line = f"NodeName=cn1 Arch=x86_64 CPUTot=1 State={state} ThreadsPerCore=1 Reason=x [root@t]"
     assert node_state(line) == state
     assert is_drained(state) is drained
-    assert resumable(state) is ("DRAIN" in state or state.startswith("DOWN"))
+    assert draining_flag(state) is ("+DRAIN" in state)
+    assert drain_reason(line) == "x"
 
 
 def test_an_answer_without_a_state_is_an_error() -> None:
@@ -110,12 +115,15 @@ def notifier(tmp_path: Path, body: str, node_name: str = "{label:slurm}",
 
 async def test_a_drain_runs_scontrol_without_a_shell_for_the_labelled_node(
         tmp_path: Path) -> None:
-    n, store = notifier(tmp_path, "exit 0")
+    n, store = notifier(tmp_path, 'if [ "$1" = -o ]; then echo "NodeName=cn7 State=IDLE+DRAIN '
+                                  'Reason=herdbook: it\'s hot"; fi')
     assert action_for(NodeUndrained(node_id="gpu-1")) == "undrain"
     assert await n.notify("drain", "gpu-1", "it's hot; $(reboot)")
     assert await n.notify("undrain", "gpu-1", "")
     assert (tmp_path / "calls").read_text().splitlines() == [
         "update|NodeName=cn7|State=DRAIN|Reason=herdbook: it's hot; $(reboot)|",
+        "conf=/etc/x.conf",
+        "-o|show|node|cn7|",
         "conf=/etc/x.conf",
         "update|NodeName=cn7|State=RESUME|",
         "conf=/etc/x.conf"]
@@ -138,17 +146,29 @@ async def test_a_node_without_the_label_is_a_recorded_failure(tmp_path: Path) ->
     assert not (tmp_path / "calls").exists()
 
 
-async def test_resume_of_a_node_slurm_does_not_hold_is_done_already(tmp_path: Path) -> None:
-    refuse = ('if [ "$1" = update ]; then echo "slurm_update error: Invalid node state specified";'
-              ' exit 1; fi; echo "NodeName=cn7 State={state} Reason=x"')
-    n, store = notifier(tmp_path, refuse.format(state="IDLE"))
+async def test_resume_releases_only_a_drain_herdbook_set(tmp_path: Path) -> None:
+    show = 'if [ "$1" = -o ]; then echo "NodeName=cn7 State={state} Reason={reason}"; fi'
+    # herdbook's own drain: RESUME
+    n, store = notifier(tmp_path, show.format(state="IDLE+DRAIN",
+                                              reason="herdbook: PSU swap [slurm@2026-11-23T10:00:00]"))
     assert await n.notify("uncordon", "gpu-1", "")
+    assert "update|NodeName=cn7|State=RESUME|" in (tmp_path / "calls").read_text().splitlines()
     assert store.appended == []
-    # but refused for a node Slurm still holds (DRAIN), it is a failure
-    n, store = notifier(tmp_path, refuse.format(state="IDLE+DRAIN"))
-    assert not await n.notify("undrain", "gpu-1", "")
+    # neither drained nor down by us (IDLE, or Slurm's own DOWN): nothing to resume, done
+    for state in ("IDLE", "DOWN+NOT_RESPONDING"):
+        (tmp_path / "calls").unlink()
+        n, store = notifier(tmp_path, show.format(state=state, reason="Not responding"))
+        assert await n.notify("undrain", "gpu-1", "")
+        assert not any(c.startswith("update") for c in (tmp_path / "calls").read_text().splitlines())
+        assert store.appended == []
+    # an admin's drain is not herdbook's to release: recorded, never resumed
+    (tmp_path / "calls").unlink()
+    n, store = notifier(tmp_path, show.format(state="IDLE+DRAIN", reason="bad DIMM [root@t]"))
+    assert not await n.notify("uncordon", "gpu-1", "")
     [(event, _)] = store.appended
-    assert isinstance(event, NodeNotificationFailed) and "Invalid node state" in event.reason
+    assert isinstance(event, NodeNotificationFailed)
+    assert "held for another reason ('bad DIMM'); not resumed" in event.reason
+    assert not any(c.startswith("update") for c in (tmp_path / "calls").read_text().splitlines())
 
 
 async def test_drain_status_asks_scontrol_show_node(tmp_path: Path) -> None:
@@ -204,3 +224,26 @@ async def test_the_documented_kubernetes_template_runs_kubectl(
         "annotate|node|gpu-1|--overwrite|herdbook.io/reason=XID 79 on GPU 3|",
         "drain|gpu-1|--ignore-daemonsets|--delete-emptydir-data|--timeout=20s|",
         "uncordon|gpu-1|"]
+
+
+async def test_a_node_the_policy_makes_unhealthy_is_drained_in_slurm_with_the_verdict(
+        tmp_path: Path) -> None:
+    """Issue 19: herdbook places nothing on an UNHEALTHY node, so Slurm must not either."""
+    unhealthy = NodeHealthChanged(node_id="gpu-1", health=Health.UNHEALTHY,
+                                  reason="fatal-xid: XID 79 on GPU 3", fatal=True)
+    assert action_for(unhealthy) == "cordon"
+    assert reason_for(unhealthy) == "unhealthy: fatal-xid: XID 79 on GPU 3"
+    for health in (Health.HEALTHY, Health.DEGRADED):
+        assert action_for(NodeHealthChanged(node_id="gpu-1", health=health)) is None
+    n, store = notifier(tmp_path, "exit 0")
+    await n.start()
+    try:
+        store.fold(unhealthy)
+        for _ in range(200):
+            if n.sent:
+                break
+            await asyncio.sleep(0.01)
+    finally:
+        await n.stop()
+    assert (tmp_path / "calls").read_text().splitlines()[0] == (
+        "update|NodeName=cn7|State=DRAIN|Reason=herdbook: unhealthy: fatal-xid: XID 79 on GPU 3|")
