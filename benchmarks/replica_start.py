@@ -49,20 +49,24 @@ def message(i: int, nodes: int, cache: dict[tuple[int, int], tuple[str, bytes]])
     return cache[key]
 
 
-async def fill(nc: nats.NATS, start: int, end: int, nodes: int,
+async def fill(nc: nats.NATS, end: int, nodes: int,
                cache: dict[tuple[int, int], tuple[str, bytes]]) -> int:
-    """Publish events ``start``..``end-1``; returns the stream's last sequence once stored."""
-    for i in range(start, end):
-        subject, data = message(i, nodes, cache)
-        await nc.publish(subject, data)
-        if i % 5_000 == 0:
-            await nc.flush()
-    await nc.flush()
+    """Publish until the stream holds ``end`` events; returns its last sequence. Core
+    publishes the server did not store (it may drop some under load) are sent again."""
     js = nc.jetstream()
     last = await stream_last_seq(js, EVENTS_STREAM)
     while last < end:
-        await asyncio.sleep(0.2)
-        last = await stream_last_seq(js, EVENTS_STREAM)
+        for i in range(last, end):
+            subject, data = message(i, nodes, cache)
+            await nc.publish(subject, data)
+            if i % 5_000 == 0:
+                await nc.flush()
+        await nc.flush()
+        previous = -1
+        while last != previous:     # until the server stored what it got
+            previous = last
+            await asyncio.sleep(0.5)
+            last = await stream_last_seq(js, EVENTS_STREAM)
     return last
 
 
@@ -115,10 +119,10 @@ async def one_size(events: int, nodes: int, tail: int, rounds: int
         cache: dict[tuple[int, int], tuple[str, bytes]] = {}
         tail = min(tail, events - 1)
         filled = time.monotonic()
-        await fill(nc, 0, events - tail, nodes, cache)
+        await fill(nc, events - tail, nodes, cache)
         fill_seconds = time.monotonic() - filled
         size, write_seconds = await snapshot(nc, tmp / "snapshot")
-        last = await fill(nc, events - tail, events, nodes, cache)
+        last = await fill(nc, events, nodes, cache)
         await nc.close()
         without: list[float] = []
         with_: list[float] = []
