@@ -11,13 +11,16 @@ the scheduler runs), registers NODES schedulable nodes, and measures, alternatin
 - the same, 1024 nodes side by side (what more concurrency would buy);
 - raw atomic batches: the same events, one batch per node (what a node's part of
   ``ATOMIC_MIN`` events or more costs; a smaller part goes one ack per event).
-Medians over the rounds, with the spread; everything created is deleted.
+Medians over the rounds, with the spread; everything created is deleted. The control
+plane logs as `herd up` does (at ``--log-level``, into /dev/null).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
+import os
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -134,7 +137,7 @@ async def one_round(nodes: int, count: int, gpus: int) -> tuple[float, float, fl
         stop_server(server, tmp)
 
 
-async def main(nodes: int, count: int, gpus: int, rounds: int) -> None:
+async def main(nodes: int, count: int, gpus: int, rounds: int, log_level: str) -> None:
     placed: list[float] = []
     acked: list[float] = []
     wide: list[float] = []
@@ -154,7 +157,7 @@ async def main(nodes: int, count: int, gpus: int, rounds: int) -> None:
            f"({count} allocations on {nodes} nodes of {gpus} GPUs, {rounds} rounds)",
            ">= 0.8 of the raw append rate",
            f"python -m benchmarks.placements --nodes {nodes} --count {count} --gpus {gpus} "
-           f"--rounds {rounds}")
+           f"--rounds {rounds} --log-level {log_level}")
 
 
 if __name__ == "__main__":
@@ -163,7 +166,13 @@ if __name__ == "__main__":
     parser.add_argument("--count", type=int, default=4000, help="allocations to place")
     parser.add_argument("--gpus", type=int, default=8, help="GPUs per node")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--log-level", default="info",
+                        help="the control plane's log level, as `herd up --log-level` (the "
+                             "log goes to /dev/null); none for no logging set up")
     args = parser.parse_args()
+    if args.log_level != "none":
+        logging.basicConfig(level=args.log_level.upper(), stream=open(os.devnull, "w"),
+                            format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
     if min(args.nodes, args.count, args.gpus, args.rounds) < 1:
         parser.error("--nodes, --count, --gpus and --rounds must be at least 1")
-    asyncio.run(main(args.nodes, args.count, args.gpus, args.rounds))
+    asyncio.run(main(args.nodes, args.count, args.gpus, args.rounds, args.log_level))
