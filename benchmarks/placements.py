@@ -11,7 +11,8 @@ the scheduler runs), registers NODES schedulable nodes, and measures, alternatin
 - the same, 1024 nodes side by side (what more concurrency would buy);
 - raw atomic batches: the same events, one batch per node (what a node's part of
   ``ATOMIC_MIN`` events or more costs; a smaller part goes one ack per event).
-Medians over the rounds, with the spread; everything created is deleted. The control
+Medians over the rounds, with the spread, and the ratio of each round's placements to its
+own raw appends (the machine's load moves both); everything created is deleted. The control
 plane logs as `herd up` does (at ``--log-level``, into /dev/null).
 """
 
@@ -21,6 +22,7 @@ import argparse
 import asyncio
 import logging
 import os
+import statistics
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -149,9 +151,12 @@ async def main(nodes: int, count: int, gpus: int, rounds: int, log_level: str) -
         print(f"round {r + 1}: placements {p:,.0f}/s ({what}); raw appends one ack each "
               f"{a:,.0f}/s, 1024 wide {w:,.0f}/s; raw atomic batches of {gpus} {b:,.0f}/s")
     mid = spread(placed)[0]
+    each = [p / a for p, a in zip(placed, acked, strict=True)]
+    ratios = f"median {statistics.median(each):.2f}, {min(each):.2f}–{max(each):.2f}"
     report("placements",
            f"{spread(placed)[1]} placements/s; raw appends (one ack each, 64 nodes side by "
-           f"side) {spread(acked)[1]}/s: ratio {mid / spread(acked)[0]:.2f}; 1024 side by side "
+           f"side) {spread(acked)[1]}/s: ratio {mid / spread(acked)[0]:.2f} (per round, "
+           f"placements over raw appends of the same round: {ratios}); 1024 side by side "
            f"{spread(wide)[1]}/s: ratio {mid / spread(wide)[0]:.2f}; raw atomic batches of "
            f"{gpus} events {spread(batched)[1]}/s "
            f"({count} allocations on {nodes} nodes of {gpus} GPUs, {rounds} rounds)",
