@@ -31,11 +31,13 @@ def _remove(path: str) -> None:
         Path(path + suffix).unlink(missing_ok=True)
 
 
-async def open_fresh(path: str) -> aiosqlite.Connection:
+async def open_fresh(path: str, *, empty: bool = True) -> aiosqlite.Connection:
     """An empty view beside the one at ``path``, to rebuild into (any leftover of a
-    rebuild that crashed is deleted first)."""
+    rebuild that crashed is deleted first); with ``empty=False``, that file as it is
+    (an ``install`` that failed, tried again)."""
     fresh = fresh_path(path)
-    await asyncio.to_thread(_remove, fresh)
+    if empty:
+        await asyncio.to_thread(_remove, fresh)
     db = await schema.open_db(fresh)
     try:
         # No journal file and no fsync: the file counts only once install() renamed it.
@@ -62,8 +64,11 @@ def _install_file(fresh: str, path: str) -> None:
         # a stale WAL must never be read as the new file's.
         Path(path + suffix).unlink(missing_ok=True)
     os.replace(fresh, path)
-    directory = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
+    try:   # the rename on disk: lost to a power cut only, and then the rebuild restarts
+        directory = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+    except OSError:
+        pass

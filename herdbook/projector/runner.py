@@ -82,6 +82,7 @@ class ProjectorRunner:
         self._fresh = False
         """True while folding from sequence 1 into a fresh file (``fresh_view``): nothing is
         committed (``committed_seq`` stays 0) until it is renamed over the view at the end."""
+        self._fresh_seq = 0          # last sequence written to the fresh file
         self.stream = stream
         self.model = ReadModel()
         self.folded_seq = 0          # last sequence folded into memory
@@ -152,37 +153,51 @@ class ProjectorRunner:
             log.warning("reading the backlog of %s failed (%s); following it instead",
                         self.stream, err)
         self.live = True
-        if self._fresh:
+        failing: str | None = None
+        while self._fresh or self._db is None:
             try:
                 await asyncio.shield(self._install())
             except (OSError, sqlite3.Error) as err:
-                self.failed = f"installing the rebuilt view {self.db_path} failed: {err}"
-                log.error("projector stopped: %s", self.failed)
-                return
+                if str(err) != failing:   # a full disk: one line until it works
+                    failing = str(err)
+                    log.error("installing the rebuilt view %s failed, retrying every second: %s",
+                              self.db_path, err)
+                await asyncio.sleep(1.0)
         self._kick.set()       # the last coalesced rows go out now, not in a second
         await self._follow_live()
 
     async def _open_fresh(self) -> None:
         await self._close_db()
-        self._db = await fresh_view.open_fresh(self.db_path)
-        await integrity.disagreement(self.js, self.stream, self._db, 0)  # the stream's identity
+        try:
+            self._db = await fresh_view.open_fresh(self.db_path)
+            await integrity.disagreement(self.js, self.stream, self._db, 0)  # the stream's identity
+        except (OSError, sqlite3.Error) as err:
+            await self._close_db()
+            log.warning("cannot rebuild the view %s in a fresh file (%s): rebuilding it in place",
+                        self.db_path, err)
+            self._db = await schema.open_db(self.db_path)
+            return
         self._fresh = True
 
     async def _install(self, *, reopen: bool = True) -> None:
         """Commit what is folded and rename the fresh file over the view (``fresh_view``);
-        with ``reopen``, go on in it."""
+        with ``reopen``, go on in it. Safe to call again after it raised: a file not yet
+        renamed is opened again as it was, a view renamed but not opened is opened."""
         async with self._lock:
-            if not self._fresh or self._db is None:
-                return
-            seq = await self._commit()
-            db, self._db = self._db, None
-            self._fresh = False
-            await fresh_view.install(db, self.db_path)
-            if reopen:
+            if self._fresh and self._db is not None:
+                await self._commit()
+                db, self._db = self._db, None
+                try:
+                    await fresh_view.install(db, self.db_path)
+                except BaseException:
+                    self._db = await fresh_view.open_fresh(self.db_path, empty=False)
+                    raise
+                self._fresh = False
+                if self._fresh_seq:   # the view at db_path holds it now
+                    self.committed_seq, self._fresh_seq = self._fresh_seq, 0
+                    self._release_waiters()
+            if reopen and not self._fresh and self._db is None:
                 self._db = await schema.open_db(self.db_path)
-            if seq is not None:   # the view at db_path holds it now
-                self.committed_seq = seq
-                self._release_waiters()
 
     async def _follow_live(self) -> None:
         self._sub = StreamFeed(self.nc, self.stream, "herd.>", self.folded_seq + 1,
@@ -253,7 +268,11 @@ class ProjectorRunner:
             pass   # a shielded flush (or install) still writing finishes first
         if self._db is not None:
             if self._fresh:   # a view to what it folded: the next start goes on from there
-                await self._install(reopen=False)
+                try:
+                    await self._install(reopen=False)
+                except (OSError, sqlite3.Error) as err:
+                    log.error("the rebuilt view %s was not installed (%s): the next start "
+                              "rebuilds it", self.db_path, err)
             elif self._pending:
                 await self.flush()
         if self._db is not None:
@@ -333,10 +352,10 @@ class ProjectorRunner:
         async with self._lock:
             await self._commit()
 
-    async def _commit(self) -> int | None:
-        """What ``flush`` does, under its lock; returns the sequence written, if any."""
+    async def _commit(self) -> None:
+        """What ``flush`` does, under its lock."""
         if self._pending == 0 or self._db is None:
-            return None
+            return
         seq = self.folded_seq
         self._pending = 0
         model = self.model
@@ -353,10 +372,11 @@ class ProjectorRunner:
                 table.mark_dirty(dirty)
             self._pending += max(1, seq - self.committed_seq)
             raise
-        if not self._fresh:   # else committed once the fresh file is the view (_install)
-            self.committed_seq = seq
-            self._release_waiters()
-        return seq
+        if self._fresh:   # committed once the fresh file is the view (_install)
+            self._fresh_seq = seq
+            return
+        self.committed_seq = seq
+        self._release_waiters()
 
     def _release_waiters(self) -> None:
         keep = []

@@ -11,7 +11,7 @@ from herdbook.events.codec import encode
 from herdbook.events.node import NodeDegraded, NodeRecovered, NodeRegistered
 from herdbook.events.store import EventStore, stream_last_seq, subject_of
 from herdbook.events.subjects import EVENTS_STREAM
-from herdbook.projector import schema
+from herdbook.projector import fresh_view, schema
 from herdbook.projector.runner import ProjectorRunner
 from tests.integration.test_backlog_reader import fill
 
@@ -133,3 +133,27 @@ async def test_a_rebuild_from_sequence_1_goes_into_a_fresh_file(nc, tmp_path, mo
     await runner.stop()
     assert commits and all(seq == held for seq, held in commits), commits
     assert checkpoint(db) == last
+
+
+async def test_a_rebuild_whose_rename_fails_is_installed_on_the_next_try(nc, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    for i in range(500):
+        event = NodeRegistered(node_id=f"n{i % 40}")
+        await nc.publish(subject_of(event), encode(event))
+    last = await fill(nc, 0)
+    real = fresh_view._install_file
+    tries: list[str] = []
+
+    def full_once(fresh: str, path: str) -> None:
+        tries.append(fresh)
+        if len(tries) == 1:
+            raise OSError(28, "No space left on device")
+        real(fresh, path)
+
+    monkeypatch.setattr(fresh_view, "_install_file", full_once)
+    db = tmp_path / "view.db"
+    runner = ProjectorRunner(nc, str(db))
+    await runner.start()
+    await runner.wait_applied(last, timeout=20)   # after the second try, a second later
+    assert len(tries) == 2 and runner.failed is None
+    await runner.stop()
+    assert checkpoint(db) == last and len(dump(db)) == 40
