@@ -19,6 +19,7 @@ from pathlib import Path
 
 import msgspec
 import nats
+from nats.aio.client import Client as NATS
 
 from benchmarks.common import report, start_server, stop_server
 from herdbook.clock import SYSTEM_CLOCK
@@ -49,7 +50,7 @@ def message(i: int, nodes: int, cache: dict[tuple[int, int], tuple[str, bytes]])
     return cache[key]
 
 
-async def fill(nc: nats.NATS, end: int, nodes: int,
+async def fill(nc: NATS, end: int, nodes: int,
                cache: dict[tuple[int, int], tuple[str, bytes]]) -> int:
     """Publish until the stream holds ``end`` events; returns its last sequence. Core
     publishes the server did not store (it may drop some under load) are sent again."""
@@ -70,7 +71,7 @@ async def fill(nc: nats.NATS, end: int, nodes: int,
     return last
 
 
-async def snapshot(nc: nats.NATS, work: Path) -> tuple[int, float]:
+async def snapshot(nc: NATS, work: Path) -> tuple[int, float]:
     """Fold the log as it is into a view and snapshot it: (compressed bytes, seconds to
     copy, compress and upload)."""
     work.mkdir(exist_ok=True)
