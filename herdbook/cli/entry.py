@@ -25,6 +25,10 @@ REPEATED = ("filter_approval", "filter_state")
 FORMATS = ("table", "json", "yaml", "csv")
 
 
+class TyperSays(Exception):
+    """An option the typer app refuses with its own message: it parses the command."""
+
+
 def parse_node_list(args: list[str]) -> dict[str, Any] | None:
     """`herd node list`'s options from ``args`` (argv without the program), or None where
     the typer app should parse them."""
@@ -74,10 +78,11 @@ def node_list_fast(found: dict[str, Any]) -> None:
         try:
             server = auth.resolve(server)[0] or server
         except CredentialsError:
-            raise LookupError from None     # the typer app says it
+            raise TyperSays from None       # the typer app says what is wrong
     client.set_auth(auth)
-    node_list.list_nodes(client.DEFAULT_SERVER if server is None else server, Format(found.get("output", "table")),
-                         found["wide"], found["filter_approval"] or None,
+    node_list.list_nodes(client.DEFAULT_SERVER if server is None else server,
+                         Format(found.get("output", "table")), found["wide"],
+                         found["filter_approval"] or None,
                          found["filter_state"] or None, found.get("labels"),
                          found.get("order_by", "id"), found.get("at"))
 
@@ -87,7 +92,7 @@ def main() -> None:
     if found is not None:
         try:
             node_list_fast(found)
-        except LookupError:
+        except TyperSays:
             pass
         except KeyboardInterrupt:
             sys.stderr.write("\n")

@@ -59,3 +59,28 @@ def test_nats_without_websockets_and_jetstream_until_used(server: str, shown: st
                             text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == shown
+
+
+PATHS = {"fast": "import sys; from herdbook.cli.entry import main; sys.argv[0] = 'herd'; main()",
+         "typer": "import sys; from herdbook.cli.main import main; sys.argv[0] = 'herd'; main()"}
+
+
+@pytest.mark.parametrize("args", [
+    ["--server", "nats://127.0.0.1:1", "node", "list"],
+    ["--creds", "/nonexistent/op.creds", "node", "list", "-o", "json"],
+    ["--user", "alice", "node", "list"],
+    ["--server", "http://x", "node", "list"],
+    ["--server", "", "node", "list"],
+    ["node", "list", "--order-by", "colour"],
+])
+def test_refusals_read_as_the_typer_app_says_them(args: list[str]) -> None:
+    """No control plane needed: what is refused before or at the connection prints the
+    same line and exit code on both paths."""
+    said = {name: subprocess.run([sys.executable, "-c", code, *args], capture_output=True,
+                                 text=True, timeout=60, env={"HERD_SERVER": "nats://127.0.0.1:1",
+                                                             "PATH": ""})
+            for name, code in PATHS.items()}
+    fast, typer = said["fast"], said["typer"]
+    assert (fast.returncode, fast.stdout, fast.stderr) == (
+        typer.returncode, typer.stdout, typer.stderr)
+    assert fast.returncode != 0 and fast.stderr.startswith("Error: ") and "Traceback" not in fast.stderr
