@@ -103,3 +103,17 @@ def test_the_expected_subject_is_the_one_the_store_appends_on() -> None:
                   EvalCreated(eval_id="e", job_id="j", triggered_by=Trigger.JOB_REGISTER),
                   InstanceRunning(instance_id="i", node_id="n"), PoolScaled(pool="p", size=1)):
         assert expected_subject(event) == subject_of(event)
+
+
+def test_ids_found_valid_are_remembered_within_a_bound_and_invalid_ones_never(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from herdbook.events import authority
+
+    monkeypatch.setattr(authority, "_VALID_IDS", set())
+    monkeypatch.setattr(authority, "_VALID_IDS_MAX", 3)
+    for i in range(5):
+        authority.check_ids(NodeApproved(node_id=f"n{i}"))
+        assert f"n{i}" in authority._VALID_IDS and len(authority._VALID_IDS) <= 3
+    for _ in range(2):   # refused every time, never remembered
+        with pytest.raises(authority.Unvouched):
+            authority.check_ids(NodeApproved(node_id="not an id"))
+    assert "not an id" not in authority._VALID_IDS
