@@ -19,6 +19,9 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+_EVENT_NAMES: dict[type, str] = {}
+
+
 class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
     """Envelope of every event. Subclasses add the payload and a tag like ``node.approved``.
 
@@ -41,6 +44,10 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
 
     @property
     def event_name(self) -> str:
-        tag = type(self).__struct_config__.tag
-        assert isinstance(tag, str)
-        return tag.split(".", 1)[1]
+        cls = type(self)
+        name = _EVENT_NAMES.get(cls)
+        if name is None:   # once per type: the fold asks for it on every event
+            tag = cls.__struct_config__.tag
+            assert isinstance(tag, str)
+            name = _EVENT_NAMES[cls] = tag.split(".", 1)[1]
+        return name
