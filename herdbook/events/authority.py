@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import cached_property
 
 from herdbook.events import codec
 from herdbook.events.alloc import (
@@ -84,8 +85,8 @@ class Family:
     agent_types: tuple[type, ...] = ()
     """...and of those, these (and only these) may come from the node's agent."""
 
-    @property
-    def carries_events(self) -> bool:
+    @cached_property
+    def carries_events(self) -> bool:   # cached: asked for every message a reader binds
         return issubclass(self.base, Event)
 
     def agent_subjects(self, node_id: str) -> list[str]:

@@ -109,7 +109,10 @@ def _decode(decoder: msgspec.json.Decoder[Any], data: bytes) -> Any:
 
 
 def decode_event(data: bytes) -> AnyEvent:
-    event: AnyEvent = _decode(_event_decoder, data)
+    try:   # _decode, inlined: every event a projector folds comes through here
+        event: AnyEvent = _event_decoder.decode(data)
+    except RecursionError as err:
+        raise DecodeError(str(err)) from None
     return event
 
 
