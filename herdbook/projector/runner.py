@@ -38,7 +38,7 @@ from nats.aio.msg import Msg
 
 from herdbook.events.alloc import AllocEvent
 from herdbook.events.authority import Unvouched, bind_event, family_of
-from herdbook.events.backlog_reader import BacklogReader
+from herdbook.events.backlog_reader import BacklogReader, Frames
 from herdbook.events.codec import AnyEvent
 from herdbook.events.deadletters import DeadLetters
 from herdbook.events.eval_events import EvalEvent
@@ -144,7 +144,7 @@ class ProjectorRunner:
 
     async def _catch_up_then_follow(self, end: int) -> None:
         reader = BacklogReader(self.nc, self.stream, "herd.>", self.folded_seq + 1, end,
-                               self._take, batch=PULL_BATCH)
+                               self._take, batch=PULL_BATCH, on_batch=self._take_all)
         try:
             await reader.run()
         except Exception as err:  # noqa: BLE001 - a fold that failed is in self.failed
@@ -285,6 +285,23 @@ class ProjectorRunner:
             await more
         if self._pending >= self.batch_size:
             await self.flush()
+
+    def _take_all(self, frames: Frames, start: int = 0) -> Coroutine[Any, Any, None] | None:
+        """``_take`` for a run of stored messages (the backlog reader's ``on_batch``); a dead
+        letter is sent before the next message is folded, as one at a time."""
+        take = self._take
+        for i in range(start, len(frames)):
+            subject, seq, data = frames[i]
+            more = take(subject.decode(), data, seq)
+            if more is not None:
+                return self._take_after(more, frames, i + 1)
+        return None
+
+    async def _take_after(self, more: Coroutine[Any, Any, None], frames: Frames, start: int) -> None:
+        await more
+        rest = self._take_all(frames, start)
+        if rest is not None:
+            await rest
 
     def _take(self, subject: str, data: bytes, seq: int) -> Coroutine[Any, Any, None] | None:
         """Fold one stored message (both readers' path); returns the dead letter to send
