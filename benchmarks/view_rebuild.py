@@ -27,7 +27,7 @@ from herdbook.events.codec import encode
 from herdbook.events.node import NodeApproved, NodeDegraded, NodeInfo, NodeRecovered, NodeRegistered
 from herdbook.events.store import stream_last_seq, subject_of
 from herdbook.events.subjects import EVENTS_STREAM
-from herdbook.projector.runner import ProjectorRunner
+from herdbook.projector.runner import ProjectorRunner, catch_up_gc
 from herdbook.projector.tables import ReadModel
 
 
@@ -49,12 +49,14 @@ def history(events: int, nodes: int) -> list[tuple[str, bytes, str]]:
 
 
 def fold_limit(messages: list[tuple[str, bytes, str]]) -> float:
-    """Decode + fold in memory: what the projector does per event, minus reading and SQLite."""
+    """Decode + fold in memory: what the projector does per event, minus reading and SQLite,
+    under the same GC thresholds as its catch-up (``catch_up_gc``)."""
     model = ReadModel()
-    start = time.perf_counter()
-    for seq, (subject, data, _) in enumerate(messages, start=1):
-        model.fold(seq, bind_event(subject, data))
-    return len(messages) / (time.perf_counter() - start)
+    with catch_up_gc():
+        start = time.perf_counter()
+        for seq, (subject, data, _) in enumerate(messages, start=1):
+            model.fold(seq, bind_event(subject, data))
+        return len(messages) / (time.perf_counter() - start)
 
 
 async def rebuild(nc: NATS, db: Path, last: int) -> tuple[float, int]:

@@ -1,0 +1,32 @@
+"""While the projector catches up, young objects are collected less often; the thresholds
+come back as they were once the last catch-up (they may nest: two runners) is over."""
+
+from __future__ import annotations
+
+import gc
+
+from herdbook.projector.runner import CATCH_UP_GC_GEN0, catch_up_gc
+
+
+def test_thresholds_raised_inside_and_restored_after_the_last_one() -> None:
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(700, 10, 10)
+        with catch_up_gc():
+            assert gc.get_threshold() == (CATCH_UP_GC_GEN0, 10, 10)
+            with catch_up_gc():
+                assert gc.get_threshold() == (CATCH_UP_GC_GEN0, 10, 10)
+            assert gc.get_threshold() == (CATCH_UP_GC_GEN0, 10, 10)
+        assert gc.get_threshold() == (700, 10, 10)
+    finally:
+        gc.set_threshold(*before)
+
+
+def test_restored_when_the_catch_up_fails() -> None:
+    before = gc.get_threshold()
+    try:
+        with catch_up_gc():
+            raise RuntimeError("fold failed")
+    except RuntimeError:
+        pass
+    assert gc.get_threshold() == before
