@@ -11,7 +11,7 @@ import socket
 import sys
 import types
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import msgspec
@@ -114,13 +114,15 @@ class PermissionWatch:
             self.denied.append(found[2])
             self._changed.set()
 
-    def blocking(self, subject: str) -> str | None:
+    def blocking(self, subject: str | None) -> str | None:
         """The denied subject that stops a request to ``subject``: the subject itself,
-        or a reply inbox this client may not subscribe to."""
-        return next((d for d in self.denied if d == subject or d.startswith("_INBOX.")), None)
+        or a reply inbox this client may not subscribe to (``None``: any denied one)."""
+        return next((d for d in self.denied if subject is None or d == subject
+                     or d.startswith("_INBOX.")), None)
 
-    async def guard(self, subject: str, pending: Awaitable[T]) -> T:
-        """``pending``, unless NATS denies ``subject`` first: then permission denied."""
+    async def guard(self, subject: str | None, pending: Awaitable[T]) -> T:
+        """``pending``, unless NATS denies ``subject`` (``None``: anything) first: then
+        permission denied."""
         task = asyncio.ensure_future(pending)
         try:
             while True:
@@ -238,6 +240,24 @@ async def guarded_request(nc: Any, subject: str, data: bytes, timeout: float) ->
         if err.answered:
             raise
         raise fail(str(err), err.code) from None
+
+
+async def unless_denied(nc: Any, pending: Awaitable[T], cased: Iterable[str] = ()) -> T:
+    """``pending``, failing at once with permission denied (exit 1) on the first permission
+    violation NATS reports on ``nc``: for a command whose every request is a read of its
+    own (`herd events tail`: stream info, message gets, its consumer and its pulls).
+    nats-py lowers the case of the server's error: a denied subject starting with one of
+    ``cased`` is shown with that start as written there."""
+    watch = _watches.get(nc)
+    if watch is None:
+        return await pending
+    try:
+        return await watch.guard(None, pending)
+    except RequestFailed:
+        denied = watch.blocking(None) or ""
+        shown = next((start + denied[len(start):] for start in cased
+                      if denied.startswith(start.lower())), denied)
+        raise fail(f"permission denied: {shown}", EXIT_REFUSED) from None
 
 
 class RequestFailed(Exception):

@@ -242,6 +242,27 @@ def tail(
 async def _tail(server: str, subject: str, since: int | datetime | None, limit: int | None,
                 follow: bool, output: Format) -> None:
     nc = await client.connect(server)
+    reading = asyncio.ensure_future(_print(nc, subject, since, limit, follow, output))
+    try:
+        # NATS tells a denied publish (a JetStream API request, a pull) to the error
+        # callback only: without the watch an agent's or a restricted user's tail waits
+        # for a timeout, or with --follow forever.
+        from herdbook.events.subjects import EVENTS_STREAM
+        await client.unless_denied(nc, reading, [
+            f"$JS.API.{verb}.{EVENTS_STREAM}" for verb in (
+                "STREAM.INFO", "STREAM.MSG.GET", "CONSUMER.CREATE", "CONSUMER.MSG.NEXT",
+                "CONSUMER.DELETE")])
+    except asyncio.CancelledError:
+        pass
+    finally:
+        if not reading.done():
+            reading.cancel()
+        await asyncio.gather(reading, return_exceptions=True)
+        await nc.close()
+
+
+async def _print(nc: Any, subject: str, since: int | datetime | None, limit: int | None,
+                 follow: bool, output: Format) -> None:
     try:
         first, last = await stream_bounds(nc)
         if isinstance(since, datetime):
@@ -260,8 +281,6 @@ async def _tail(server: str, subject: str, since: int | datetime | None, limit: 
             await read(nc, subject, last + 1, None, lambda raw: printer.print(row_of(*raw)))
     except asyncio.CancelledError:
         pass
-    finally:
-        await nc.close()
 
 
 @events_app.command("schema")
