@@ -3,7 +3,6 @@ claims, wipe, add), each decided by a pure decider and appended by the runner.""
 
 from __future__ import annotations
 
-import time
 from bisect import bisect_left, bisect_right, insort
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
@@ -122,12 +121,14 @@ class NodeRoutes:
     def summary(self, view: NodeView) -> NodeSummary:
         return node_summary(view, self.sweeper.heartbeat_age(view.id),
                             self.sweeper.timeouts(view).heartbeat_timeout,
-                            allocations=self._alloc_counts().get(view.id, 0))
+                            allocations=self._alloc_counts().get(view.id, 0),
+                            clock=self.runner.clock)
 
     def detail(self, view: NodeView) -> NodeDetail:
         return node_detail(view, self.sweeper.heartbeat_age(view.id),
                            self.sweeper.timeouts(view).heartbeat_timeout,
-                           allocations=self._alloc_counts().get(view.id, 0))
+                           allocations=self._alloc_counts().get(view.id, 0),
+                           clock=self.runner.clock)
 
     def _sorted_ids(self) -> list[str]:
         """The node ids in order, sorted again only when the membership changed: checked
@@ -172,7 +173,7 @@ class NodeRoutes:
         age = self.sweeper.heartbeat_age
         timeout = self._heartbeat_timeout
         item = self._json.item
-        now = time.time()
+        now = self.runner.clock.now().timestamp()
         items: list[bytes] = []
         size = 0
         next_token = last = None

@@ -8,7 +8,6 @@ readers that merge them into a larger object (time travel, the simulator's check
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Container, Iterable
 from datetime import UTC, datetime
 from typing import Any
@@ -23,6 +22,7 @@ from herdbook.api.messages import (
     NodeDetail,
     NodeSummary,
 )
+from herdbook.clock import SYSTEM_CLOCK, Clock
 from herdbook.history.times import iso
 from herdbook.projector.alloc_view import AllocView
 from herdbook.projector.eval_view import EvalView
@@ -31,11 +31,12 @@ from herdbook.projector.node_view import NodeView
 
 
 def _summary_fields(view: NodeView, heartbeat_age: float | None, heartbeat_timeout: float,
-                    allocations: int) -> dict[str, Any]:
+                    allocations: int, clock: Clock) -> dict[str, Any]:
+    """``last_heartbeat``: the clock's now less the heartbeat's age."""
     info = view.info
     last_hb = None
     if heartbeat_age is not None:
-        last_hb = iso(datetime.fromtimestamp(time.time() - heartbeat_age, UTC))
+        last_hb = iso(datetime.fromtimestamp(clock.now().timestamp() - heartbeat_age, UTC))
     return {
         "id": view.id, "type": view.type, "node_class": info.node_class,
         "approval": view.approval, "lifecycle": view.lifecycle, "health": view.health,
@@ -77,22 +78,25 @@ def _detail_fields(view: NodeView) -> dict[str, Any]:
 
 
 def node_summary(view: NodeView, heartbeat_age: float | None, heartbeat_timeout: float, *,
-                 allocations: int = 0) -> NodeSummary:
-    return NodeSummary(**_summary_fields(view, heartbeat_age, heartbeat_timeout, allocations))
+                 allocations: int = 0, clock: Clock = SYSTEM_CLOCK) -> NodeSummary:
+    return NodeSummary(**_summary_fields(view, heartbeat_age, heartbeat_timeout, allocations,
+                                         clock))
 
 
 def node_detail(view: NodeView, heartbeat_age: float | None, heartbeat_timeout: float, *,
-                allocations: int = 0) -> NodeDetail:
-    return NodeDetail(**_summary_fields(view, heartbeat_age, heartbeat_timeout, allocations),
+                allocations: int = 0, clock: Clock = SYSTEM_CLOCK) -> NodeDetail:
+    return NodeDetail(**_summary_fields(view, heartbeat_age, heartbeat_timeout, allocations,
+                                        clock),
                       **_detail_fields(view))
 
 
 def node_json(view: NodeView, heartbeat_age: float | None, heartbeat_timeout: float, *,
-              wide: bool = True, allocations: int = 0) -> dict[str, Any]:
+              wide: bool = True, allocations: int = 0,
+              clock: Clock = SYSTEM_CLOCK) -> dict[str, Any]:
     """``node_detail`` (``wide``) or ``node_summary`` as a plain dict."""
     build = node_detail if wide else node_summary
     out: dict[str, Any] = msgspec.to_builtins(
-        build(view, heartbeat_age, heartbeat_timeout, allocations=allocations))
+        build(view, heartbeat_age, heartbeat_timeout, allocations=allocations, clock=clock))
     return out
 
 
@@ -148,7 +152,7 @@ class _Entry:
     __slots__ = ("beat_at", "beat_text", "head", "narrow", "timeout", "view", "wide")
 
     def __init__(self, view: NodeView, timeout: float) -> None:
-        fields = _summary_fields(view, None, timeout, 0)
+        fields = _summary_fields(view, None, timeout, 0, SYSTEM_CLOCK)   # no heartbeat: no time
         live_at = list(fields).index(_LIVE[0])
         keys = list(fields)
         head = _wire({k: fields[k] for k in keys[:live_at]})

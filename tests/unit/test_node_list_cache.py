@@ -16,7 +16,8 @@ from herdbook.config import Config
 from herdbook.events.node import GpuInfo, NodeInfo
 from herdbook.events.states import Approval, Health, Intent, Lifecycle, NodeType
 from herdbook.projector.node_view import NodeView
-from tests.fakes import FakeProjector
+from herdbook.reactors.runner import DecideRunner
+from tests.fakes import FakeClock, FakeProjector
 
 T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 ODD = {"zone": "a", "q": 'say "hi"\x1b[31m', "u": "漢\u2028", "last_heartbeat": "x"}
@@ -49,7 +50,8 @@ def routes(*nodes: NodeView) -> tuple[NodeRoutes, FakeProjector, Beats]:
     for node in nodes:
         projector.nodes.put(node.id, node)
     beats = Beats()
-    return NodeRoutes(None, None, projector, beats, None, Config()), projector, beats  # type: ignore[arg-type]
+    runner = DecideRunner(None, projector, FakeClock(T0))  # type: ignore[arg-type]
+    return NodeRoutes(None, None, projector, beats, runner, Config()), projector, beats  # type: ignore[arg-type]
 
 
 def without_time(data: bytes) -> dict[str, Any]:
