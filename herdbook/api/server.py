@@ -62,7 +62,7 @@ class Api:
                  sweeper: Sweeper, rebuild: Callable[[], Awaitable[dict[str, Any]]],
                  instance: str, config: Config | None = None,
                  metrics: Metrics | None = None, *, clock: Clock = SYSTEM_CLOCK,
-                 breaker: Breaker | None = None) -> None:
+                 breaker: Breaker | None = None, runner: DecideRunner | None = None) -> None:
         self.config = config or Config()
         self.is_leader: Callable[[], bool] = lambda: True
         """Whether this replica holds the leader lease (set by the control plane)."""
@@ -71,7 +71,7 @@ class Api:
         self.projector = projector
         self.metrics = metrics
         self.clock = clock
-        self.runner = DecideRunner(store, projector, clock)
+        self.runner = runner or DecideRunner(store, projector, clock)
         self.service: Any = None
         self.routes: dict[str, Handler] = {
             **NodeRoutes(nc, store, projector, sweeper, self.runner, self.config).routes(),

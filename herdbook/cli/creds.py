@@ -181,8 +181,27 @@ def _issue_token(store: Path, name: str, read_only: bool) -> None:
     console.print(f"Ok: {rights}HTTP token of {entry.user} (shown once; only its hash is kept; "
                   f"revoke: herd creds revoke {entry.user})", markup=False)
     console.print(f"  token: {token}", markup=False)
+    base, where = _http_base(HttpTokens(store).served_url())
     console.print(f"  use:   curl -H 'Authorization: Bearer {token}' "
-                  "http://127.0.0.1:8641/v1/status", markup=False)
+                  f"{base}/v1/status   # {where}", markup=False)
+
+
+def _http_base(served: str | None) -> tuple[str, str]:
+    """The HTTP API's base URL for the example, and where its port comes from: the URL
+    `herd up` last served on (``HttpTokens.record_url``; this host's loopback for a
+    wildcard address), else the default port."""
+    from urllib.parse import urlsplit
+    if served:
+        try:
+            url = urlsplit(served)
+            host, port = url.hostname, url.port
+        except ValueError:
+            host = port = None
+        if host and port:
+            host = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+            host = f"[{host}]" if ":" in host else host
+            return f"{url.scheme}://{host}:{port}", "the port herd up last served HTTP on"
+    return "http://127.0.0.1:8641", "the default port; herd up --http-port changes it"
 
 
 @creds_app.command("list")

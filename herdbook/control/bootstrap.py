@@ -166,15 +166,16 @@ def bootstrap(config: Config, *, clock: Clock, demo: int = 0,
     runner = DecideRunner(store, projector, clock)
     interval = min(REQUESTER_HEARTBEAT_INTERVAL, float(cfg.lifecycle.heartbeat_timeout) / 3)
     requester = NodeProtocol(node_id, actor=f"control:{node_id}", seqs=SeqAllocator(data_dir))
-    sweeper = Sweeper(nc, store, projector, cfg, clock=clock)
-    approver = AutoApprover(store, projector, cfg.approval.auto_approve, clock=clock)
+    sweeper = Sweeper(nc, store, projector, cfg, clock=clock, runner=runner)
+    approver = AutoApprover(store, projector, cfg.approval.auto_approve, clock=clock,
+                            runner=runner)
     breaker = Breaker(nc, store, projector.nodes, cfg.breaker, clock)
     if metrics is not None:
         metrics.registry.register(BreakerCollector(breaker, projector))
     classifier = HealthClassifier(nc, store, projector, policy, cfg.health.unhealthy_threshold,
                                   pool_thresholds={name: pool.health.unhealthy_threshold
                                                    for name, pool in cfg.pools.items()},
-                                  clock=clock, gate=breaker.gate)
+                                  clock=clock, gate=breaker.gate, runner=runner)
     fake_provider = FakeProvider(nc, data_dir)
     parts += [RequesterNode(nc, runner, projector.nodes, requester, this_host(),
                             interval=interval),
@@ -201,21 +202,23 @@ def bootstrap(config: Config, *, clock: Clock, demo: int = 0,
         Service("leader catch-up", catch_up, leader_only=True),
         PerTerm("instance manager",
                 lambda: InstanceManager(cfg, store, projector, sweeper, providers, clock=clock,
-                                        gate=breaker.gate)),
-        PerTerm("notifier", lambda: Notifier(cfg.notifier, store, projector, clock=clock)),
+                                        gate=breaker.gate, runner=runner)),
+        PerTerm("notifier", lambda: Notifier(cfg.notifier, store, projector, clock=clock,
+                                              runner=runner)),
         PerTerm("allocation reactor",
-                lambda: AllocationReactor(store, projector, cfg, clock=clock)),
-        PerTerm("scheduler", lambda: Scheduler(nc, store, projector, cfg, clock=clock)),
+                lambda: AllocationReactor(store, projector, cfg, clock=clock, runner=runner)),
+        PerTerm("scheduler", lambda: Scheduler(nc, store, projector, cfg, clock=clock,
+                                                runner=runner)),
         PerTerm("sensitive reactor",
                 lambda: SensitiveReactor(store, projector, cfg, fingerprints, clock=clock,
-                                         gate=breaker.gate))]
+                                         gate=breaker.gate, runner=runner))]
     if cfg.view.snapshots:
         parts.append(PerTerm("view snapshots", lambda: SnapshotWriter(
             nc, data_dir / "view.db", lambda: projector.committed_seq, cfg.view, clock=clock,
             replicas=cfg.nats.replicas)))
 
     api = Api(nc, store, projector, sweeper, rebuild_view, node_id, cfg, metrics=metrics,
-              clock=clock, breaker=breaker)
+              clock=clock, breaker=breaker, runner=runner)
     api.is_leader = lambda: lease.leader
 
     async def start_api() -> None:
@@ -300,6 +303,11 @@ def serving_http(server: WebServer) -> Callable[[], Awaitable[None]]:
         except OSError as err:
             raise StartupError(f"cannot serve HTTP on {server.host}:{server.port}: "
                                f"{err.strerror} (pass another --http-port, or 0: off)") from err
+        if server.serving and isinstance(server.tokens, HttpTokens):
+            try:   # for `herd creds operator --http`'s example: the port in use
+                server.tokens.record_url(server.url)
+            except OSError:
+                pass   # the example then names the default port
     return start
 
 

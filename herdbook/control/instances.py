@@ -46,11 +46,12 @@ log = logging.getLogger(__name__)
 class InstanceManager:
     def __init__(self, config: Config, store: EventStore, projector: ProjectorRunner,
                  sweeper: Sweeper, providers: dict[str, Provider], *,
-                 clock: Clock = SYSTEM_CLOCK, gate: Gate | None = None) -> None:
+                 clock: Clock = SYSTEM_CLOCK, gate: Gate | None = None,
+                 runner: DecideRunner | None = None) -> None:
         self.config = config
         self.gate = gate
         """The circuit breaker (``reactors/breaker.py``): auto-replacements it holds."""
-        self.runner = DecideRunner(store, projector, clock)
+        self.runner = runner or DecideRunner(store, projector, clock)
         self.clock = clock
         self.projector = projector
         self.sweeper = sweeper

@@ -24,6 +24,8 @@ import msgspec
 from herdbook.natsd.users import UsersError, _write_private, operator_user
 
 TOKENS_JSON = "http_tokens.json"
+SERVED_URL = "http_url"
+"""The URL the control plane last served the HTTP API on, written once it serves."""
 TOKEN_PREFIX = "herd_"
 
 
@@ -49,6 +51,17 @@ class HttpTokens:
     @property
     def path(self) -> Path:
         return self.dir / TOKENS_JSON
+
+    def record_url(self, url: str) -> None:
+        """Where these tokens open the HTTP API (`herd up`, once it serves)."""
+        (self.dir / SERVED_URL).write_text(url + "\n")
+
+    def served_url(self) -> str | None:
+        """The URL ``record_url`` last wrote, if any (`herd creds operator --http`)."""
+        try:
+            return (self.dir / SERVED_URL).read_text().strip() or None
+        except OSError:
+            return None
 
     def tokens(self) -> list[HttpToken]:
         try:

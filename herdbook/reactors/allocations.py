@@ -69,11 +69,11 @@ LOSING = (NodeDown, NodeDisabled, NodeDeleted, NodeTerminated)
 
 class AllocationReactor:
     def __init__(self, store: EventStore, projector: ProjectorRunner, config: Config, *,
-                 clock: Clock = SYSTEM_CLOCK) -> None:
+                 clock: Clock = SYSTEM_CLOCK, runner: DecideRunner | None = None) -> None:
         self.projector = projector
         self.model = projector.model
         self.config = config
-        self.runner = DecideRunner(store, projector, clock)
+        self.runner = runner or DecideRunner(store, projector, clock)
         self._unsubscribe: list[Callable[[], None]] = []
         self._queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         self._schedulable: dict[str, bool] = {}

@@ -27,8 +27,8 @@ def decide_approval(view: NodeView | None, enabled: bool) -> Decision[NodeEvent]
 
 class AutoApprover:
     def __init__(self, store: EventStore, projector: ProjectorRunner, enabled: bool, *,
-                 clock: Clock = SYSTEM_CLOCK) -> None:
-        self.runner = DecideRunner(store, projector, clock)
+                 clock: Clock = SYSTEM_CLOCK, runner: DecideRunner | None = None) -> None:
+        self.runner = runner or DecideRunner(store, projector, clock)
         self.projector = projector
         self.enabled = enabled
         self._unsubscribe: Callable[[], None] | None = None

@@ -96,11 +96,12 @@ async def decided_reports(nc: NATS, timeout: float = 120.0) -> dict[str, int]:
 class HealthClassifier:
     def __init__(self, nc: NATS, store: EventStore, projector: ProjectorRunner, policy: Policy,
                  threshold: int, pool_thresholds: dict[str, int] | None = None, *,
-                 clock: Clock = SYSTEM_CLOCK, gate: Gate | None = None) -> None:
+                 clock: Clock = SYSTEM_CLOCK, gate: Gate | None = None,
+                 runner: DecideRunner | None = None) -> None:
         self.nc = nc
         self.gate = gate
         """The circuit breaker's gate (``reactors/breaker.py``); None: none."""
-        self.runner = DecideRunner(store, projector, clock)
+        self.runner = runner or DecideRunner(store, projector, clock)
         self.projector = projector
         self.policy = policy
         self.threshold = threshold

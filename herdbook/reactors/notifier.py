@@ -84,10 +84,11 @@ def decide_drained(view: NodeView | None, message: str) -> Decision[NodeEvent] |
 
 class Notifier:
     def __init__(self, config: NotifierConfig, store: EventStore,
-                 projector: ProjectorRunner, *, clock: Clock = SYSTEM_CLOCK) -> None:
+                 projector: ProjectorRunner, *, clock: Clock = SYSTEM_CLOCK,
+                 runner: DecideRunner | None = None) -> None:
         self.config = config
         self._unsubscribe: Callable[[], None] | None = None
-        self.runner = DecideRunner(store, projector, clock)
+        self.runner = runner or DecideRunner(store, projector, clock)
         self.clock = clock
         self.projector = projector
         self.sent = 0

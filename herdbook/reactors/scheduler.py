@@ -56,13 +56,14 @@ DecideEval = Callable[[Context], Decision[EvalEvent] | None]
 
 class Scheduler:
     def __init__(self, nc: NATS, store: EventStore, projector: ProjectorRunner, config: Config,
-                 *, clock: Clock = SYSTEM_CLOCK, concurrency: int = 8) -> None:
+                 *, clock: Clock = SYSTEM_CLOCK, concurrency: int = 8,
+                 runner: DecideRunner | None = None) -> None:
         self.projector = projector
         self.model = projector.model
         self.cfg = config.scheduler
         self.allocations = config.allocations
         self.clock = clock
-        self.runner = DecideRunner(store, projector, clock)
+        self.runner = runner or DecideRunner(store, projector, clock)
         self.plans = DecideRunner(store, projector, clock, attempts=1)
         """Applies a plan's node parts: one conflict and the plan is stale (no retry)."""
         self.expected_alloc_version: Callable[[str], int] = (

@@ -153,9 +153,10 @@ def decide_wipe_timeout(view: NodeView | None, attempt: int) -> Decision[NodeEve
 class SensitiveReactor:
     def __init__(self, store: EventStore, projector: ProjectorRunner, config: Config,
                  fingerprints: Callable[[], Mapping[str, str]], *,
-                 clock: Clock = SYSTEM_CLOCK, gate: Gate | None = None) -> None:
+                 clock: Clock = SYSTEM_CLOCK, gate: Gate | None = None,
+                 runner: DecideRunner | None = None) -> None:
         self.gate = gate
-        self.runner = DecideRunner(store, projector, clock)
+        self.runner = runner or DecideRunner(store, projector, clock)
         self.projector = projector
         self.config = config
         self.fingerprints = fingerprints

@@ -47,14 +47,15 @@ timeout, if longer) means this process was away: stopped, suspended or starved."
 
 class Sweeper:
     def __init__(self, nc: NATS, store: EventStore, projector: ProjectorRunner,
-                 config: Config, *, clock: Clock = SYSTEM_CLOCK) -> None:
+                 config: Config, *, clock: Clock = SYSTEM_CLOCK,
+                 runner: DecideRunner | None = None) -> None:
         self.nc = nc
         self.projector = projector
         self.config = config
         self.clock = clock
         self.intake = HeartbeatIntake(nc, projector.nodes, clock, self._on_counted)
         self.deadlines = Deadlines()
-        self.declarations = Declarations(DecideRunner(store, projector, clock),
+        self.declarations = Declarations(runner or DecideRunner(store, projector, clock),
                                          projector.nodes, projector, self.deadlines, clock,
                                          self._decide)
         self.reobservations = 0   # clock jumps and reconnections seen since start
