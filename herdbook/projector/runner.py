@@ -64,8 +64,10 @@ from herdbook.projector.tables import ReadModel, Table
 
 log = logging.getLogger(__name__)
 
-PULL_BATCH = 2000
-"""Messages asked of the server per pull request while catching up."""
+PULL_BATCH = 5000
+"""Messages asked of the server per pull request while catching up (at most twice that
+ahead of the fold). The reader alone read 200k stored events at a median ~200k/s with
+5,000 against ~140k/s with 2,000 (alternated, same server; 10,000 no better)."""
 
 CATCH_UP_GC_GEN0 = 50_000
 """Python's young-generation GC threshold while catching up (700 by default): a fold
