@@ -318,14 +318,39 @@ class ProjectorRunner:
             await self.flush()
 
     def _take_all(self, frames: Frames, start: int = 0) -> Coroutine[Any, Any, None] | None:
-        """``_take`` for a run of stored messages (the backlog reader's ``on_batch``); a dead
-        letter is sent before the next message is folded, as one at a time."""
-        take = self._take
-        for i in range(start, len(frames)):
-            subject, seq, data = frames[i]
-            more = take(subject.decode(), data, seq)
-            if more is not None:
-                return self._take_after(more, frames, i + 1)
+        """Fold a run of stored messages (the backlog reader's ``on_batch``; ``_take`` is a
+        run of one); returns the dead letter to send for one the subject does not vouch
+        for, the rest of the run folded after it. The position moves and a commit is
+        kicked once per run, not per message."""
+        if self.failed is not None:
+            return None   # stopped
+        fold, folded, count, more = self.fold, self.folded_seq, 0, None
+        try:
+            for i in range(start, len(frames)):
+                subject, seq, data = frames[i]
+                if seq <= folded:
+                    continue   # redelivered by a consumer reset
+                try:
+                    event = bind_event(text := subject.decode(), data)
+                    if isinstance(event, AllocEvent):
+                        self._check_owner(event)
+                except Unvouched as err:
+                    more = self._deadletter(Msg(self.nc, subject=text, data=data), seq, str(err))
+                    self._skip(text, seq)
+                else:
+                    try:
+                        fold(seq, event)
+                    except Exception as err:
+                        self.failed = f"fold failed at sequence {seq} ({text}): {err!r}"
+                        log.error("projector stopped: %s", self.failed)
+                        raise
+                folded = seq
+                count += 1
+                if more is not None:
+                    return self._take_after(more, frames, i + 1)
+        finally:
+            if count:
+                self._advance(folded, count)
         return None
 
     async def _take_after(self, more: Coroutine[Any, Any, None], frames: Frames, start: int) -> None:
@@ -335,30 +360,17 @@ class ProjectorRunner:
             await rest
 
     def _take(self, subject: str, data: bytes, seq: int) -> Coroutine[Any, Any, None] | None:
-        """Fold one stored message (both readers' path); returns the dead letter to send
-        for one the subject does not vouch for. Kicks a commit when one is due."""
-        if self.failed is not None or seq <= self.folded_seq:
-            return None   # stopped, or redelivered by a consumer reset
-        more = None
-        try:
-            event = bind_event(subject, data)
-            self._check_owner(event)
-        except Unvouched as err:
-            more = self._deadletter(Msg(self.nc, subject=subject, data=data), seq, str(err))
-            self._skip(subject, seq)
-        else:
-            try:
-                self.fold(seq, event)
-            except Exception as err:
-                self.failed = f"fold failed at sequence {seq} ({subject}): {err!r}"
-                log.error("projector stopped: %s", self.failed)
-                raise
+        """Fold one stored message (``StreamFeed``'s path, and the reader's for a frame
+        outside a run); as ``_take_all``."""
+        return self._take_all([(subject.encode(), seq, data)])
+
+    def _advance(self, seq: int, count: int) -> None:
+        """``count`` more messages folded, up to ``seq``: kicks a commit when one is due."""
         self.folded_seq = seq
-        self._pending += 1
+        self._pending += count
         if seq >= self._first_waiter or (not self.live and not self._fresh
                                          and self._pending >= self.catch_up_events):
             self._kick.set()
-        return more
 
     def fold(self, seq: int, event: AnyEvent) -> None:
         self.model.fold(seq, event)
