@@ -8,7 +8,6 @@ for the next optimistic-concurrency append.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any
 
 import msgspec
 from msgspec.structs import replace
@@ -136,32 +135,30 @@ def apply(view: NodeView | None, event: AnyNodeEvent, seq: int) -> NodeView | No
                 version=seq)
     if view is None:
         return None
-    # Every event moves these three: passed into the one ``replace`` each case makes (a
-    # view has 40-odd fields: a second copy per event was a fifth of a rebuild's fold).
-    t: dict[str, Any] = {"version": seq, "updated_at": event.at, "last_event": event.event_name}
+    view = replace(view, version=seq, updated_at=event.at, last_event=event.event_name)
     match event:
         case NodeInfoUpdated(info=info):
-            return replace(view, info=info, **t)
+            return replace(view, info=info)
         case NodeApproved(reason=reason):
             return replace(view, approval=Approval.APPROVED, approval_reason=reason,
-                           approval_actor=event.actor, approval_at=event.at, **t)
+                           approval_actor=event.actor, approval_at=event.at)
         case NodeRejected(reason=reason):
             return replace(view, approval=Approval.REJECTED, approval_reason=reason,
-                           approval_actor=event.actor, approval_at=event.at, **t)
+                           approval_actor=event.actor, approval_at=event.at)
         case NodeDegraded(reason=reason, boot_id=boot_id):
-            return _lifecycle(view, Lifecycle.DEGRADED, reason, event.at, boot_id, **t)
+            return _lifecycle(view, Lifecycle.DEGRADED, reason, event.at, boot_id)
         case NodeRecovered(reason=reason, boot_id=boot_id):
-            return _lifecycle(view, Lifecycle.READY, reason, event.at, boot_id, **t)
+            return _lifecycle(view, Lifecycle.READY, reason, event.at, boot_id)
         case NodeDown(reason=reason, boot_id=boot_id):
-            return _lifecycle(view, Lifecycle.DOWN, reason, event.at, boot_id, **t)
+            return _lifecycle(view, Lifecycle.DOWN, reason, event.at, boot_id)
         case NodeBootStarted(trigger=trigger, boot_id=boot_id, reason=reason):
             target = next_lifecycle(view.lifecycle, Trigger(trigger)) or view.lifecycle
-            view = _lifecycle(view, target, reason or trigger, event.at, boot_id, **t)
+            view = _lifecycle(view, target, reason or trigger, event.at, boot_id)
             return replace(view, boot_failures=0) if trigger == Trigger.REBOOT else view
         case NodeBootChecked(passed=True, checks=checks, boot_id=boot_id):
             target = next_lifecycle(view.lifecycle, Trigger.BOOT_PASSED) or view.lifecycle
-            return _lifecycle(view, target, "boot check passed", event.at, boot_id,
-                              boot_failures=0, boot_checks=dict(checks), **t)
+            return replace(_lifecycle(view, target, "boot check passed", event.at, boot_id),
+                           boot_failures=0, boot_checks=dict(checks))
         case NodeBootChecked(passed=False, checks=checks, boot_id=boot_id):
             failures = view.boot_failures + 1
             failed = [f"{k}: {v}" for k, v in checks.items() if v != "ok"]
@@ -169,60 +166,60 @@ def apply(view: NodeView | None, event: AnyNodeEvent, seq: int) -> NodeView | No
             target = Lifecycle.FAILED if failures >= MAX_BOOT_FAILURES else view.lifecycle
             if failures >= MAX_BOOT_FAILURES:
                 reason = f"{failures} consecutive boot failures; last {reason}"
-            return _lifecycle(view, target, reason, event.at, boot_id,
-                              boot_failures=failures, boot_checks=dict(checks), **t)
+            return replace(_lifecycle(view, target, reason, event.at, boot_id),
+                           boot_failures=failures, boot_checks=dict(checks))
         case NodeTerminated(reason=reason):
             return _lifecycle(view, Lifecycle.TERMINATED, reason or "instance terminated",
-                              event.at, "", **t)
+                              event.at, "")
         case NodeNotificationFailed(action=action, reason=reason, attempts=attempts):
             return replace(view, notification_error=f"{action} failed after {attempts} "
-                                                    f"attempts: {reason}", **t)
+                                                    f"attempts: {reason}")
         case NodeFailed(reason=reason):
-            return _lifecycle(view, Lifecycle.FAILED, reason, event.at, "", **t)
+            return _lifecycle(view, Lifecycle.FAILED, reason, event.at, "")
         case NodeCordoned(reason=reason):
-            return _intent(view, Intent.CORDONED, event, reason, **t)
+            return _intent(view, Intent.CORDONED, event, reason)
         case NodeUncordoned(reason=reason):
-            view = _clear_unhealthy(replace(view, **t))
+            view = _clear_unhealthy(view)
             if view.intent is Intent.CORDONED:
                 view = _intent(view, Intent.ELIGIBLE, event, reason)
             return view
         case NodeDrainStarted(reason=reason, urgent=urgent, deadline_s=deadline_s):
             deadline = None if deadline_s is None else event.at + timedelta(seconds=deadline_s)
-            return _intent(view, Intent.DRAINING, event, reason, drain_urgent=urgent,
-                           drain_deadline=deadline, **t)
+            return replace(_intent(view, Intent.DRAINING, event, reason), drain_urgent=urgent,
+                           drain_deadline=deadline)
         case NodeDrained(reason=reason):
-            return _intent(view, Intent.DRAINED, event, reason, **t)
+            return _intent(view, Intent.DRAINED, event, reason)
         case NodeUndrained(reason=reason):
-            return _intent(view, Intent.ELIGIBLE, event, reason, drain_urgent=False,
-                           drain_deadline=None, **t)
+            return replace(_intent(view, Intent.ELIGIBLE, event, reason), drain_urgent=False,
+                           drain_deadline=None)
         case NodeDisabled(reason=reason):
-            view = _lifecycle(view, Lifecycle.DOWN, reason or "disabled", event.at, "", **t)
+            view = _lifecycle(view, Lifecycle.DOWN, reason or "disabled", event.at, "")
             return _intent(view, Intent.DISABLED, event, reason)
         case NodeHealthChanged(health=health, reason=reason):
-            return replace(view, health=health, health_reason=reason, health_at=event.at, **t)
+            return replace(view, health=health, health_reason=reason, health_at=event.at)
         case NodeEnabled(reason=reason):
             view = _lifecycle(_clear_unhealthy(view), Lifecycle.READY, reason or "enabled",
-                              event.at, "", **t)
+                              event.at, "")
             return _intent(view, Intent.ELIGIBLE, event, reason)
         case NodeClaimed(user=user, tenant=tenant):
-            return replace(view, claimed_by=user, tenant=tenant, claimed_at=event.at, **t)
+            return replace(view, claimed_by=user, tenant=tenant, claimed_at=event.at)
         case NodeReleased():
             return replace(view, claimed_by=None, tenant="", claimed_at=None,
-                           release_pending=True, **t)
+                           release_pending=True)
         case NodeWipeStarted(attempt=attempt, timeout_s=timeout_s, reason=reason):
             target = next_lifecycle(view.lifecycle, Trigger.WIPE) or view.lifecycle
-            return _lifecycle(view, target, reason or "wiping", event.at, "",
-                              wipe_status="wiping", wipe_attempt=attempt, wipe_steps={},
-                              wipe_started_at=event.at, wipe_timeout_s=timeout_s,
-                              release_pending=False, **t)
+            return replace(_lifecycle(view, target, reason or "wiping", event.at, ""),
+                           wipe_status="wiping", wipe_attempt=attempt, wipe_steps={},
+                           wipe_started_at=event.at, wipe_timeout_s=timeout_s,
+                           release_pending=False)
         case NodeWipeStepReported(step=name, ok=ok, detail=detail):
             return replace(view, wipe_steps={**view.wipe_steps,
-                                             name: "ok" if ok else (detail or "failed")}, **t)
+                                             name: "ok" if ok else (detail or "failed")})
         case NodeWiped() | NodeWipeFailed() if view.wipe_status != "wiping":
-            return replace(view, **t)   # a late word on a wipe already settled (timed out)
+            return view   # a late word on a wipe already settled (timed out): no effect
         case NodeWiped():
             target = next_lifecycle(view.lifecycle, Trigger.WIPE_PASSED) or view.lifecycle
-            view = _lifecycle(view, target, "wiped: back in the pool", event.at, "", **t)
+            view = _lifecycle(view, target, "wiped: back in the pool", event.at, "")
             if view.intent in (Intent.DRAINING, Intent.DRAINED, Intent.CORDONED):
                 view = _intent(view, Intent.ELIGIBLE, event, "wiped")
             return replace(view, wipe_status="wiped", claimed_by=None, tenant="",
@@ -230,18 +227,17 @@ def apply(view: NodeView | None, event: AnyNodeEvent, seq: int) -> NodeView | No
         case NodeWipeFailed(reason=reason, step=failed_step):
             target = next_lifecycle(view.lifecycle, Trigger.WIPE_FAILED) or view.lifecycle
             why = f"wipe failed at {failed_step}: {reason}" if failed_step else f"wipe failed: {reason}"
-            return _lifecycle(view, target, why, event.at, "", wipe_status="failed", **t)
+            return replace(_lifecycle(view, target, why, event.at, ""), wipe_status="failed")
         case NodeConformanceChanged(fingerprint=fp, expected=expected, drift=drift):
-            return replace(view, fingerprint=fp, fingerprint_expected=expected, drift=drift, **t)
+            return replace(view, fingerprint=fp, fingerprint_expected=expected, drift=drift)
         case NodeActionHeld(kind=kind):
-            return replace(view, held=kind.value, held_at=event.at, **t)
-    return replace(view, **t)
+            return replace(view, held=kind.value, held_at=event.at)
+    return view
 
 
-def _intent(view: NodeView, intent: Intent, event: AnyNodeEvent, reason: str,
-            **more: Any) -> NodeView:
+def _intent(view: NodeView, intent: Intent, event: AnyNodeEvent, reason: str) -> NodeView:
     return replace(view, intent=intent, intent_reason=reason, intent_actor=event.actor,
-                   intent_at=event.at, **more)
+                   intent_at=event.at)
 
 
 def _clear_unhealthy(view: NodeView) -> NodeView:
@@ -252,10 +248,9 @@ def _clear_unhealthy(view: NodeView) -> NodeView:
 
 
 def _lifecycle(view: NodeView, lifecycle: Lifecycle, reason: str, at: datetime,
-               boot_id: str, **more: Any) -> NodeView:
-    """The lifecycle moved (and ``more`` fields with it: one copy of the view)."""
+               boot_id: str) -> NodeView:
     return replace(view, lifecycle=lifecycle, lifecycle_reason=reason, lifecycle_at=at,
-                   boot_id=boot_id or view.boot_id, **more)
+                   boot_id=boot_id or view.boot_id)
 
 
 def _registered(view: NodeView | None, event: NodeRegistered, seq: int) -> NodeView:
@@ -271,11 +266,11 @@ def _registered(view: NodeView | None, event: NodeRegistered, seq: int) -> NodeV
     # Registering again keeps the approval decision: a REJECTED node stays REJECTED.
     # The agent started: BOOTING, unless the node is beyond that (TERMINATED, ...).
     target = next_lifecycle(view.lifecycle, Trigger.AGENT_STARTED)
-    fields: dict[str, Any] = {"type": event.node_type, "info": event.info, "updated_at": event.at,
-                              "last_event": event.event_name, "version": seq}
+    view = replace(view, type=event.node_type, info=event.info, updated_at=event.at,
+                   last_event=event.event_name, version=seq)
     if target is None:
-        return replace(view, **fields)
-    return _lifecycle(view, target, "registered again", event.at, event.boot_id, **fields)
+        return view
+    return _lifecycle(view, target, "registered again", event.at, event.boot_id)
 
 
 def apply_all(views: dict[str, NodeView], events: list[tuple[int, AnyNodeEvent]]) -> set[str]:
