@@ -98,3 +98,19 @@ async def test_an_error_of_the_callback_stops_the_reader_and_is_raised(nc) -> No
         raise AssertionError("the error was swallowed")
     assert reader.last_seq == 1234
     assert await nc.request("$JS.API.INFO", b"", timeout=2)   # the connection still works
+
+
+async def test_runs_stop_at_the_end_and_a_batch_consumer_gets_each_message_once(nc) -> None:  # type: ignore[no-untyped-def]
+    last = await fill(nc, 3000)
+    runs: list[list[int]] = []
+
+    def on_batch(frames: list[tuple[bytes, int, bytes]]) -> None:
+        assert all(subject.startswith(b"herd.node.") and data for subject, _, data in frames)
+        runs.append([seq for _, seq, _ in frames])
+
+    # pulls of 2,000 go past the end asked for (1,234): the run delivering it is cut there
+    reader = BacklogReader(nc, EVENTS_STREAM, "herd.>", 7, 1234, lambda *_: None, batch=1000,
+                           on_batch=on_batch)
+    assert await reader.run() == 1234 < last
+    assert [seq for run in runs for seq in run] == list(range(7, 1235))
+    assert len(runs) < 1228 / 10    # runs, not one message at a time
