@@ -119,7 +119,10 @@ class AllocationFollower:
             except Exception as err:  # noqa: BLE001 - no control plane yet: wait and ask again
                 log.warning("cannot catch up on allocations (%s); asking again in %.1fs",
                             printable(str(err) or type(err).__name__), delay)
-                await asyncio.sleep(delay)
+                try:   # a stopping agent does not sit out the backoff
+                    await asyncio.wait_for(self._stop.wait(), delay)
+                except TimeoutError:
+                    pass
                 delay = min(delay * 2, 10.0)
                 continue
             for synced in reply.events:

@@ -166,3 +166,21 @@ async def test_an_event_published_during_the_reconnect_is_not_lost(
         follower.resync()
         await asyncio.wait_for(following, 10)
         await agent_nc.close()
+
+
+async def test_a_stopping_agent_does_not_sit_out_the_catch_up_backoff(
+        nats_server, nc) -> None:  # type: ignore[no-untyped-def]
+    """No control plane answers, so the follower backs off (0.5, 1, 2, 4 s ...); a stop
+    during a long backoff ends it at once instead of after the sleep (a test stopping an
+    agent mid-backoff once waited ~10 s under load)."""
+    executor = RecordingExecutor()
+    stop = asyncio.Event()
+    follower = AllocationFollower(NODE, executor, stop,  # type: ignore[arg-type]
+                                  resync_interval=3600.0)
+    following = asyncio.create_task(follower.follow(nc))  # type: ignore[arg-type]
+    await asyncio.sleep(1.7)          # asked thrice: now in the 2 s backoff
+    started = time.monotonic()
+    stop.set()
+    executor.stopped.set()
+    await asyncio.wait_for(following, 5)
+    assert time.monotonic() - started < 1.0
