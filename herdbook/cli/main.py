@@ -133,6 +133,13 @@ app = typer.Typer(
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        import herdbook
+        print(herdbook.__version__)
+        raise typer.Exit()
+
+
 @app.callback()
 def main_options(
     ctx: typer.Context,
@@ -140,6 +147,9 @@ def main_options(
                                         help="NATS URL of the control plane.")] = client.DEFAULT_SERVER,
     creds: CredsOption = None, user: UserOption = None, password: PasswordOption = None,
     tls_ca: TlsCa = None, tls_cert: TlsCert = None, tls_key: TlsKey = None,
+    show_version: Annotated[bool, typer.Option(
+        "--version", is_eager=True, callback=_print_version,
+        help="Print herdbook's version and exit (as `herd version`).")] = False,
 ) -> None:
     from herdbook.cli.creds import checked_auth
     from herdbook.credentials import NatsAuth

@@ -80,3 +80,10 @@ def test_the_commands_are_grouped_in_panel_order() -> None:
         text.index(f"─ {panel} ") for panel in PANELS)
     for name, command in ROOT.commands.items():
         assert getattr(command, "rich_help_panel", None) in PANELS, name
+
+
+def test_herd_dash_dash_version_prints_the_version_like_herd_version() -> None:
+    import herdbook
+    for args in (["--version"], ["version"]):
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 0 and result.output.strip() == herdbook.__version__, args
