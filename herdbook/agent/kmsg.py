@@ -144,6 +144,20 @@ class KmsgSource:
         os.close(self.fd)
 
 
+def _read_available(fd: int, lines: _Lines) -> list[str]:
+    """The whole lines a non-blocking fd holds now (end of file, or no writer on a FIFO
+    for now, ends the read; a partial line waits in ``lines`` for its end)."""
+    found: list[str] = []
+    for _ in range(10_000):
+        try:
+            data = os.read(fd, 65536)
+        except BlockingIOError:
+            break
+        if not data:
+            break
+        found.extend(lines.split(data))
+    return found
+
 class FileSource:
     """A file (followed from its end) or a FIFO (everything written to it)."""
 
@@ -155,16 +169,7 @@ class FileSource:
         self._lines = _Lines()
 
     def read_lines(self) -> list[str]:
-        lines: list[str] = []
-        for _ in range(10_000):
-            try:
-                data = os.read(self.fd, 65536)
-            except BlockingIOError:
-                break
-            if not data:
-                break       # end of file, or no writer on the FIFO for now
-            lines.extend(self._lines.split(data))
-        return lines
+        return _read_available(self.fd, self._lines)
 
     def close(self) -> None:
         os.close(self.fd)
@@ -182,16 +187,7 @@ class JournalSource:
         self._lines = _Lines()
 
     def read_lines(self) -> list[str]:
-        lines: list[str] = []
-        for _ in range(10_000):
-            try:
-                data = os.read(self.fd, 65536)
-            except BlockingIOError:
-                break
-            if not data:
-                break
-            lines.extend(self._lines.split(data))
-        return lines
+        return _read_available(self.fd, self._lines)
 
     def close(self) -> None:
         self.process.terminate()
