@@ -21,7 +21,7 @@ import msgspec
 import nats
 from nats.aio.client import Client as NATS
 
-from benchmarks.common import report, start_server, stop_server
+from benchmarks.common import report, sizes_arg, start_server, stop_server
 from herdbook.clock import SYSTEM_CLOCK
 from herdbook.config import ViewConfig, parse_config
 from herdbook.control.bootstrap import bootstrap
@@ -159,16 +159,6 @@ async def main(sizes: list[int], nodes: int, tail: int, rounds: int) -> None:
            "with a snapshot: O(tail), near the limit and flat across sizes; without: O(events)",
            f"python -m benchmarks.replica_start --events {','.join(map(str, sizes))} "
            f"--nodes {nodes} --tail {tail} --rounds {rounds}")
-
-
-def sizes_arg(text: str) -> list[int]:
-    try:
-        sizes = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a comma-separated list of counts: {text!r}") from None
-    if not sizes or min(sizes) < 2:
-        raise argparse.ArgumentTypeError(f"counts must be at least 2: {text!r}")
-    return sizes
 
 
 if __name__ == "__main__":
