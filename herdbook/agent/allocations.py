@@ -119,10 +119,13 @@ class AllocationFollower:
             except Exception as err:  # noqa: BLE001 - no control plane yet: wait and ask again
                 log.warning("cannot catch up on allocations (%s); asking again in %.1fs",
                             printable(str(err) or type(err).__name__), delay)
-                try:   # a stopping agent does not sit out the backoff
-                    await asyncio.wait_for(self._stop.wait(), delay)
-                except TimeoutError:
-                    pass
+                # A stopping agent does not sit out the backoff. Not wait_for: on 3.11 it
+                # swallows a cancel that lands as the stop is set (the agent does both).
+                stopping = asyncio.ensure_future(self._stop.wait())
+                try:
+                    await asyncio.wait([stopping], timeout=delay)
+                finally:
+                    stopping.cancel()
                 delay = min(delay * 2, 10.0)
                 continue
             for synced in reply.events:
