@@ -311,15 +311,21 @@ class SnapshotWriter:
         self.last_at = 0.0
         self.written = 0
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
         self._obs: ObjectStore | None = None
 
     async def start(self) -> None:
         self.last_at = self.clock.monotonic()
+        self._stopping = False
         self._task = asyncio.create_task(self._loop(), name="view-snapshots")
 
     async def stop(self) -> None:
+        """Cancel the loop and wait for it. The flag too: a cancel landing inside a NATS
+        call can come back as an ordinary error (or be swallowed by ``wait_for`` on 3.11),
+        and the loop would poll on for ever (a failed start once hung on it)."""
         task, self._task = self._task, None
         if task is not None:
+            self._stopping = True
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
 
@@ -341,7 +347,7 @@ class SnapshotWriter:
 
     async def _loop(self) -> None:
         failing = ""
-        while True:
+        while not self._stopping:
             try:
                 await self._store()
                 await asyncio.sleep(POLL)
@@ -350,6 +356,8 @@ class SnapshotWriter:
                     continue
                 await self.snapshot()
             except Exception as err:  # noqa: BLE001 - one line, tried again at the next poll
+                if self._stopping:
+                    return
                 if str(err) != failing:
                     failing = str(err)
                     log.warning("view snapshot failed: %s", failing or type(err).__name__)

@@ -13,6 +13,7 @@ from herdbook.config import ConfigError, ViewConfig, parse_config
 from herdbook.control.snapshots import (
     SNAPSHOTS_STREAM,
     Snapshot,
+    SnapshotWriter,
     copy_view,
     due,
     expired,
@@ -144,3 +145,26 @@ def test_bad_view_settings_are_refused_with_the_key() -> None:
     with pytest.raises(ConfigError, match="view.snapshot_every"):
         parse_config("view: {snapshot_every: 0s}")
     assert parse_config("view: {snapshots: false}").view.snapshots is False
+
+
+async def test_stop_ends_the_loop_even_when_a_nats_call_turns_the_cancel_into_an_error(
+        tmp_path: Path) -> None:
+    """nats-py can answer a cancel inside a request with an ordinary error; the loop
+    takes that as one failed poll and would poll on for ever, and a control plane whose
+    start failed then never stopped (seen: `herd up --http-port <taken>` hung)."""
+    import asyncio
+
+    from tests.fakes import FakeClock
+
+    class Writer(SnapshotWriter):
+        async def _store(self):  # type: ignore[no-untyped-def, override]
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                raise RuntimeError("nats: connection closed") from None
+
+    writer = Writer(None, tmp_path / "view.db", lambda: 0, ViewConfig(),  # type: ignore[arg-type]
+                    clock=FakeClock())
+    await writer.start()
+    await asyncio.sleep(0.05)
+    await asyncio.wait_for(writer.stop(), 5)
