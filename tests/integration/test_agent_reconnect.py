@@ -54,6 +54,16 @@ async def eventually(check: Callable[[], bool], what: str, timeout: float = 30.0
         await asyncio.sleep(0.05)
 
 
+async def stop_following(stop: asyncio.Event, executor: RecordingExecutor,
+                         follower: AllocationFollower, following: asyncio.Task[None],
+                         agent_nc: nats.NATS) -> None:
+    """Stop the agent as it stops itself; the follower must end within 10 s."""
+    stop.set()
+    executor.stopped.set()
+    follower.resync()
+    await asyncio.wait_for(following, 10)
+    await agent_nc.close()
+
 async def ready_writer(url: str) -> nats.NATS:
     """A writer on the restarted server, once its JetStream has the events stream back."""
     writer = await nats.connect(url)
@@ -123,11 +133,7 @@ async def test_events_published_while_the_agent_is_away_all_arrive_after_it_reco
         assert [a for a, _ in executor.applied].count("before") == 2   # placed, then stopped
         assert len(executor.applied) == len(ids) + 2                    # nothing twice
     finally:
-        stop.set()
-        executor.stopped.set()
-        follower.resync()
-        await asyncio.wait_for(following, 10)
-        await agent_nc.close()
+        await stop_following(stop, executor, follower, following, agent_nc)
 
 
 async def test_an_event_published_during_the_reconnect_is_not_lost(
@@ -161,11 +167,7 @@ async def test_an_event_published_during_the_reconnect_is_not_lost(
         await eventually(lambda: len(executor.placed()) == n, f"all {n} placements")
         assert executor.placed() == {f"r-{i:04d}" for i in range(n)}
     finally:
-        stop.set()
-        executor.stopped.set()
-        follower.resync()
-        await asyncio.wait_for(following, 10)
-        await agent_nc.close()
+        await stop_following(stop, executor, follower, following, agent_nc)
 
 
 async def test_a_stopping_agent_does_not_sit_out_the_catch_up_backoff(
