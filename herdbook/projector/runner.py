@@ -324,7 +324,7 @@ class ProjectorRunner:
         kicked once per run, not per message."""
         if self.failed is not None:
             return None   # stopped
-        fold, folded, count, more = self.fold, self.folded_seq, 0, None
+        fold, folded, count, more = self.model.fold, self.folded_seq, 0, None
         try:
             for i in range(start, len(frames)):
                 subject, seq, data = frames[i]
@@ -335,7 +335,8 @@ class ProjectorRunner:
                     if isinstance(event, AllocEvent):
                         self._check_owner(event)
                 except Unvouched as err:
-                    more = self._deadletter(Msg(self.nc, subject=text, data=data), seq, str(err))
+                    more = self._deadletter(Msg(self.nc, subject=text, data=bytes(data)), seq,
+                                            str(err))
                     self._skip(text, seq)
                 else:
                     try:

@@ -91,6 +91,7 @@ BATCHED = (
     + b"PING\r\n"
     + _js(b"herd.node.f", 7, 6, b"f", reply=b"$JS.ACK.dom.acc.S.c.1.6.6.0.94.x")   # another layout
     + _js(b"herd.node.g", 7, 7, b"g")
+    + _js(b"herd.node.h", 7, 8, b"h", reply=b"$JS.ACK.HERD_EVENTS.old.1.8.8.0.92")  # an earlier consumer's
     + _js(b"herd.node.e", 7, 5, b"e again")                         # a new consumer starting over
     + _status(7, b"408", b"Request Timeout")
     + _status(7, b"409", b"Consumer Deleted")
@@ -101,7 +102,7 @@ BATCHED = (
 @settings(max_examples=300, deadline=None)
 @given(cuts=st.lists(st.integers(0, len(BATCHED)), max_size=10))
 def test_runs_of_deliveries_go_to_the_batch_the_rest_in_order(cuts: list[int]) -> None:
-    from herdbook.events.backlog_reader import _batches
+    from herdbook.events.backlog_reader import _batches, run_of
 
     client = _FakeClient()
     log: list[tuple[Any, ...]] = []
@@ -116,7 +117,7 @@ def test_runs_of_deliveries_go_to_the_batch_the_rest_in_order(cuts: list[int]) -
 
     async def feed() -> None:
         _routes(client)[7] = route  # type: ignore[arg-type]
-        _batches(client)[b"7"] = batch  # type: ignore[arg-type]
+        _batches(client)[7] = run_of(7, "HERD_EVENTS", "c", batch)  # type: ignore[arg-type]
         bounds = [0, *sorted(cuts), len(BATCHED)]
         for start, end in zip(bounds, bounds[1:], strict=False):
             await client._ps.parse(BATCHED[start:end])
@@ -131,6 +132,7 @@ def test_runs_of_deliveries_go_to_the_batch_the_rest_in_order(cuts: list[int]) -
         ("batch", b"herd.node.e", 5, b"e"),
         ("frame", b"herd.node.f", b"$JS.ACK.dom.acc.S.c.1.6.6.0.94.x", b"f", None),
         ("batch", b"herd.node.g", 7, b"g"),
+        ("frame", b"herd.node.h", b"$JS.ACK.HERD_EVENTS.old.1.8.8.0.92", b"h", None),
         ("batch", b"herd.node.e", 5, b"e again"),
         ("frame", b"_INBOX.x", b"", b"", b"408"),
         ("frame", b"_INBOX.x", b"", b"", b"409"),
