@@ -381,7 +381,7 @@ class BacklogReader:
         for i in range(start, len(frames)):
             subject, seq, data = frames[i]
             self.last_seq = seq
-            more = on_msg(subject.decode(), data, seq)
+            more = on_msg(subject.decode(), bytes(data), seq)
             if more is not None:
                 return self._one_by_one_after(more, frames, i + 1)
         return None

@@ -108,7 +108,7 @@ def _decode(decoder: msgspec.json.Decoder[Any], data: bytes) -> Any:
         raise DecodeError(str(err)) from None
 
 
-def decode_event(data: bytes) -> AnyEvent:
+def decode_event(data: bytes | bytearray) -> AnyEvent:
     try:   # _decode, inlined: every event a projector folds comes through here
         event: AnyEvent = _event_decoder.decode(data)
     except RecursionError as err:
