@@ -17,12 +17,16 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import re
+import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+import msgspec
 import nats.errors
 from msgspec.structs import replace
+from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy, Header
@@ -32,12 +36,15 @@ from herdbook.events.authority import Unvouched, bind_event
 from herdbook.events.base import Event
 from herdbook.events.batch import (
     ATOMIC_DISABLED,
+    BATCH_COMMIT,
+    BATCH_ID,
+    BATCH_SEQUENCE,
     CONTAINS_DUPLICATE,
     INFLIGHT,
     MAX_BATCH,
     RETRY_CODES,
+    BatchAck,
     Message,
-    publish_batch,
 )
 from herdbook.events.codec import AnyEvent, encode
 from herdbook.events.feed import StreamFeed
@@ -53,6 +60,47 @@ RETRYABLE_CODES = frozenset({10163})
 STORAGE_FULL_CODES = frozenset({10023, 10047})
 """JetStream's "insufficient resources" (the server's storage limit reached) and
 "insufficient storage resources available" (a stream or its reservation does not fit)."""
+
+
+_HEADER_BREAK = re.compile(r"[\r\n]")
+_batch_ack = msgspec.json.Decoder(BatchAck)
+
+
+def hpub_frame(subject: str, headers: dict[str, str], data: bytes) -> bytes:
+    """One ``HPUB`` frame without a reply, as nats-py's ``publish`` writes it (subjects
+    and ids here are single validated tokens; a header value with a line break is
+    refused, as nats-py strips it)."""
+    if _HEADER_BREAK.search("".join(headers.values())):
+        raise ValueError(f"a line break in a header value: {printable(str(headers), 160)}")
+    head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    hdr = f"NATS/1.0\r\n{head}\r\n".encode()
+    return b"".join((f"HPUB {subject} {len(hdr)} {len(hdr) + len(data)}\r\n".encode(),
+                     hdr, data, b"\r\n"))
+
+
+async def publish_batch(nc: NATS, messages: Sequence[Message], timeout: float) -> BatchAck:
+    """``batch.publish_batch``'s wire (one batch id, ``Nats-Batch-Sequence`` 1..n, the last
+    message a request with ``Nats-Batch-Commit: 1``) with every message but the last
+    written as one command: nats-py's ``publish`` builds and checks each message's
+    headers on its own, a cost per event that a plan of thousands pays on the event loop
+    the projector folds on. Raises nats' TimeoutError or NoRespondersError when no
+    answer comes (the batch may have landed). Leans on nats-py 2.x's ``_send_command``
+    and ``_flush_pending`` (what ``publish`` itself calls), pinned by
+    tests/integration/test_placement_batches.py."""
+    if not 0 < len(messages) <= MAX_BATCH:
+        raise ValueError(f"an atomic batch holds 1 to {MAX_BATCH} messages, not {len(messages)}")
+    if nc.is_closed:
+        raise nats.errors.ConnectionClosedError
+    batch_id = uuid.uuid4().hex
+    *body, last = messages
+    if body:
+        await nc._send_command(b"".join(
+            hpub_frame(m.subject, {**m.headers, BATCH_ID: batch_id, BATCH_SEQUENCE: str(i)},
+                       m.data) for i, m in enumerate(body, 1)))
+    reply = await nc.request(last.subject, last.data, timeout=timeout, headers={
+        **last.headers, BATCH_ID: batch_id, BATCH_SEQUENCE: str(len(messages)),
+        BATCH_COMMIT: "1"})
+    return _batch_ack.decode(reply.data)
 
 
 class ConflictError(Exception):
@@ -233,22 +281,45 @@ class EventStore:
         resend that had landed returns the sequence stored). One aggregate's events
         only. Chained node events, more than ``MAX_BATCH`` events, or a stream without
         ``allow_atomic`` go through ``append_decided``."""
-        if not events:
-            return expected_version
-        first = events[0]
-        filt = aggregate_filter(type(first).aggregate, first.aggregate_id)
-        if any(aggregate_filter(type(e).aggregate, e.aggregate_id) != filt for e in events):
-            raise ValueError(f"an atomic batch holds one aggregate's events ({filt})")
-        if (not self.atomic or len(events) > MAX_BATCH
-                or any(isinstance(e, NodeEvent) and e.prev_hash is None for e in events)):
-            return await self.append_decided(events, expected_version)
+        return await self.append_atomic([(events, expected_version)])
+
+    async def append_atomic(self, parts: Sequence[tuple[Sequence[Event], int]]) -> int:
+        """Several decisions, each one aggregate's events and the version it was decided
+        from, as one atomic batch publish with one ack; return the stream sequence of
+        the last event. Each part's first message expects its version: one stale part
+        is a ``ConflictError`` and nothing of the batch is stored (nats-server checks
+        every expectation against the stream as it was before the batch). Every message
+        keeps its event id as ``Nats-Msg-Id``: a resend that had landed returns the
+        sequence stored. Two parts of one aggregate are refused (``ValueError``): the
+        second's expectation could not see the first. Chained node events, more than
+        ``MAX_BATCH`` events, or a stream without ``allow_atomic``: each part through
+        ``append_decided``, in order."""
+        parts = [(events, expected) for events, expected in parts if events]
+        if not parts:
+            return 0
+        filters = [aggregate_filter(type(events[0]).aggregate, events[0].aggregate_id)
+                   for events, _ in parts]
+        for filt, (events, _) in zip(filters, parts, strict=True):
+            if any(aggregate_filter(type(e).aggregate, e.aggregate_id) != filt for e in events):
+                raise ValueError(f"an atomic batch holds one aggregate's events per part ({filt})")
+        if len(set(filters)) != len(filters):
+            raise ValueError("an atomic batch holds at most one part per aggregate")
+        if (not self.atomic or sum(len(events) for events, _ in parts) > MAX_BATCH
+                or any(isinstance(e, NodeEvent) and e.prev_hash is None
+                       for events, _ in parts for e in events)):
+            return await self._one_part_at_a_time(parts)
         self._check_storage()
-        messages = [Message(subject_of(e), encode(e), {Header.MSG_ID.value: e.event_id})
-                    for e in events]
-        messages[0].headers.update({
-            Header.EXPECTED_LAST_SUBJECT_SEQUENCE.value: str(expected_version),
-            EXPECTED_LAST_SUBJECT_SEQ_SUBJECT: filt})
-        last_id = events[-1].event_id
+        messages: list[Message] = []
+        for filt, (events, expected) in zip(filters, parts, strict=True):
+            first = len(messages)
+            messages += [Message(subject_of(e), encode(e), {Header.MSG_ID.value: e.event_id})
+                         for e in events]
+            messages[first].headers.update({
+                Header.EXPECTED_LAST_SUBJECT_SEQUENCE.value: str(expected),
+                EXPECTED_LAST_SUBJECT_SEQ_SUBJECT: filt})
+        # A conflict or a duplicate is checked on the last part: batches land whole.
+        last_filt, last_id = filters[-1], parts[-1][0][-1].event_id
+        expected_last = parts[-1][1] if len(parts) == 1 else None
 
         async def send() -> int:
             async with self._batches:
@@ -263,14 +334,28 @@ class EventStore:
                 log.warning("stream %s refuses atomic batches; appending one by one",
                             self.stream)
                 self.atomic = False
-                return await self.append_decided(events, expected_version)
+                return await self._one_part_at_a_time(parts)
             if err.err_code == CONTAINS_DUPLICATE:
-                return await self._landed_batch(filt, last_id, messages[-1])
+                return await self._landed_batch(last_filt, last_id, messages[-1])
             return None
 
-        seq = await self._acked(send, filt, expected_version, last_id, RETRY_CODES, refused)
+        try:
+            seq = await self._acked(send, last_filt, expected_last, last_id, RETRY_CODES,
+                                    refused)
+        except ConflictError as err:
+            if len(parts) == 1:
+                raise
+            raise ConflictError(f"one of {len(parts)} aggregates ({filters[0]} .. "
+                                f"{last_filt})", 0, str(err)) from err
         if self.atomic:
-            log_appended(events)
+            for events, _ in parts:
+                log_appended(events)
+        return seq
+
+    async def _one_part_at_a_time(self, parts: Sequence[tuple[Sequence[Event], int]]) -> int:
+        seq = 0
+        for events, expected in parts:
+            seq = await self.append_decided(events, expected)
         return seq
 
     async def _landed_batch(self, filt: str, last_id: str, last: Message) -> int:

@@ -3,16 +3,20 @@
 ``make_plan`` reconciles the job with its allocations and bin-packs what must be placed
 (``placement``), from one view of the cluster. ``node_plans`` splits it by node, each
 with the version of the node's allocation aggregate that view held. ``apply_plan``
-appends every node's part as one decision expecting that version, nodes side by side:
-a node that moved since the plan was made conflicts, and the whole plan is stale
-(``KeptChanging`` from a runner of one attempt; the worker plans again).
+appends every node's part as one decision expecting that version: a node that moved
+since the plan was made conflicts, and the whole plan is stale (``KeptChanging``; the
+worker plans again).
 
-Where the store can (``EventStore.append_batch``), a node's part of ``ATOMIC_MIN`` events
-or more goes as one atomic batch publish with one acknowledgement: a conflicting node's
-part stores nothing, and the other nodes' parts are unaffected, as with one append per
-event. A smaller part goes one acknowledged append per event: nats-server stages an
-atomic batch of a file stream (R1) in a file store of its own, which costs more than
-the acknowledgements it saves below a few dozen events (benchmarks/placements.py).
+Where the store can (``EventStore.append_atomic``) and the plan holds ``ATOMIC_MIN``
+events or more, whole nodes' parts are grouped into atomic batch publishes of about
+``PLAN_BATCH`` events, batches side by side, one acknowledgement each: every node's
+first message expects that node's version, and one stale node refuses its whole batch
+(nothing of it stored); other batches are unaffected. nats-server stages each atomic
+batch of a file stream (R1) in a file store of its own, which costs more than the
+acknowledgements it saves below a few dozen events, but a batch of hundreds beats one
+ack per event several times over (benchmarks/placements.py). A smaller plan, or a store
+without atomic batches, goes one decision per node, ``APPLY_CONCURRENCY`` nodes side by
+side, one acknowledged append per event.
 """
 
 from __future__ import annotations
@@ -24,52 +28,31 @@ from typing import Protocol, runtime_checkable
 
 from herdbook.events.alloc import AllocEvent, AllocPlaced, AllocStopRequested
 from herdbook.events.base import Event
+from herdbook.events.batch import MAX_BATCH
 from herdbook.events.states import Intent
+from herdbook.events.store import ConflictError
 from herdbook.projector.job_view import JobView
 from herdbook.projector.tables import ReadModel
 from herdbook.reactors.placement import Placement, Slot, Stop, capacities, place, reconcile
-from herdbook.reactors.runner import Appends, Context, DecideRunner, Decision
+from herdbook.reactors.runner import Context, DecideRunner, Decision, KeptChanging
 
 ACTOR = "scheduler"
 APPLY_CONCURRENCY = 64
 ATOMIC_MIN = 64
-"""Events of one node's part from which an atomic batch beats one ack per event. Measured
-on nats-server 2.15.1, 2 cores, 32 batches in flight against 64 nodes' appends side by
-side: 8 events 2.1–2.9k/s against 13–15k/s; 32: 5.8–11.7k/s; 128: 17–25k/s; 512: 31–37k/s."""
+"""Events from which an atomic batch beats one ack per event. Measured on nats-server
+2.15.1, 2 cores, 32 batches in flight against 64 nodes' appends side by side: 8 events
+2.1–2.9k/s against 13–15k/s; 32: 5.8–11.7k/s; 128: 17–25k/s; 512: 31–37k/s."""
+PLAN_BATCH = 512
+"""Events per atomic batch of a plan (whole nodes' parts; at most ``MAX_BATCH``): large
+enough for the server's per-batch cost to vanish, small enough that a few batches go side
+by side and one stale node refuses only its own batch."""
 
 
 @runtime_checkable
-class AppendsBatches(Protocol):
-    async def append_decided(self, events: Sequence[Event], expected_version: int) -> int: ...
+class AppendsAtomically(Protocol):
+    atomic: bool
 
-    async def append_batch(self, events: Sequence[Event], expected_version: int) -> int: ...
-
-    async def last_sequence(self, aggregate: str, aggregate_id: str) -> int: ...
-
-
-@dataclass(frozen=True)
-class AtomicDecisions:
-    """A store whose ``append_decided`` sends a decision of ``ATOMIC_MIN`` events or more
-    as one atomic batch."""
-
-    store: AppendsBatches
-
-    async def append_decided(self, events: Sequence[Event], expected_version: int) -> int:
-        if len(events) >= ATOMIC_MIN:
-            return await self.store.append_batch(events, expected_version)
-        return await self.store.append_decided(events, expected_version)
-
-    async def last_sequence(self, aggregate: str, aggregate_id: str) -> int:
-        return await self.store.last_sequence(aggregate, aggregate_id)
-
-
-def batching(runner: DecideRunner) -> DecideRunner:
-    """``runner`` appending each decision as one atomic batch, if its store can."""
-    if not isinstance(runner.store, AppendsBatches):
-        return runner
-    store: Appends = AtomicDecisions(runner.store)
-    return DecideRunner(store, runner.reads, runner.clock, ids=runner.ids,
-                        attempts=runner.attempts)
+    async def append_atomic(self, parts: Sequence[tuple[Sequence[Event], int]]) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -135,11 +118,60 @@ def decide_node_plan(part: NodePlan, eval_id: str, job: JobView, kill_timeout_s:
 
 async def apply_plan(runner: DecideRunner, parts: list[NodePlan], eval_id: str,
                      job: JobView, kill_timeout_s: float) -> int:
-    """Append every node's part (``runner``: one attempt, no wait); return the stream
-    sequence of the last event appended (0 if none). The first node's failure is raised
-    once every node's append is done."""
+    """Append every node's part (``runner``: its store, ids and clock; no wait for the
+    view); return the stream sequence of the last event appended (0 if none). A stale
+    node is ``KeptChanging``, raised once every append is done."""
+    store = runner.store
+    if (isinstance(store, AppendsAtomically) and store.atomic
+            and sum(len(p.placed) + len(p.stops) for p in parts) >= ATOMIC_MIN):
+        return await _apply_batched(store, runner, parts, eval_id, job, kill_timeout_s)
+    return await _apply_by_node(runner, parts, eval_id, job, kill_timeout_s)
+
+
+def plan_batches(parts: Sequence[NodePlan], size: int) -> list[list[NodePlan]]:
+    """``parts`` in order, cut between nodes into batches of about ``size`` events each
+    (as even as whole nodes allow; none above ``MAX_BATCH`` unless one node's part is,
+    which the store then appends one event at a time)."""
+    total = sum(len(p.placed) + len(p.stops) for p in parts)
+    count = max(1, -(-total // size))
+    target = min(-(-total // count), MAX_BATCH)
+    out: list[list[NodePlan]] = []
+    held = 0
+    for part in parts:
+        events = len(part.placed) + len(part.stops)
+        if out and held < target and held + events <= MAX_BATCH:
+            out[-1].append(part)
+            held += events
+        else:
+            out.append([part])
+            held = events
+    return out
+
+
+async def _apply_batched(store: AppendsAtomically, runner: DecideRunner,
+                         parts: list[NodePlan], eval_id: str, job: JobView,
+                         kill_timeout_s: float) -> int:
+    context = runner.context()
+    decided = {p.node_id: runner.stamp(
+        decide_node_plan(p, eval_id, job, kill_timeout_s, context).events, context)
+        for p in parts}
+
+    async def on_batch(batch: list[NodePlan]) -> int:
+        return await store.append_atomic([(decided[p.node_id], p.expected) for p in batch])
+
+    results = await asyncio.gather(*(on_batch(b) for b in plan_batches(parts, PLAN_BATCH)),
+                                   return_exceptions=True)
+    for result in results:
+        if isinstance(result, ConflictError):
+            raise KeptChanging(f"plan of eval {eval_id} is stale: {result}") from result
+        if isinstance(result, BaseException):
+            raise result
+    return max((r for r in results if isinstance(r, int)), default=0)
+
+
+async def _apply_by_node(runner: DecideRunner, parts: list[NodePlan], eval_id: str,
+                         job: JobView, kill_timeout_s: float) -> int:
     gate = asyncio.Semaphore(APPLY_CONCURRENCY)
-    runner = batching(runner)
 
     async def on_node(part: NodePlan) -> int:
         async with gate:
