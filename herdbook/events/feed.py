@@ -7,6 +7,16 @@ are requested ahead of the callback, and the next batch is requested only after 
 callback has returned — backpressure all the way to the server. JETSTREAM-NOTES
 measured this shape at ~119k msg/s.
 
+The deliveries skip nats-py's per-message work: the feed's inbox is routed by sid through
+the client's narrow parser (``backlog_reader._routes``, shared with the backlog reader),
+which hands over each frame whole without parsing a stored message's headers (nats-py
+parses them character by character, the largest client cost of a live delivery). The
+route only queues a ``Msg``; one task per feed calls the callback in order, so a slow
+callback (a SQLite commit, a NATS request of its own) never holds the connection's read
+loop. A frame nats-py's own parser still delivers (the first route registered on a
+client, while that parser was mid-frame) takes the subscription's callback into the
+same queue.
+
 Guarantees:
 - The callback sees stream sequences strictly increasing, each at most once.
 - If nothing (not even the request-expiry status) arrives for ``expires + 5s`` — the
@@ -21,12 +31,15 @@ import json
 import logging
 import time
 import uuid
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+from herdbook.events.backlog_reader import Route, _routes
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +64,24 @@ def stream_seq(msg: Msg) -> int:
     return ack_position(msg)[0]
 
 
+def status_headers(raw: bytes) -> dict[str, str]:
+    """A status frame's headers as nats-py gives them: ``NATS/1.0 408 Request Timeout``
+    and ``Key: value`` lines -> ``{"Status": "408", "Description": "Request Timeout",
+    ...}``."""
+    first, *lines = raw.decode(errors="replace").split("\r\n")
+    out: dict[str, str] = {}
+    code, _, description = first[len("NATS/1.0"):].strip().partition(" ")
+    if code.isdigit():
+        out[STATUS] = code
+        if description:
+            out["Description"] = description
+    for line in lines:
+        key, sep, value = line.partition(":")
+        if sep and key.strip():
+            out[key.strip()] = value.strip()
+    return out
+
+
 class StreamFeed:
     def __init__(self, nc: NATS, stream: str, subject: str, start_seq: int,
                  cb: Callable[[Msg], Awaitable[None]], *, batch: int = 1000,
@@ -72,21 +103,26 @@ class StreamFeed:
         self._recreating = False
         self._stopped = False
         self._generation = 0
+        self._queue: deque[tuple[int, Msg]] = deque()
+        self._queued = asyncio.Event()
+        self._pump: asyncio.Task[None] | None = None
         self.caught_up = asyncio.Event()
         """Set once the messages that existed when the feed started are delivered."""
 
     async def start(self) -> None:
+        self._pump = asyncio.create_task(self._deliver(), name=f"feed-{self.stream}-deliver")
         await self._create()
         self._watchdog = asyncio.create_task(self._watch(), name=f"feed-{self.stream}")
 
     async def stop(self) -> None:
         self._stopped = True
-        if self._watchdog is not None:
-            self._watchdog.cancel()
-            try:
-                await self._watchdog
-            except asyncio.CancelledError:
-                pass
+        for task in (self._watchdog, self._pump):
+            if task is not None:
+                task.cancel()
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    pass
         await self._drop_consumer()
 
     async def unsubscribe(self) -> None:
@@ -119,17 +155,48 @@ class StreamFeed:
         generation = self._generation
 
         async def on_msg(msg: Msg) -> None:
-            await self._on_msg(msg, generation)
+            self._enqueue(generation, msg)
 
         self._sub = await self.nc.subscribe(self.nc.new_inbox(), cb=on_msg,
                                             pending_msgs_limit=4 * self.batch + 100)
+        _routes(self.nc)[self._sub._id] = self._route(generation)
         self._last_activity = time.monotonic()
         await self._request()
+
+    def _route(self, generation: int) -> Route:
+        nc = self.nc
+
+        def route(subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
+            # a delivery's headers are not read (None); a status's are (it has no reply)
+            self._enqueue(generation, Msg(nc, subject.decode(), reply.decode(), data,
+                                          status_headers(headers) if headers else None))
+
+        return route
+
+    def _enqueue(self, generation: int, msg: Msg) -> None:
+        self._queue.append((generation, msg))
+        self._queued.set()
+
+    async def _deliver(self) -> None:
+        """The callback, message by message in arrival order; an error of the callback is
+        logged and the next message delivered (as nats-py's subscription does)."""
+        queue = self._queue
+        while True:
+            if not queue:
+                self._queued.clear()
+                await self._queued.wait()
+                continue
+            generation, msg = queue.popleft()
+            try:
+                await self._on_msg(msg, generation)
+            except Exception:  # noqa: BLE001 - one bad message does not stop the feed
+                log.exception("feed on %s: callback failed on %s", self.stream, msg.subject)
 
     async def _drop_consumer(self) -> None:
         sub, self._sub = self._sub, None
         consumer, self._consumer = self._consumer, None
         if sub is not None:
+            _routes(self.nc).pop(sub._id, None)
             try:
                 await sub.unsubscribe()
             except Exception:  # noqa: BLE001 - connection may be gone

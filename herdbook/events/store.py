@@ -345,8 +345,9 @@ class EventStore:
         except ConflictError as err:
             if len(parts) == 1:
                 raise
+            why = err.__cause__.description if isinstance(err.__cause__, APIError) else ""
             raise ConflictError(f"one of {len(parts)} aggregates ({filters[0]} .. "
-                                f"{last_filt})", 0, str(err)) from err
+                                f"{last_filt})", 0, why or "") from err
         if self.atomic:
             for events, _ in parts:
                 log_appended(events)
