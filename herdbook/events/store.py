@@ -297,10 +297,10 @@ class EventStore:
         parts = [(events, expected) for events, expected in parts if events]
         if not parts:
             return 0
-        filters = [aggregate_filter(type(events[0]).aggregate, events[0].aggregate_id)
-                   for events, _ in parts]
-        for filt, (events, _) in zip(filters, parts, strict=True):
-            if any(aggregate_filter(type(e).aggregate, e.aggregate_id) != filt for e in events):
+        keys = [(type(events[0]).aggregate, events[0].aggregate_id) for events, _ in parts]
+        filters = [aggregate_filter(*key) for key in keys]
+        for key, filt, (events, _) in zip(keys, filters, parts, strict=True):
+            if any((type(e).aggregate, e.aggregate_id) != key for e in events):
                 raise ValueError(f"an atomic batch holds one aggregate's events per part ({filt})")
         if len(set(filters)) != len(filters):
             raise ValueError("an atomic batch holds at most one part per aggregate")

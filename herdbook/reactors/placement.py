@@ -66,7 +66,10 @@ def reconcile(job: JobView, allocs: Iterable[AllocView]) -> Reconciled:
         by_slot[alloc.index].append(alloc)
     count = 0 if job.status == "dead" else job.spec.count
     for index in sorted(set(by_slot) | set(range(count))):
-        history = sorted(by_slot.get(index, []), key=lambda a: a.version)
+        if index not in by_slot:   # never placed (index < count): most slots of a new job
+            out.place.append(Slot(index))
+            continue
+        history = sorted(by_slot[index], key=lambda a: a.version)
         wanted = [a for a in history if a.desired == "run" and not a.terminal]
         if index >= count:
             reason = "job stopped" if job.status == "dead" else "scaled down"
@@ -75,9 +78,6 @@ def reconcile(job: JobView, allocs: Iterable[AllocView]) -> Reconciled:
         if wanted:
             # keep the newest; a second one for the same slot is a leftover
             out.stop += [Stop(a, "duplicate in its slot") for a in wanted[:-1]]
-            continue
-        if not history:
-            out.place.append(Slot(index))
             continue
         last = max(history, key=lambda a: (a.created_at is not None, a.created_at, a.version))
         if last.desired == "stop":

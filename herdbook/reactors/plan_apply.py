@@ -153,16 +153,23 @@ def plan_batches(parts: Sequence[NodePlan], size: int) -> list[list[NodePlan]]:
 async def _apply_batched(store: AppendsAtomically, runner: DecideRunner,
                          parts: list[NodePlan], eval_id: str, job: JobView,
                          kill_timeout_s: float) -> int:
+    """Each batch is decided and sent before the next is built: the server commits one
+    while the next is encoded (the connection writes a batch once this yields)."""
     context = runner.context()
-    decided = {p.node_id: runner.stamp(
-        decide_node_plan(p, eval_id, job, kill_timeout_s, context).events, context)
-        for p in parts}
-
-    async def on_batch(batch: list[NodePlan]) -> int:
-        return await store.append_atomic([(decided[p.node_id], p.expected) for p in batch])
-
-    results = await asyncio.gather(*(on_batch(b) for b in plan_batches(parts, PLAN_BATCH)),
-                                   return_exceptions=True)
+    sends: list[asyncio.Task[int]] = []
+    try:
+        for batch in plan_batches(parts, PLAN_BATCH):
+            decided = [(runner.stamp(decide_node_plan(
+                p, eval_id, job, kill_timeout_s, context).events, context), p.expected)
+                for p in batch]
+            sends.append(asyncio.create_task(store.append_atomic(decided)))
+            await asyncio.sleep(0)
+        results = await asyncio.gather(*sends, return_exceptions=True)
+    except BaseException:
+        for send in sends:
+            send.cancel()
+        await asyncio.gather(*sends, return_exceptions=True)
+        raise
     for result in results:
         if isinstance(result, ConflictError):
             raise KeptChanging(f"plan of eval {eval_id} is stale: {result}") from result
