@@ -3,8 +3,10 @@ beside its limit measured in the same run: decode + fold of the same events in m
 (no NATS, no SQLite). Rebuild and limit alternate, ``--rounds`` times; medians printed,
 with the cost per event (µs) to show it stays flat across ``--sizes``.
 
-``--stages`` adds, per round, the reader alone (``BacklogReader`` with a callback that
-does nothing) and the CPU the rebuild used: this process (all its threads) and
+The rebuild runs as `herd up` runs it: a backlog of ``forked_reader.FORK_MIN`` events
+or more is read by a forked child while this process folds. ``--stages`` adds, per round,
+the same rebuild read in this process, the reader alone (``BacklogReader`` with a callback
+that does nothing) and the CPU the rebuild used: this process (all its threads) and
 nats-server, as a share of one core over the rebuild's wall time."""
 
 from __future__ import annotations
@@ -59,8 +61,12 @@ def fold_limit(messages: list[tuple[str, bytes, str]]) -> float:
         return len(messages) / (time.perf_counter() - start)
 
 
-async def rebuild(nc: NATS, db: Path, last: int) -> tuple[float, int]:
+async def rebuild(nc: NATS, db: Path, last: int, url: str | None) -> tuple[float, int]:
+    """As `herd up` rebuilds: a backlog this large read by a forked child connecting to
+    ``url`` (``events.forked_reader``); with ``url`` None, read in this process."""
     runner = ProjectorRunner(nc, str(db))
+    if url is not None:
+        runner.backlog_connect = lambda: {"servers": [url]}
     start = time.monotonic()
     await runner.start()
     await runner.wait_applied(last, timeout=600)
@@ -102,14 +108,16 @@ async def one_size(events: int, nodes: int, rounds: int,
             limits.append(fold_limit(messages))
             if stages:
                 reading = await read_only(nc, last)
+                in_process, _ = await rebuild(nc, tmp / "view.db", last, None)
             wall, cpu, server_cpu = time.monotonic(), time.process_time(), cpu_seconds(server.proc.pid)
-            rate, rows = await rebuild(nc, tmp / "view.db", last)
+            rate, rows = await rebuild(nc, tmp / "view.db", last, server.url)
             figures.append(rate)
             if stages:
                 wall = time.monotonic() - wall
-                print(f"    round: rebuild {rate:,.0f}/s, limit {limits[-1]:,.0f}/s, reader alone "
-                      f"{reading:,.0f}/s; during the rebuild this process used "
-                      f"{(time.process_time() - cpu) / wall:.0%} of a core, nats-server "
+                print(f"    round: rebuild {rate:,.0f}/s, limit {limits[-1]:,.0f}/s, read in "
+                      f"process {in_process:,.0f}/s, reader alone {reading:,.0f}/s; during the "
+                      f"rebuild this process used {(time.process_time() - cpu) / wall:.0%} of a "
+                      f"core (the forked reader's CPU not counted), nats-server "
                       f"{(cpu_seconds(server.proc.pid) - server_cpu) / wall:.0%}")
         await nc.close()
         figure, limit = statistics.median(figures), statistics.median(limits)

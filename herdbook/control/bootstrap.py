@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 from nats.aio.client import Client as NATS
 from nats.js.api import StreamConfig
@@ -56,6 +57,7 @@ from herdbook.events.store import EventStore
 from herdbook.events.streams import all_streams
 from herdbook.events.subjects import EVENTS_STREAM, validate_id
 from herdbook.health_policy import Policy, PolicyError
+from herdbook.nats_connection import quiet_errors, server_list
 from herdbook.natsd.http_tokens import HttpTokens
 from herdbook.natsd.server import EmbeddedNats
 from herdbook.natsd.storage_watch import StorageWatch
@@ -129,6 +131,14 @@ def bootstrap(config: Config, *, clock: Clock, demo: int = 0,
         parts += [server, supervisor, Service("storage watch", storage.start, storage.stop)]
     parts.append(NatsConnection(nc, url, connection_auth(auth, users),
                                 f"herd-control:{node_id}", streams_of(cfg)))
+
+    def backlog_connect() -> dict[str, Any]:
+        """The projector's forked backlog reader connects as the control plane does."""
+        _, options = connection_auth(auth, users)().resolve(url)
+        return {"servers": server_list(url), "name": f"herd-control:{node_id}:backlog",
+                "connect_timeout": 5, "error_cb": quiet_errors, **options}
+
+    projector.backlog_connect = backlog_connect
     store = EventStore(nc.jetstream(), storage_full=storage.full if storage is not None else None)
 
     async def start_projector() -> None:

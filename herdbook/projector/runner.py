@@ -30,7 +30,7 @@ import asyncio
 import gc
 import logging
 import sqlite3
-from collections.abc import Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -38,6 +38,7 @@ from msgspec.structs import replace
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
+from herdbook.events import forked_reader
 from herdbook.events.alloc import AllocEvent
 from herdbook.events.authority import Unvouched, bind_event, family_of
 from herdbook.events.backlog_reader import BacklogReader, Frames
@@ -87,12 +88,14 @@ def catch_up_gc() -> Iterator[None]:
     if _gc_holders == 0:
         _gc_saved = gc.get_threshold()
         gc.set_threshold(max(CATCH_UP_GC_GEN0, _gc_saved[0]), *_gc_saved[1:])
+        gc.freeze()
     _gc_holders += 1
     try:
         yield
     finally:
         _gc_holders -= 1
         if _gc_holders == 0:
+            gc.unfreeze()
             gc.set_threshold(*_gc_saved)
 
 
@@ -128,6 +131,10 @@ class ProjectorRunner:
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._first_waiter = float("inf")    # the lowest sequence someone waits for
         self._follower: asyncio.Task[None] | None = None
+        self.backlog_connect: Callable[[], dict[str, Any]] | None = None
+        """``nats.connect`` arguments for a forked reader of a backlog of ``fork_min``
+        messages or more (``forked_reader``); None: every backlog is read in this process."""
+        self.fork_min = forked_reader.FORK_MIN
 
     @property
     def nodes(self) -> Table[NodeView, NodeEvent]:
@@ -173,11 +180,15 @@ class ProjectorRunner:
                                                  name="projector-backlog")
 
     async def _catch_up_then_follow(self, end: int) -> None:
-        reader = BacklogReader(self.nc, self.stream, "herd.>", self.folded_seq + 1, end,
-                               self._take, batch=PULL_BATCH, on_batch=self._take_all)
         try:
             with catch_up_gc():
-                await reader.run()
+                if (self.backlog_connect is not None and forked_reader.available()
+                        and end - self.folded_seq >= self.fork_min):
+                    await self._read_forked(end, self.backlog_connect())
+                if self.folded_seq < end:
+                    await BacklogReader(self.nc, self.stream, "herd.>", self.folded_seq + 1,
+                                        end, self._take, batch=PULL_BATCH,
+                                        on_batch=self._take_all).run()
         except Exception as err:  # noqa: BLE001 - a fold that failed is in self.failed
             if self.failed is not None:
                 return
@@ -196,6 +207,17 @@ class ProjectorRunner:
                 await asyncio.sleep(1.0)
         self._kick.set()       # the last coalesced rows go out now, not in a second
         await self._follow_live()
+
+    async def _read_forked(self, end: int, connect: dict[str, Any]) -> None:
+        """Fold the backlog read by a forked child (``forked_reader``); what it did not
+        read is read here after it."""
+        try:
+            await forked_reader.ForkedBacklog(connect, self.stream, "herd.>",
+                                              self.folded_seq + 1, end, self._take_all,
+                                              batch=PULL_BATCH).run()
+        except OSError as err:   # no fork (limits): read it here
+            log.info("backlog of %s: cannot fork a reader (%s); reading it here",
+                     self.stream, err)
 
     async def _open_fresh(self) -> None:
         await self._close_db()
