@@ -78,6 +78,16 @@ async def test_a_resent_batch_of_several_nodes_returns_its_sequence_once_stored(
     assert await stored(store, "n2") == ["b1"]
 
 
+async def test_a_resend_after_others_wrote_to_its_nodes_returns_the_first_sequence(nc) -> None:  # type: ignore[no-untyped-def]
+    store = EventStore(nc.jetstream())
+    parts = [(placed("n1", "a1"), 0), (placed("n2", "b1", "b2"), 0)]
+    seq = await store.append_atomic(parts)
+    await store.append_atomic([(placed("n1", "a9"), seq - 2), (placed("n2", "b9"), seq)])
+    assert await store.append_atomic(parts) == seq                   # found, not stored again
+    assert await stored(store, "n1") == ["a1", "a9"]
+    assert await stored(store, "n2") == ["b1", "b2", "b9"]
+
+
 async def test_two_parts_of_one_node_are_refused(nc) -> None:  # type: ignore[no-untyped-def]
     store = EventStore(nc.jetstream())
     with pytest.raises(ValueError, match="one part per aggregate"):
