@@ -5,6 +5,7 @@ atomic batches gets one append per event."""
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import nats
@@ -17,7 +18,8 @@ from herdbook.events.evals import EvalStatus
 from herdbook.events.store import EXPECTED_LAST_SUBJECT_SEQ_SUBJECT, ConflictError, EventStore
 from herdbook.events.streams import all_streams
 from herdbook.events.subjects import EVENTS_STREAM
-from herdbook.reactors import plan_apply
+from herdbook.projector.runner import CATCH_UP_GC_GEN0
+from herdbook.reactors import plan_apply, scheduler
 from tests.integration.test_scheduler import Harness
 
 EXPECTED = Header.EXPECTED_LAST_SUBJECT_SEQUENCE.value
@@ -156,3 +158,22 @@ async def test_a_stale_node_fails_its_batch_and_the_plan_is_made_again(
     assert sorted(a.index for a in allocs) == list(range(8))          # each slot once
     # the first attempt stored nothing, not even n1's part: one batch holds it all
     assert len({x[BATCH_ID] for n in ("n1", "n2") for x in await headers_of(h.nc, n)}) == 1
+
+
+async def test_a_plan_is_made_and_applied_with_the_heap_frozen_then_restored(
+        h: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[tuple[int, int]] = []
+    real = scheduler.apply_plan
+
+    async def watched(*args: Any, **kwargs: Any) -> int:
+        seen.append((gc.get_threshold()[0], gc.get_freeze_count()))
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(scheduler, "apply_plan", watched)
+    before = gc.get_threshold()
+    await h.add_node("n1", gpus=4)
+    await h.start()
+    await h.wait_status(await h.run_job(count=3), EvalStatus.COMPLETE)
+    # no full collection of the control plane's heap in the middle of a plan
+    assert seen and seen[0][0] == CATCH_UP_GC_GEN0 and seen[0][1] > 0
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0
