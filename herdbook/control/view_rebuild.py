@@ -36,6 +36,7 @@ class ViewRebuild:
             leftover.unlink(missing_ok=True)
         fresh = ProjectorRunner(self.nc, str(tmp), batch_size=self.config.batch_size,
                                 batch_interval=float(self.config.batch_interval))
+        fresh.backlog_connect = self.projector.backlog_connect
         await fresh.start()
         last = await stream_last_seq(self.nc.jetstream(), EVENTS_STREAM)
         if last:

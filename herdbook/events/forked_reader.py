@@ -58,7 +58,7 @@ def available() -> bool:
 
 
 class ForkedBacklog:
-    def __init__(self, connect: dict[str, Any], stream: str, subject: str, start_seq: int,
+    def __init__(self, connect: dict[str, Any], stream: str, subject: str | None, start_seq: int,
                  end_seq: int, on_frames: OnFrames, *, batch: int) -> None:
         """``connect``: ``nats.connect`` keyword arguments for the child's connection (the
         parent's servers and credentials)."""
@@ -89,6 +89,8 @@ class ForkedBacklog:
             _child(write_fd, parent, self.connect, self.stream, self.subject, self.start_seq,
                    self.end_seq, self.batch)
         os.close(write_fd)
+        log.info("backlog of %s: reading sequences %d-%d in a forked child (pid %d)",
+                 self.stream, self.start_seq, self.end_seq, pid)
         loop = asyncio.get_running_loop()
         reader = asyncio.StreamReader(limit=1 << 24, loop=loop)
         transport, _ = await loop.connect_read_pipe(
@@ -131,7 +133,7 @@ def _collect(pid: int) -> None:
         os.waitpid(pid, 0)
 
 
-def _child(write_fd: int, parent: int, connect: dict[str, Any], stream: str, subject: str,
+def _child(write_fd: int, parent: int, connect: dict[str, Any], stream: str, subject: str | None,
            start_seq: int, end_seq: int, batch: int) -> None:
     code = 1
     try:
@@ -158,7 +160,7 @@ def _die_with(parent: int) -> None:
         os._exit(1)
 
 
-async def _read(write_fd: int, connect: dict[str, Any], stream: str, subject: str,
+async def _read(write_fd: int, connect: dict[str, Any], stream: str, subject: str | None,
                 start_seq: int, end_seq: int, batch: int) -> None:
     nc = await nats.connect(**connect)
     encoder = msgspec.msgpack.Encoder()

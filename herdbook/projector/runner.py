@@ -30,6 +30,7 @@ import asyncio
 import gc
 import logging
 import sqlite3
+import time
 from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -180,13 +181,14 @@ class ProjectorRunner:
                                                  name="projector-backlog")
 
     async def _catch_up_then_follow(self, end: int) -> None:
+        started, first = time.monotonic(), self.folded_seq + 1
         try:
             with catch_up_gc():
                 if (self.backlog_connect is not None and forked_reader.available()
                         and end - self.folded_seq >= self.fork_min):
                     await self._read_forked(end, self.backlog_connect())
-                if self.folded_seq < end:
-                    await BacklogReader(self.nc, self.stream, "herd.>", self.folded_seq + 1,
+                if self.folded_seq < end:   # subject None: the whole stream (BacklogReader)
+                    await BacklogReader(self.nc, self.stream, None, self.folded_seq + 1,
                                         end, self._take, batch=PULL_BATCH,
                                         on_batch=self._take_all).run()
         except Exception as err:  # noqa: BLE001 - a fold that failed is in self.failed
@@ -194,6 +196,11 @@ class ProjectorRunner:
                 return
             log.warning("reading the backlog of %s failed (%s); following it instead",
                         self.stream, err)
+        else:
+            took = time.monotonic() - started
+            log.info("backlog of %s: sequences %d-%d folded in %.1fs (%.0f events/s)",
+                     self.stream, first, self.folded_seq, took,
+                     (self.folded_seq - first + 1) / max(took, 1e-6))
         self.live = True
         failing: str | None = None
         while self._fresh or self._db is None:
@@ -212,7 +219,7 @@ class ProjectorRunner:
         """Fold the backlog read by a forked child (``forked_reader``); what it did not
         read is read here after it."""
         try:
-            await forked_reader.ForkedBacklog(connect, self.stream, "herd.>",
+            await forked_reader.ForkedBacklog(connect, self.stream, None,
                                               self.folded_seq + 1, end, self._take_all,
                                               batch=PULL_BATCH).run()
         except OSError as err:   # no fork (limits): read it here
