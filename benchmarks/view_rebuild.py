@@ -29,7 +29,7 @@ from herdbook.events.codec import encode
 from herdbook.events.node import NodeApproved, NodeDegraded, NodeInfo, NodeRecovered, NodeRegistered
 from herdbook.events.store import stream_last_seq, subject_of
 from herdbook.events.subjects import EVENTS_STREAM
-from herdbook.projector.runner import ProjectorRunner, catch_up_gc
+from herdbook.projector.runner import PULL_BATCH, ProjectorRunner, catch_up_gc
 from herdbook.projector.tables import ReadModel
 
 
@@ -80,7 +80,8 @@ async def rebuild(nc: NATS, db: Path, last: int, url: str | None) -> tuple[float
 async def read_only(nc: NATS, last: int) -> float:
     """The reader alone: what reading the backlog costs without the fold."""
     start = time.monotonic()
-    await BacklogReader(nc, EVENTS_STREAM, "herd.>", 1, last, lambda subject, data, seq: None).run()
+    await BacklogReader(nc, EVENTS_STREAM, None, 1, last, lambda subject, data, seq: None,
+                        batch=PULL_BATCH).run()
     return last / (time.monotonic() - start)
 
 

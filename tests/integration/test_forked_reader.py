@@ -161,3 +161,34 @@ async def test_a_fold_that_fails_stops_the_child(filled, tmp_path, monkeypatch) 
     assert runner.failed is not None and "sequence 3000" in runner.failed
     assert runner.folded_seq == 2999
     await no_child_left(before)
+
+
+async def test_a_stop_while_the_child_reads_collects_it_and_keeps_what_was_folded(  # type: ignore[no-untyped-def]
+        nc, nats_server, tmp_path, monkeypatch) -> None:
+    last = await fill(nc, 20_000)
+    write_all = forked_reader._write_all
+
+    def slow(fd: int, data: bytes) -> None:   # the child, slowed: a stop lands mid-read
+        import time
+        time.sleep(0.05)
+        write_all(fd, data)
+
+    monkeypatch.setattr(forked_reader, "_write_all", slow)
+    db = tmp_path / "view.db"
+    runner = ProjectorRunner(nc, str(db))
+    runner.fork_min = 100
+    runner.backlog_connect = lambda: {"servers": [nats_server.url]}
+    before = children()
+    await runner.start()
+    for _ in range(200):
+        if runner.folded_seq > 0:
+            break
+        await asyncio.sleep(0.02)
+    await runner.stop()
+    stopped_at = runner.folded_seq
+    assert 0 < stopped_at < last
+    await no_child_left(before)
+    monkeypatch.setattr(forked_reader, "_write_all", write_all)
+    again = await rebuild(nc, db, last, {"servers": [nats_server.url]})   # goes on from there
+    here = await rebuild(nc, tmp_path / "here.db", last, None)
+    assert (again["nodes"], again["folded"]) == (here["nodes"], here["folded"])
