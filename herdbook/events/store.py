@@ -85,7 +85,7 @@ async def publish_batch(nc: NATS, messages: Sequence[Message], timeout: float) -
     headers on its own, a cost per event that a plan of thousands pays on the event loop
     the projector folds on. Raises nats' TimeoutError or NoRespondersError when no
     answer comes (the batch may have landed). Leans on nats-py 2.x's ``_send_command``
-    and ``_flush_pending`` (what ``publish`` itself calls), pinned by
+    (what ``publish`` itself calls; the request that follows flushes it), pinned by
     tests/integration/test_placement_batches.py."""
     if not 0 < len(messages) <= MAX_BATCH:
         raise ValueError(f"an atomic batch holds 1 to {MAX_BATCH} messages, not {len(messages)}")
@@ -281,19 +281,21 @@ class EventStore:
         resend that had landed returns the sequence stored). One aggregate's events
         only. Chained node events, more than ``MAX_BATCH`` events, or a stream without
         ``allow_atomic`` go through ``append_decided``."""
+        if not events:
+            return expected_version
         return await self.append_atomic([(events, expected_version)])
 
     async def append_atomic(self, parts: Sequence[tuple[Sequence[Event], int]]) -> int:
         """Several decisions, each one aggregate's events and the version it was decided
         from, as one atomic batch publish with one ack; return the stream sequence of
-        the last event. Each part's first message expects its version: one stale part
-        is a ``ConflictError`` and nothing of the batch is stored (nats-server checks
-        every expectation against the stream as it was before the batch). Every message
-        keeps its event id as ``Nats-Msg-Id``: a resend that had landed returns the
-        sequence stored. Two parts of one aggregate are refused (``ValueError``): the
-        second's expectation could not see the first. Chained node events, more than
-        ``MAX_BATCH`` events, or a stream without ``allow_atomic``: each part through
-        ``append_decided``, in order."""
+        the last event (0 if there is none). Each part's first message expects its
+        version: one stale part is a ``ConflictError`` and nothing of the batch is
+        stored (nats-server checks every expectation against the stream as it was
+        before the batch). Every message keeps its event id as ``Nats-Msg-Id``: a
+        resend that had landed returns the sequence stored. Two parts of one aggregate
+        are refused (``ValueError``): the second's expectation could not see the first.
+        Chained node events, more than ``MAX_BATCH`` events, or a stream without
+        ``allow_atomic``: each part through ``append_decided``, in order."""
         parts = [(events, expected) for events, expected in parts if events]
         if not parts:
             return 0

@@ -177,3 +177,9 @@ async def test_a_plan_is_made_and_applied_with_the_heap_frozen_then_restored(
     # no full collection of the control plane's heap in the middle of a plan
     assert seen and seen[0][0] == CATCH_UP_GC_GEN0 and seen[0][1] > 0
     assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+
+
+async def test_an_empty_decision_appends_nothing_and_keeps_its_version(nc) -> None:  # type: ignore[no-untyped-def]
+    store = EventStore(nc.jetstream())
+    assert await store.append_batch([], 7) == 7
+    assert await store.append_atomic([([], 7)]) == 0
