@@ -13,9 +13,9 @@ which hands over each frame whole without parsing a stored message's headers (na
 parses them character by character, the largest client cost of a live delivery). The
 route only queues a ``Msg``; one task per feed calls the callback in order, so a slow
 callback (a SQLite commit, a NATS request of its own) never holds the connection's read
-loop. A frame nats-py's own parser still delivers (the first route registered on a
-client, while that parser was mid-frame) takes the subscription's callback into the
-same queue.
+loop. Should nats-py's own parser deliver a frame of the feed all the same (it parses
+alone while no route is registered, or mid-frame), the subscription's callback puts it
+in the same queue.
 
 Guarantees:
 - The callback sees stream sequences strictly increasing, each at most once.
