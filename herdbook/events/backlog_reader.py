@@ -1,10 +1,11 @@
 """Catching up on a stream's backlog at the speed of the fold, not of the client.
 
-Used only to read what a stream held when a reader started (the projector's rebuild or
-restart), never to follow it live: ``StreamFeed`` does that. It is ``StreamFeed``'s
+``BacklogReader`` reads what a stream held when a reader started (the projector's
+rebuild or restart; ``forked_reader`` runs it in a child for a large backlog). It is a
 pull consumer minus nats-py's per-message work (a regex per frame, a ``Msg``, header
-parsing, a queue and a task hop): on a 200k-event backlog here it read 210-290k msg/s
-where ``StreamFeed`` read 53-70k (benchmarks/view_rebuild.py, docs/performance.md).
+parsing, a queue and a task hop): on a 200k-event backlog here it read 390-455k msg/s
+(benchmarks/view_rebuild.py, docs/performance.md). ``StreamFeed`` (live) routes its own
+inbox through the same narrow parser (``sid_routes``), one frame at a time.
 
 How, narrowly: the client's connection, its authentication, TLS, pings and reconnects
 stay nats-py's. The reader subscribes an inbox (so nats-py resubscribes it after a
@@ -197,14 +198,15 @@ class _NarrowParser(Parser):
         return True
 
 
-def _routes(nc: NATS) -> dict[int, Route]:
-    """The sid -> reader table, on a parser installed on the client once (see the
-    module's docstring); the parser's state (a half-read frame) is kept."""
+def sid_routes(nc: NATS) -> dict[int, Route]:
+    """The sid -> route table (a backlog reader's inbox, a live feed's), on a parser
+    installed on the client once (see the module's docstring); the parser's state (a
+    half-read frame) is kept."""
     return _parser(nc).routes
 
 
 def _batches(nc: NATS) -> dict[int, Run]:
-    """The sid -> run table (``_cut``), beside ``_routes``; a sid here needs a route
+    """The sid -> run table (``_cut``), beside ``sid_routes``; a sid here needs a route
     there too, for what is not a run of deliveries (statuses, another consumer's)."""
     return _parser(nc).batches
 
@@ -252,7 +254,7 @@ class BacklogReader:
         if self.last_seq >= self.end_seq:
             return self.last_seq
         self._sub = await self.nc.subscribe(self.nc.new_inbox())
-        routes, batches = _routes(self.nc), _batches(self.nc)
+        routes, batches = sid_routes(self.nc), _batches(self.nc)
         sid = self._sub._id
         routes[sid] = self._on_frame
         try:

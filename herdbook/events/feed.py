@@ -8,7 +8,7 @@ callback has returned — backpressure all the way to the server. JETSTREAM-NOTE
 measured this shape at ~119k msg/s.
 
 The deliveries skip nats-py's per-message work: the feed's inbox is routed by sid through
-the client's narrow parser (``backlog_reader._routes``, shared with the backlog reader),
+the client's narrow parser (``backlog_reader.sid_routes``, shared with the backlog reader),
 which hands over each frame whole without parsing a stored message's headers (nats-py
 parses them character by character, the largest client cost of a live delivery). The
 route only queues a ``Msg``; one task per feed calls the callback in order, so a slow
@@ -39,7 +39,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from herdbook.events.backlog_reader import Route, _routes
+from herdbook.events.backlog_reader import Route, sid_routes
 
 log = logging.getLogger(__name__)
 
@@ -159,7 +159,7 @@ class StreamFeed:
 
         self._sub = await self.nc.subscribe(self.nc.new_inbox(), cb=on_msg,
                                             pending_msgs_limit=4 * self.batch + 100)
-        _routes(self.nc)[self._sub._id] = self._route(generation)
+        sid_routes(self.nc)[self._sub._id] = self._route(generation)
         self._last_activity = time.monotonic()
         await self._request()
 
@@ -196,7 +196,7 @@ class StreamFeed:
         sub, self._sub = self._sub, None
         consumer, self._consumer = self._consumer, None
         if sub is not None:
-            _routes(self.nc).pop(sub._id, None)
+            sid_routes(self.nc).pop(sub._id, None)
             try:
                 await sub.unsubscribe()
             except Exception:  # noqa: BLE001 - connection may be gone

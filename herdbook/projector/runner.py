@@ -78,25 +78,35 @@ makes and drops a few tracked objects per event, and collecting them every 700 w
 
 _gc_holders = 0
 _gc_saved: tuple[int, ...] = ()
+_gc_frozen = False
 
 
 @contextmanager
 def catch_up_gc() -> Iterator[None]:
-    """Collect young objects every ``CATCH_UP_GC_GEN0`` allocations, not every 700, inside;
-    the thresholds as they were once the last one nested leaves. The benchmark's limit
-    (decode + fold in memory) runs inside it too."""
-    global _gc_holders, _gc_saved
+    """Inside: young objects collected every ``CATCH_UP_GC_GEN0`` allocations, not every
+    700, and the heap found on entering frozen (``gc.freeze``: a full collection does
+    not walk it; 125-175 ms each at 10,000 nodes, several in a large plan). Holders may
+    overlap (a catch-up, plans): the first one in freezes and unfreezes when it leaves,
+    so the heap is frozen at most as long as one holder runs, never for as long as
+    holders keep overlapping; the thresholds come back once the last one leaves. The
+    benchmark's limit (decode + fold in memory) runs inside it too."""
+    global _gc_holders, _gc_saved, _gc_frozen
     if _gc_holders == 0:
         _gc_saved = gc.get_threshold()
         gc.set_threshold(max(CATCH_UP_GC_GEN0, _gc_saved[0]), *_gc_saved[1:])
+    froze = not _gc_frozen
+    if froze:
         gc.freeze()
+        _gc_frozen = True
     _gc_holders += 1
     try:
         yield
     finally:
         _gc_holders -= 1
-        if _gc_holders == 0:
+        if froze:
             gc.unfreeze()
+            _gc_frozen = False
+        if _gc_holders == 0:
             gc.set_threshold(*_gc_saved)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from herdbook.events.backlog_reader import _routes
+from herdbook.events.backlog_reader import sid_routes
 from herdbook.events.feed import StreamFeed
 from herdbook.events.node import NodeRegistered
 from herdbook.events.store import EventStore
@@ -23,7 +23,7 @@ async def test_deliveries_come_routed_with_their_headers_unread(nc) -> None:  # 
     await feed.start()
     try:
         sid = feed._sub._id
-        assert sid in _routes(nc)
+        assert sid in sid_routes(nc)
         for _ in range(100):
             if len(seen) == 5:
                 break
@@ -32,7 +32,7 @@ async def test_deliveries_come_routed_with_their_headers_unread(nc) -> None:  # 
         assert {h for _, h in seen} == {None}          # nats-py parsed none of them
     finally:
         await feed.stop()
-    assert sid not in _routes(nc)
+    assert sid not in sid_routes(nc)
 
 
 async def _seen(seen: list[tuple[int, object]], msg) -> None:  # type: ignore[no-untyped-def]

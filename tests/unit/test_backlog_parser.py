@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from nats.protocol.parser import Parser
 
-from herdbook.events.backlog_reader import _routes
+from herdbook.events.backlog_reader import sid_routes
 
 
 class _FakeClient:
@@ -49,7 +49,7 @@ def test_any_split_routes_each_frame_once_in_order(cuts: list[int]) -> None:
         routed.append((subject, reply, data, headers))
 
     async def feed() -> None:
-        _routes(client)[7] = route  # type: ignore[arg-type]
+        sid_routes(client)[7] = route  # type: ignore[arg-type]
         bounds = [0, *sorted(cuts), len(STREAM)]
         for start, end in zip(bounds, bounds[1:], strict=False):
             await client._ps.parse(STREAM[start:end])
@@ -116,7 +116,7 @@ def test_runs_of_deliveries_go_to_the_batch_the_rest_in_order(cuts: list[int]) -
         log.append(("frame", subject, reply, data, headers[9:12] if headers else None))
 
     async def feed() -> None:
-        _routes(client)[7] = route  # type: ignore[arg-type]
+        sid_routes(client)[7] = route  # type: ignore[arg-type]
         _batches(client)[7] = run_of(7, "HERD_EVENTS", "c", batch)  # type: ignore[arg-type]
         bounds = [0, *sorted(cuts), len(BATCHED)]
         for start, end in zip(bounds, bounds[1:], strict=False):

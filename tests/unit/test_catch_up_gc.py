@@ -30,3 +30,23 @@ def test_restored_when_the_catch_up_fails() -> None:
     except RuntimeError:
         pass
     assert gc.get_threshold() == before
+
+
+def test_the_heap_is_frozen_only_while_its_freezer_runs() -> None:
+    """Overlapping holders (a catch-up, then plans) do not keep the heap frozen between
+    them: whoever froze it unfreezes it when it leaves."""
+    assert gc.get_freeze_count() == 0
+    first = catch_up_gc()
+    first.__enter__()
+    assert gc.get_freeze_count() > 0
+    second = catch_up_gc()
+    second.__enter__()
+    first.__exit__(None, None, None)
+    assert gc.get_freeze_count() == 0          # the freezer left: unfrozen
+    assert gc.get_threshold()[0] == CATCH_UP_GC_GEN0   # the other still holds the thresholds
+    third = catch_up_gc()
+    third.__enter__()                          # comes in while unfrozen: freezes again
+    assert gc.get_freeze_count() > 0
+    third.__exit__(None, None, None)
+    second.__exit__(None, None, None)
+    assert gc.get_freeze_count() == 0
