@@ -4,8 +4,9 @@ beside its limit measured in the same run: decode + fold of the same events in m
 with the cost per event (µs) to show it stays flat across ``--sizes``.
 
 The rebuild runs as `herd up` runs it: a backlog of ``forked_reader.FORK_MIN`` events
-or more is read by a forked child while this process folds. ``--stages`` adds, per round,
-the same rebuild read in this process, the reader alone (``BacklogReader`` with a callback
+or more is read by a forked child while this process folds, on a machine with
+``forked_reader.MIN_CPUS`` CPUs or more (in this process on fewer). ``--stages`` adds, per
+round, the same rebuild read the other way, the reader alone (``BacklogReader`` with a callback
 that does nothing) and the CPU the rebuild used: this process (all its threads) and
 nats-server, as a share of one core over the rebuild's wall time."""
 
@@ -23,6 +24,7 @@ from nats.aio.client import Client as NATS
 
 from benchmarks.common import cpu_seconds, report, sizes_arg, start_server, stop_server
 from herdbook.control.nats_parts import ensure_streams
+from herdbook.events import forked_reader
 from herdbook.events.authority import bind_event
 from herdbook.events.backlog_reader import BacklogReader
 from herdbook.events.codec import encode
@@ -61,12 +63,15 @@ def fold_limit(messages: list[tuple[str, bytes, str]]) -> float:
         return len(messages) / (time.perf_counter() - start)
 
 
-async def rebuild(nc: NATS, db: Path, last: int, url: str | None) -> tuple[float, int]:
-    """As `herd up` rebuilds: a backlog this large read by a forked child connecting to
-    ``url`` (``events.forked_reader``); with ``url`` None, read in this process."""
+async def rebuild(nc: NATS, db: Path, last: int, url: str,
+                  forked: bool | None = None) -> tuple[float, int]:
+    """As `herd up` rebuilds (``forked`` None: a backlog this large is read by a forked
+    child on a machine with ``forked_reader.MIN_CPUS`` CPUs, in this process on fewer);
+    ``forked`` True or False: that way whatever the machine."""
     runner = ProjectorRunner(nc, str(db))
-    if url is not None:
-        runner.backlog_connect = lambda: {"servers": [url]}
+    runner.backlog_connect = lambda: {"servers": [url]}
+    if forked is not None:
+        runner.fork_min = 1 if forked else None
     start = time.monotonic()
     await runner.start()
     await runner.wait_applied(last, timeout=600)
@@ -104,28 +109,30 @@ async def one_size(events: int, nodes: int, rounds: int,
             await asyncio.sleep(0.5)
             last = await stream_last_seq(nc.jetstream(), EVENTS_STREAM)
         figures, limits, rows = [], [], 0
+        forking = forked_reader.worthwhile() and last >= forked_reader.FORK_MIN
+        how = "read by a forked child" if forking else "read in this process"
         assert server.proc is not None
         for _ in range(rounds):
             limits.append(fold_limit(messages))
             if stages:
                 reading = await read_only(nc, last)
-                in_process, _ = await rebuild(nc, tmp / "view.db", last, None)
+                other, _ = await rebuild(nc, tmp / "view.db", last, server.url, not forking)
             wall, cpu, server_cpu = time.monotonic(), time.process_time(), cpu_seconds(server.proc.pid)
             rate, rows = await rebuild(nc, tmp / "view.db", last, server.url)
             figures.append(rate)
             if stages:
                 wall = time.monotonic() - wall
-                print(f"    round: rebuild {rate:,.0f}/s, limit {limits[-1]:,.0f}/s, read in "
-                      f"process {in_process:,.0f}/s, reader alone {reading:,.0f}/s; during the "
-                      f"rebuild this process used {(time.process_time() - cpu) / wall:.0%} of a "
-                      f"core (the forked reader's CPU not counted), nats-server "
+                print(f"    round: rebuild {rate:,.0f}/s ({how}), limit {limits[-1]:,.0f}/s, "
+                      f"{'in process' if forking else 'forked reader'} {other:,.0f}/s, reader "
+                      f"alone {reading:,.0f}/s; during the rebuild this process used "
+                      f"{(time.process_time() - cpu) / wall:.0%} of a core, nats-server "
                       f"{(cpu_seconds(server.proc.pid) - server_cpu) / wall:.0%}")
         await nc.close()
         figure, limit = statistics.median(figures), statistics.median(limits)
         spread = (max(figures) - min(figures)) / figure
         print(f"  {events:>9,} events {rows:>7,} nodes: rebuild {figure:>9,.0f}/s "
               f"({1e6 / figure:.1f} µs/event)  limit {limit:>9,.0f}/s ({1e6 / limit:.1f} µs/event)"
-              f"  ratio {figure / limit:.2f}"
+              f"  ratio {figure / limit:.2f}  ({how})"
               f"  (rebuild runs {', '.join(f'{f:,.0f}' for f in figures)}; spread {spread:.0%})")
         return statistics.median(figures), statistics.median(limits), rows
     finally:

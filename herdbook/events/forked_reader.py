@@ -2,7 +2,9 @@
 
 A rebuild's one thread spends about a third of its time reading (socket reads, buffer
 copies, cutting frames: ``backlog_reader``) and two thirds deciding and folding. For a
-backlog of at least ``FORK_MIN`` messages the projector forks a child that does the
+backlog of at least ``FORK_MIN`` messages, on a machine with ``MIN_CPUS`` or more (on
+fewer the child only competes with the parent and nats-server for the same cores),
+the projector forks a child that does the
 reading with its own NATS connection (``BacklogReader``, unchanged) and sends each run of
 messages through a pipe as one msgpack frame ``(sequences, subjects, bodies)``; the parent
 decodes a run in one C call and folds it. The fork costs milliseconds (the child is the
@@ -53,8 +55,19 @@ _HEAD = 8
 _run_decoder = msgspec.msgpack.Decoder(tuple[list[int], list[bytes], list[bytes]])
 
 
+MIN_CPUS = 4
+"""CPUs this process may use from which the child is worth it: with 2, the child, the
+parent and nats-server contend for them and a 200k-event rebuild measured 92-106k
+events/s forked against 96-113k read in process (benchmarks/view_rebuild.py)."""
+
+
 def available() -> bool:
     return sys.platform == "linux" and hasattr(os, "fork")
+
+
+def worthwhile() -> bool:
+    """Whether a large backlog should be read by a child here (``available`` and CPUs)."""
+    return available() and len(os.sched_getaffinity(0)) >= MIN_CPUS
 
 
 class ForkedBacklog:

@@ -145,7 +145,10 @@ class ProjectorRunner:
         self.backlog_connect: Callable[[], dict[str, Any]] | None = None
         """``nats.connect`` arguments for a forked reader of a backlog of ``fork_min``
         messages or more (``forked_reader``); None: every backlog is read in this process."""
-        self.fork_min = forked_reader.FORK_MIN
+        self.fork_min: int | None = (forked_reader.FORK_MIN if forked_reader.worthwhile()
+                                     else None)
+        """From how many messages a backlog is read by a forked child; None: never (fewer
+        than ``forked_reader.MIN_CPUS`` CPUs here)."""
 
     @property
     def nodes(self) -> Table[NodeView, NodeEvent]:
@@ -194,8 +197,8 @@ class ProjectorRunner:
         started, first = time.monotonic(), self.folded_seq + 1
         try:
             with catch_up_gc():
-                if (self.backlog_connect is not None and forked_reader.available()
-                        and end - self.folded_seq >= self.fork_min):
+                if (self.backlog_connect is not None and self.fork_min is not None
+                        and forked_reader.available() and end - self.folded_seq >= self.fork_min):
                     await self._read_forked(end, self.backlog_connect())
                 if self.folded_seq < end:   # subject None: the whole stream (BacklogReader)
                     await BacklogReader(self.nc, self.stream, None, self.folded_seq + 1,
