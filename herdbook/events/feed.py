@@ -83,9 +83,12 @@ def status_headers(raw: bytes) -> dict[str, str]:
 
 
 class StreamFeed:
-    def __init__(self, nc: NATS, stream: str, subject: str, start_seq: int,
+    def __init__(self, nc: NATS, stream: str, subject: str | None, start_seq: int,
                  cb: Callable[[Msg], Awaitable[None]], *, batch: int = 1000,
                  last_per_subject: bool = False, expires: float = 5.0) -> None:
+        """``subject``: the consumer's filter; None for the whole stream, which is what to
+        pass when a filter would cover the stream anyway (``BacklogReader``: nats-server
+        spends far more per message through a wildcard filter)."""
         self.nc = nc
         self.js = nc.jetstream()
         self.stream = stream
