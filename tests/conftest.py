@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import subprocess
@@ -68,3 +69,15 @@ def wait_until(predicate, timeout: float = 20.0, interval: float = 0.1, what: st
             return last
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}: {last!r}")
+
+
+async def settle(nc, stream: str = "HERD_EVENTS") -> int:  # type: ignore[no-untyped-def]
+    """The stream's last sequence once it stops growing (what was published is stored)."""
+    from herdbook.events.store import stream_last_seq
+
+    last, previous = 0, -1
+    while last != previous:
+        previous = last
+        await asyncio.sleep(0.3)
+        last = await stream_last_seq(nc.jetstream(), stream)
+    return last

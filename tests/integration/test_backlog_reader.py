@@ -8,11 +8,12 @@ import asyncio
 import nats
 
 from herdbook.control.nats_parts import ensure_streams
-from herdbook.events.backlog_reader import BacklogReader
+from herdbook.events.backlog_reader import BacklogReader, Frames
 from herdbook.events.codec import encode
 from herdbook.events.node import NodeRegistered
-from herdbook.events.store import stream_last_seq, subject_of
+from herdbook.events.store import subject_of
 from herdbook.events.subjects import EVENTS_STREAM
+from tests.conftest import settle
 
 
 async def fill(nc, count: int) -> int:  # type: ignore[no-untyped-def]
@@ -20,12 +21,7 @@ async def fill(nc, count: int) -> int:  # type: ignore[no-untyped-def]
         event = NodeRegistered(node_id=f"n{i % 300}")
         await nc.publish(subject_of(event), encode(event), headers={"Nats-Msg-Id": event.event_id})
     await nc.flush()
-    last, previous = 0, -1
-    while last != previous:
-        previous = last
-        await asyncio.sleep(0.3)
-        last = await stream_last_seq(nc.jetstream(), EVENTS_STREAM)
-    return last
+    return await settle(nc)
 
 
 async def test_every_message_once_in_order_beside_other_traffic(nc) -> None:  # type: ignore[no-untyped-def]
@@ -104,7 +100,7 @@ async def test_runs_stop_at_the_end_and_a_batch_consumer_gets_each_message_once(
     last = await fill(nc, 3000)
     runs: list[list[int]] = []
 
-    def on_batch(frames: list[tuple[bytes, int, bytes]]) -> None:
+    def on_batch(frames: Frames) -> None:
         assert all(subject.startswith(b"herd.node.") and data for subject, _, data in frames)
         runs.append([seq for _, seq, _ in frames])
 

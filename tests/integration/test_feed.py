@@ -10,8 +10,9 @@ from herdbook.control.nats_parts import ensure_streams
 from herdbook.events.codec import encode
 from herdbook.events.feed import StreamFeed
 from herdbook.events.node import NodeRegistered
-from herdbook.events.store import EventStore, stream_last_seq, subject_of
+from herdbook.events.store import EventStore, subject_of
 from herdbook.events.subjects import EVENTS_STREAM
+from tests.conftest import settle
 
 
 async def publish(nc, count: int, prefix: str = "n") -> None:  # type: ignore[no-untyped-def]
@@ -21,13 +22,6 @@ async def publish(nc, count: int, prefix: str = "n") -> None:  # type: ignore[no
     await nc.flush()
 
 
-async def settle(nc) -> int:  # type: ignore[no-untyped-def]
-    last, previous = 0, -1
-    while last != previous:
-        previous = last
-        await asyncio.sleep(0.3)
-        last = await stream_last_seq(nc.jetstream(), EVENTS_STREAM)
-    return last
 
 
 async def test_a_slow_callback_gets_every_message_once_in_order(nc) -> None:  # type: ignore[no-untyped-def]

@@ -15,9 +15,9 @@ import pytest
 from herdbook.events import forked_reader
 from herdbook.events.codec import encode
 from herdbook.events.node import NodeApproved, NodeDegraded, NodeRegistered
-from herdbook.events.store import stream_last_seq, subject_of
-from herdbook.events.subjects import EVENTS_STREAM
+from herdbook.events.store import subject_of
 from herdbook.projector.runner import ProjectorRunner
+from tests.conftest import settle
 
 pytestmark = pytest.mark.skipif(not forked_reader.available(), reason="fork: Linux only")
 
@@ -32,12 +32,7 @@ async def fill(nc: Any, count: int) -> int:
             subject = subject.replace(f".{node}.", ".n-other.")
         await nc.publish(subject, encode(event), headers={"Nats-Msg-Id": event.event_id})
     await nc.flush()
-    last, previous = 0, -1
-    while last != previous:
-        previous = last
-        await asyncio.sleep(0.3)
-        last = await stream_last_seq(nc.jetstream(), EVENTS_STREAM)
-    return last
+    return await settle(nc)
 
 
 async def rebuild(nc: Any, db: Path, last: int, connect: dict[str, Any] | None) -> dict[str, Any]:
@@ -82,19 +77,25 @@ async def filled(nc, nats_server) -> tuple[Any, str, int]:  # type: ignore[no-un
     return nc, nats_server.url, await fill(nc, 6_000)
 
 
+@pytest.fixture
+def reached(monkeypatch) -> list[int]:  # type: ignore[no-untyped-def]
+    """Where each forked read ended (``ForkedBacklog.run``'s return)."""
+    read = forked_reader.ForkedBacklog.run
+    ends: list[int] = []
+
+    async def run(self: forked_reader.ForkedBacklog) -> int:
+        ends.append(await read(self))
+        return ends[-1]
+
+    monkeypatch.setattr(forked_reader.ForkedBacklog, "run", run)
+    return ends
+
+
 async def test_a_forked_read_folds_the_view_a_read_in_process_folds(filled, tmp_path,  # type: ignore[no-untyped-def]
-                                                                   monkeypatch) -> None:
+                                                                   reached) -> None:
     nc, url, last = filled
     before = children()
     here = await rebuild(nc, tmp_path / "here.db", last, None)
-    read = forked_reader.ForkedBacklog.run
-    reached: list[int] = []
-
-    async def run(self: forked_reader.ForkedBacklog) -> int:
-        reached.append(await read(self))
-        return reached[-1]
-
-    monkeypatch.setattr(forked_reader.ForkedBacklog, "run", run)
     forked = await rebuild(nc, tmp_path / "forked.db", last, {"servers": [url]})
     assert reached == [last]   # all of it read by the child
     assert forked == here and here["deadletters"] == 7 and here["folded"] == last
@@ -103,7 +104,7 @@ async def test_a_forked_read_folds_the_view_a_read_in_process_folds(filled, tmp_
 
 @pytest.mark.parametrize("how", ["dies", "stalls", "cannot connect"])
 async def test_a_child_that_fails_leaves_the_rest_to_the_parent(filled, tmp_path, monkeypatch,  # type: ignore[no-untyped-def]
-                                                                 how: str) -> None:
+                                                                 reached, how: str) -> None:
     nc, url, last = filled
     here = await rebuild(nc, tmp_path / "here.db", last, None)
     sent = [0]
@@ -122,14 +123,6 @@ async def test_a_child_that_fails_leaves_the_rest_to_the_parent(filled, tmp_path
     monkeypatch.setattr(forked_reader, "STALL", 1.0)
     connect = {"servers": ["nats://127.0.0.1:1"], "connect_timeout": 0.5,
                "max_reconnect_attempts": 0} if how == "cannot connect" else {"servers": [url]}
-    read = forked_reader.ForkedBacklog.run
-    reached: list[int] = []
-
-    async def run(self: forked_reader.ForkedBacklog) -> int:
-        reached.append(await read(self))
-        return reached[-1]
-
-    monkeypatch.setattr(forked_reader.ForkedBacklog, "run", run)
     before = children()
     forked = await rebuild(nc, tmp_path / "forked.db", last, connect)
     assert len(reached) == 1 and (0 < reached[0] < last if how != "cannot connect"
