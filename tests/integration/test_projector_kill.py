@@ -106,8 +106,9 @@ async def test_sigkill_mid_stream_then_restart_equals_rebuild(nc, nats_server, t
         proc.wait(10)
         assert not Path(f"{db}.rebuild").exists()
 
-        # Killed mid-way through a catch-up from a checkpoint: it commits as it goes.
-        last = await publish_and_settle(nc, random_history(rng, 60_000, 500))
+        # Killed mid-way through a catch-up from a checkpoint: it commits as it goes (every
+        # 50,000 events; enough of them that the first commit is seen before the last).
+        last = await publish_and_settle(nc, random_history(rng, 150_000, 500))
         assert last - head > 30_000
         proc = start_up(nats_server.url, data_dir, tmp_path / "up.log")
         wait_until(lambda: head < checkpoint(db), timeout=30, interval=0.01,
