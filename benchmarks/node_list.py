@@ -16,6 +16,7 @@ import sys
 import time
 
 import nats
+from nats.aio.client import Client as NATS
 
 from benchmarks.common import machine, start_server, stop_server
 from herdbook.agent.protocol import send_heartbeat
@@ -55,7 +56,7 @@ asyncio.run(main(sys.argv[1], sys.argv[2] == "json"))
 """
 
 
-async def fleet(nc: nats.NATS, nodes: int) -> None:
+async def fleet(nc: NATS, nodes: int) -> None:
     info = NodeInfo(hostname="h", arch="x86_64", cpus=64, labels={"zone": "a"})
     for i in range(nodes):
         event = NodeRegistered(node_id=f"node-{i:06d}", boot_id="b1", info=info)
@@ -63,7 +64,7 @@ async def fleet(nc: nats.NATS, nodes: int) -> None:
     await nc.flush()
 
 
-async def heartbeats(nc: nats.NATS, nodes: int) -> None:
+async def heartbeats(nc: NATS, nodes: int) -> None:
     for i in range(nodes):
         await send_heartbeat(nc, Heartbeat(node_id=f"node-{i:06d}", boot_id="b1", seq=1,
                                            sent_at=time.time()))
