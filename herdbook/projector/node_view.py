@@ -7,7 +7,9 @@ for the next optimistic-concurrency append.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import Any
 
 import msgspec
 from msgspec.structs import replace
@@ -135,22 +137,11 @@ def apply(view: NodeView | None, event: AnyNodeEvent, seq: int) -> NodeView | No
                 version=seq)
     if view is None:
         return None
+    one_copy = _ONE_COPY.get(type(event))
+    if one_copy is not None:
+        return one_copy(view, event, seq)
     view = replace(view, version=seq, updated_at=event.at, last_event=event.event_name)
     match event:
-        case NodeInfoUpdated(info=info):
-            return replace(view, info=info)
-        case NodeApproved(reason=reason):
-            return replace(view, approval=Approval.APPROVED, approval_reason=reason,
-                           approval_actor=event.actor, approval_at=event.at)
-        case NodeRejected(reason=reason):
-            return replace(view, approval=Approval.REJECTED, approval_reason=reason,
-                           approval_actor=event.actor, approval_at=event.at)
-        case NodeDegraded(reason=reason, boot_id=boot_id):
-            return _lifecycle(view, Lifecycle.DEGRADED, reason, event.at, boot_id)
-        case NodeRecovered(reason=reason, boot_id=boot_id):
-            return _lifecycle(view, Lifecycle.READY, reason, event.at, boot_id)
-        case NodeDown(reason=reason, boot_id=boot_id):
-            return _lifecycle(view, Lifecycle.DOWN, reason, event.at, boot_id)
         case NodeBootStarted(trigger=trigger, boot_id=boot_id, reason=reason):
             target = next_lifecycle(view.lifecycle, Trigger(trigger)) or view.lifecycle
             view = _lifecycle(view, target, reason or trigger, event.at, boot_id)
@@ -176,8 +167,6 @@ def apply(view: NodeView | None, event: AnyNodeEvent, seq: int) -> NodeView | No
                                                     f"attempts: {reason}")
         case NodeFailed(reason=reason):
             return _lifecycle(view, Lifecycle.FAILED, reason, event.at, "")
-        case NodeCordoned(reason=reason):
-            return _intent(view, Intent.CORDONED, event, reason)
         case NodeUncordoned(reason=reason):
             view = _clear_unhealthy(view)
             if view.intent is Intent.CORDONED:
@@ -195,8 +184,6 @@ def apply(view: NodeView | None, event: AnyNodeEvent, seq: int) -> NodeView | No
         case NodeDisabled(reason=reason):
             view = _lifecycle(view, Lifecycle.DOWN, reason or "disabled", event.at, "")
             return _intent(view, Intent.DISABLED, event, reason)
-        case NodeHealthChanged(health=health, reason=reason):
-            return replace(view, health=health, health_reason=reason, health_at=event.at)
         case NodeEnabled(reason=reason):
             view = _lifecycle(_clear_unhealthy(view), Lifecycle.READY, reason or "enabled",
                               event.at, "")
@@ -233,6 +220,64 @@ def apply(view: NodeView | None, event: AnyNodeEvent, seq: int) -> NodeView | No
         case NodeActionHeld(kind=kind):
             return replace(view, held=kind.value, held_at=event.at)
     return view
+
+
+# The events a fleet's log is mostly made of, each folded with one copy of the view and
+# its keywords spelled out: a view has ~40 fields and at fleet scale every copy touches
+# each field's object (two copies and a ``match`` over the types cost a 10k-node fold
+# ~3.0 µs an event, this ~2.3; a dict of changes passed as ``**`` only ~2.9).
+
+def _approved(view: NodeView, event: NodeApproved, seq: int) -> NodeView:
+    return replace(view, version=seq, updated_at=event.at, last_event=event.event_name,
+                   approval=Approval.APPROVED, approval_reason=event.reason,
+                   approval_actor=event.actor, approval_at=event.at)
+
+
+def _rejected(view: NodeView, event: NodeRejected, seq: int) -> NodeView:
+    return replace(view, version=seq, updated_at=event.at, last_event=event.event_name,
+                   approval=Approval.REJECTED, approval_reason=event.reason,
+                   approval_actor=event.actor, approval_at=event.at)
+
+
+def _degraded(view: NodeView, event: NodeDegraded, seq: int) -> NodeView:
+    return replace(view, version=seq, updated_at=event.at, last_event=event.event_name,
+                   lifecycle=Lifecycle.DEGRADED, lifecycle_reason=event.reason,
+                   lifecycle_at=event.at, boot_id=event.boot_id or view.boot_id)
+
+
+def _recovered(view: NodeView, event: NodeRecovered, seq: int) -> NodeView:
+    return replace(view, version=seq, updated_at=event.at, last_event=event.event_name,
+                   lifecycle=Lifecycle.READY, lifecycle_reason=event.reason,
+                   lifecycle_at=event.at, boot_id=event.boot_id or view.boot_id)
+
+
+def _down(view: NodeView, event: NodeDown, seq: int) -> NodeView:
+    return replace(view, version=seq, updated_at=event.at, last_event=event.event_name,
+                   lifecycle=Lifecycle.DOWN, lifecycle_reason=event.reason,
+                   lifecycle_at=event.at, boot_id=event.boot_id or view.boot_id)
+
+
+def _health_changed(view: NodeView, event: NodeHealthChanged, seq: int) -> NodeView:
+    return replace(view, version=seq, updated_at=event.at, last_event=event.event_name,
+                   health=event.health, health_reason=event.reason, health_at=event.at)
+
+
+def _info_updated(view: NodeView, event: NodeInfoUpdated, seq: int) -> NodeView:
+    return replace(view, version=seq, updated_at=event.at, last_event=event.event_name,
+                   info=event.info)
+
+
+def _cordoned(view: NodeView, event: NodeCordoned, seq: int) -> NodeView:
+    return replace(view, version=seq, updated_at=event.at, last_event=event.event_name,
+                   intent=Intent.CORDONED, intent_reason=event.reason,
+                   intent_actor=event.actor, intent_at=event.at)
+
+
+_ONE_COPY: dict[type, Callable[[NodeView, Any, int], NodeView]] = {
+    NodeApproved: _approved, NodeRejected: _rejected, NodeDegraded: _degraded,
+    NodeRecovered: _recovered, NodeDown: _down, NodeHealthChanged: _health_changed,
+    NodeInfoUpdated: _info_updated, NodeCordoned: _cordoned,
+}
 
 
 def _intent(view: NodeView, intent: Intent, event: AnyNodeEvent, reason: str) -> NodeView:
