@@ -69,9 +69,13 @@ class Fleet:
     async def stop(self, agent: Agent) -> None:
         for pair in list(self.running):
             if pair[0] is agent:
-                await agent.stop()
-                await pair[1]
                 self.running.remove(pair)
+                await agent.stop()
+                try:   # an agent that does not stop fails the test, never hangs the suite
+                    await asyncio.wait_for(asyncio.shield(pair[1]), 20)
+                except TimeoutError:
+                    pair[1].cancel()
+                    raise AssertionError("the agent did not stop within 20 s") from None
 
     async def place(self, alloc_id: str, command: list[str]) -> None:
         await self.store.append(AllocPlaced(node_id=NODE, alloc_id=alloc_id, job_id="job-1",
