@@ -81,3 +81,15 @@ async def settle(nc, stream: str = "HERD_EVENTS") -> int:  # type: ignore[no-unt
         await asyncio.sleep(0.3)
         last = await stream_last_seq(nc.jetstream(), stream)
     return last
+
+
+async def streams_without_atomic_batches(js) -> None:  # type: ignore[no-untyped-def]
+    """Every stream herdbook creates, the events stream without ``allow_atomic`` (a
+    nats-server, or a stream, from before atomic batches)."""
+    from herdbook.events.streams import all_streams
+    from herdbook.events.subjects import EVENTS_STREAM
+
+    for config in all_streams():
+        if config.name == EVENTS_STREAM:
+            config.allow_atomic = False
+        await js.add_stream(config)

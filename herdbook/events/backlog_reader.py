@@ -346,13 +346,7 @@ class BacklogReader:
             seq, pending = int(tokens[7]), int(tokens[10])
         if seq > self.last_seq:
             self.last_seq = seq
-            try:
-                more = self.on_msg(subject.decode(), data, seq)
-            except Exception as err:  # noqa: BLE001 - raised by run(), not in nats-py's loop
-                self._fail(err)
-                return None
-            if more is not None:
-                return self._then(more, seq, pending)
+            return self._hand(self.on_msg, (subject.decode(), data, seq), seq, pending)
         return self._next(seq, pending)
 
     def _on_batch(self, frames: Frames, pending: int) -> Awaitable[None] | None:
@@ -371,8 +365,14 @@ class BacklogReader:
         seq = self.last_seq = frames[-1][1]
         if self.on_batch == self._one_by_one:
             self.last_seq = frames[0][1] - 1   # moved message by message
+        return self._hand(self.on_batch, (frames,), seq, pending)
+
+    def _hand(self, take: Callable[..., Awaitable[None] | None], args: tuple[Any, ...],
+              seq: int, pending: int) -> Awaitable[None] | None:
+        """Give ``args`` to ``take`` (``on_msg`` or ``on_batch``), then ask for more once
+        what it returned is awaited; its error stops the reader (raised by ``run``)."""
         try:
-            more = self.on_batch(frames)
+            more = take(*args)
         except Exception as err:  # noqa: BLE001 - raised by run(), not in nats-py's loop
             self._fail(err)
             return None

@@ -15,9 +15,9 @@ from herdbook.events.batch import BATCH_ID
 from herdbook.events.evals import EvalStatus
 from herdbook.events.node import NodeApproved, NodeRegistered
 from herdbook.events.store import ConflictError, EventStore
-from herdbook.events.streams import all_streams
 from herdbook.events.subjects import EVENTS_STREAM
 from herdbook.reactors import plan_apply
+from tests.conftest import streams_without_atomic_batches
 from tests.integration.test_scheduler import Harness
 
 
@@ -101,10 +101,7 @@ async def test_a_stream_without_atomic_batches_gets_one_append_per_event(
     nc = await nats.connect(nats_server.url)
     try:
         js = nc.jetstream()
-        for config in all_streams():
-            if config.name == EVENTS_STREAM:
-                config.allow_atomic = False
-            await js.add_stream(config)
+        await streams_without_atomic_batches(js)
         store = EventStore(js)
         seq = await store.append_batch(placed("n1", "a1", "a2"), 0)
         assert not store.atomic

@@ -16,10 +16,10 @@ from herdbook.events.alloc import AllocPlaced
 from herdbook.events.batch import BATCH_ID
 from herdbook.events.evals import EvalStatus
 from herdbook.events.store import EXPECTED_LAST_SUBJECT_SEQ_SUBJECT, ConflictError, EventStore
-from herdbook.events.streams import all_streams
 from herdbook.events.subjects import EVENTS_STREAM
 from herdbook.projector.runner import CATCH_UP_GC_GEN0
 from herdbook.reactors import plan_apply, scheduler
+from tests.conftest import streams_without_atomic_batches
 from tests.integration.test_scheduler import Harness
 
 EXPECTED = Header.EXPECTED_LAST_SUBJECT_SEQUENCE.value
@@ -103,10 +103,7 @@ async def test_without_atomic_batches_each_part_goes_one_event_at_a_time(
     nc = await nats.connect(nats_server.url)
     try:
         js = nc.jetstream()
-        for config in all_streams():
-            if config.name == EVENTS_STREAM:
-                config.allow_atomic = False
-            await js.add_stream(config)
+        await streams_without_atomic_batches(js)
         store = EventStore(js)
         await store.append_atomic([(placed("n1", "a1", "a2"), 0), (placed("n2", "b1"), 0)])
         assert not store.atomic
