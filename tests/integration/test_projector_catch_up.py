@@ -4,6 +4,8 @@ folded, never after a coalescing window; and the view is the one small batches g
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import sqlite3
 from pathlib import Path
 
@@ -12,7 +14,7 @@ from herdbook.events.node import NodeDegraded, NodeRecovered, NodeRegistered
 from herdbook.events.store import EventStore, stream_last_seq, subject_of
 from herdbook.events.subjects import EVENTS_STREAM
 from herdbook.projector import fresh_view, schema
-from herdbook.projector.runner import ProjectorRunner
+from herdbook.projector.runner import CATCH_UP_GC_GEN0, ProjectorRunner
 from tests.integration.test_backlog_reader import fill
 
 
@@ -51,6 +53,35 @@ async def test_a_backlog_is_committed_in_a_few_transactions(nc, tmp_path, monkey
     await small.wait_applied(last, timeout=60)
     await small.stop()
     assert dump(tmp_path / "coalesced.db") == dump(tmp_path / "small.db")
+
+
+async def test_a_rebuilds_last_commit_runs_under_the_catch_up_gc(nc, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The commit that installs a rebuild encodes every row: young objects are collected
+    as rarely as while folding, and the folded view is frozen (no collection walks it);
+    both undone once it is installed."""
+    last = await fill(nc, 3000)
+    seen: list[tuple[int, bool]] = []
+    real = schema.write_batch
+
+    async def watching(db, stream, views, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        row = next(iter(views.values()))
+        seen.append((gc.get_threshold()[0],
+                     not any(row is obj for obj in gc.get_objects(2))))
+        await real(db, stream, views, *args, **kwargs)
+
+    monkeypatch.setattr(schema, "write_batch", watching)
+    runner = ProjectorRunner(nc, str(tmp_path / "view.db"))
+    await runner.start()
+    try:
+        await runner.wait_applied(last, timeout=30)
+        assert seen[0] == (CATCH_UP_GC_GEN0, True)   # the install's commit
+        for _ in range(100):   # the follower leaves catch_up_gc once it installed the view
+            if gc.get_threshold()[0] != CATCH_UP_GC_GEN0:
+                break
+            await asyncio.sleep(0.05)
+        assert gc.get_threshold()[0] != CATCH_UP_GC_GEN0 and gc.get_freeze_count() == 0
+    finally:
+        await runner.stop()
 
 
 async def test_once_live_a_waiter_is_released_at_once(nc, tmp_path) -> None:  # type: ignore[no-untyped-def]
