@@ -199,9 +199,7 @@ class Agent:
                     pass
             if self._wiping is not None:
                 self._wiping.cancel()
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await cancel_until_done(tasks)
             self.executor.shutdown()
             if self._own_nc and self.nc is not None:
                 try:
@@ -303,6 +301,23 @@ class Agent:
         await self._append(store, NodeInfoUpdated(node_id=self.node_id, info=info,
                                                   actor=self.actor))
         remember_info(self.state, self.node_id, info)
+
+
+async def cancel_until_done(tasks: list[asyncio.Task[Any]], again: float = 0.5) -> None:
+    """Cancel ``tasks`` and wait until each has ended, cancelling again every ``again``
+    seconds one still running. On Python 3.11 ``asyncio.wait_for`` (in nats-py's requests,
+    in loops here) returns what it waited for when a cancel lands just as that completes:
+    the cancel is lost, the loop around it runs on, and an agent waiting for it never
+    stopped (seen under load). The agent's tasks have nothing to finish once cancelled."""
+    for task in tasks:
+        task.cancel()
+    pending = set(tasks)
+    while pending:
+        _, pending = await asyncio.wait(pending, timeout=again)
+        for task in pending:
+            log.debug("task %s did not stop when cancelled: cancelling it again",
+                      task.get_name())
+            task.cancel()
 
 
 async def every(interval: float | Callable[[], float], fn: Callable[[], Awaitable[Any]],

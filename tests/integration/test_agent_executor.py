@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from herdbook.agent import procs
+from herdbook.agent import main, procs
 from herdbook.agent.main import Agent, AgentOptions
 from herdbook.agent.workload_state import StateFile
 from herdbook.control.agent_sync import AgentSync
@@ -202,3 +202,23 @@ async def test_an_allocation_placed_while_the_agent_is_disconnected_runs_after_i
 async def _has(nc: Any, alloc_id: str, kind: type[AllocEvent]) -> bool:
     events = await EventStore(nc.jetstream()).load("alloc", NODE)
     return any(isinstance(e, kind) and e.alloc_id == alloc_id for _, e in events)
+
+
+async def test_an_agent_stops_although_one_of_its_tasks_lost_its_cancel(
+        fleet: Fleet, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On Python 3.11 ``wait_for`` loses a cancel that lands as what it waits for
+    completes, and the loop around it runs on: the agent cancels again until it ends."""
+    real = main.every
+
+    async def losing(*args: Any, **kwargs: Any) -> None:
+        try:
+            await real(*args, **kwargs)
+        except asyncio.CancelledError:
+            pass   # the lost cancel: the loop goes on
+        await real(*args, **kwargs)
+
+    monkeypatch.setattr(main, "every", losing)
+    agent = await fleet.start()
+    started = time.monotonic()
+    await fleet.stop(agent)   # fails after 20 s if the agent does not stop
+    assert time.monotonic() - started < 5
