@@ -83,13 +83,21 @@ async def settle(nc, stream: str = "HERD_EVENTS") -> int:  # type: ignore[no-unt
     return last
 
 
-async def streams_without_atomic_batches(js) -> None:  # type: ignore[no-untyped-def]
-    """Every stream herdbook creates, the events stream without ``allow_atomic`` (a
-    nats-server, or a stream, from before atomic batches)."""
+@pytest.fixture
+async def nc_without_atomic(nats_server: EmbeddedNats) -> AsyncIterator[object]:
+    """A connection to a server whose streams are herdbook's, the events stream without
+    ``allow_atomic`` (a nats-server, or a stream, from before atomic batches)."""
+    import nats
+
     from herdbook.events.streams import all_streams
     from herdbook.events.subjects import EVENTS_STREAM
 
-    for config in all_streams():
-        if config.name == EVENTS_STREAM:
-            config.allow_atomic = False
-        await js.add_stream(config)
+    client = await nats.connect(nats_server.url)
+    try:
+        for config in all_streams():
+            if config.name == EVENTS_STREAM:
+                config.allow_atomic = False
+            await client.jetstream().add_stream(config)
+        yield client
+    finally:
+        await client.close()

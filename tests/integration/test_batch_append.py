@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import nats
 import pytest
 
 from herdbook.control.nats_parts import ensure_streams
@@ -17,7 +16,6 @@ from herdbook.events.node import NodeApproved, NodeRegistered
 from herdbook.events.store import ConflictError, EventStore
 from herdbook.events.subjects import EVENTS_STREAM
 from herdbook.reactors import plan_apply
-from tests.conftest import streams_without_atomic_batches
 from tests.integration.test_scheduler import Harness
 
 
@@ -97,20 +95,16 @@ async def test_chained_node_events_go_one_by_one_with_their_hash_chain(nc) -> No
 
 
 async def test_a_stream_without_atomic_batches_gets_one_append_per_event(
-        nats_server) -> None:  # type: ignore[no-untyped-def]
-    nc = await nats.connect(nats_server.url)
-    try:
-        js = nc.jetstream()
-        await streams_without_atomic_batches(js)
-        store = EventStore(js)
-        seq = await store.append_batch(placed("n1", "a1", "a2"), 0)
-        assert not store.atomic
-        assert await stored(store, "n1") == ["a1", "a2"]
-        assert await batch_ids(nc, seq - 1, seq) == [None, None]
-        with pytest.raises(ConflictError):
-            await store.append_batch(placed("n1", "a3"), 0)
-    finally:
-        await nc.close()
+        nc_without_atomic) -> None:  # type: ignore[no-untyped-def]
+    nc = nc_without_atomic
+    js = nc.jetstream()
+    store = EventStore(js)
+    seq = await store.append_batch(placed("n1", "a1", "a2"), 0)
+    assert not store.atomic
+    assert await stored(store, "n1") == ["a1", "a2"]
+    assert await batch_ids(nc, seq - 1, seq) == [None, None]
+    with pytest.raises(ConflictError):
+        await store.append_batch(placed("n1", "a3"), 0)
 
 
 async def test_the_scheduler_sends_a_plan_below_atomic_min_one_ack_per_event(

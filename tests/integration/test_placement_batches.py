@@ -8,30 +8,19 @@ from __future__ import annotations
 import gc
 from typing import Any
 
-import nats
 import pytest
 from nats.js.api import Header
 
-from herdbook.events.alloc import AllocPlaced
 from herdbook.events.batch import BATCH_ID
 from herdbook.events.evals import EvalStatus
 from herdbook.events.store import EXPECTED_LAST_SUBJECT_SEQ_SUBJECT, ConflictError, EventStore
 from herdbook.events.subjects import EVENTS_STREAM
 from herdbook.projector.runner import CATCH_UP_GC_GEN0
 from herdbook.reactors import plan_apply, scheduler
-from tests.conftest import streams_without_atomic_batches
+from tests.integration.test_batch_append import placed, stored
 from tests.integration.test_scheduler import Harness
 
 EXPECTED = Header.EXPECTED_LAST_SUBJECT_SEQUENCE.value
-
-
-def placed(node_id: str, *alloc_ids: str) -> list[AllocPlaced]:
-    return [AllocPlaced(node_id=node_id, alloc_id=a, job_id="j", eval_id="e", index=i,
-                        command=["true"]) for i, a in enumerate(alloc_ids)]
-
-
-async def stored(store: EventStore, node_id: str) -> list[str]:
-    return [e.alloc_id for _, e in await store.load("alloc", node_id)]  # type: ignore[attr-defined]
 
 
 async def headers_of(nc: Any, node_id: str) -> list[dict[str, str]]:
@@ -99,20 +88,16 @@ async def test_two_parts_of_one_node_are_refused(nc) -> None:  # type: ignore[no
 
 
 async def test_without_atomic_batches_each_part_goes_one_event_at_a_time(
-        nats_server) -> None:  # type: ignore[no-untyped-def]
-    nc = await nats.connect(nats_server.url)
-    try:
-        js = nc.jetstream()
-        await streams_without_atomic_batches(js)
-        store = EventStore(js)
-        await store.append_atomic([(placed("n1", "a1", "a2"), 0), (placed("n2", "b1"), 0)])
-        assert not store.atomic
-        assert await stored(store, "n1") == ["a1", "a2"] and await stored(store, "n2") == ["b1"]
-        assert all(BATCH_ID not in h for h in await headers_of(nc, "n1"))
-        with pytest.raises(ConflictError):
-            await store.append_atomic([(placed("n3", "c1"), 0), (placed("n1", "a3"), 0)])
-    finally:
-        await nc.close()
+        nc_without_atomic) -> None:  # type: ignore[no-untyped-def]
+    nc = nc_without_atomic
+    js = nc.jetstream()
+    store = EventStore(js)
+    await store.append_atomic([(placed("n1", "a1", "a2"), 0), (placed("n2", "b1"), 0)])
+    assert not store.atomic
+    assert await stored(store, "n1") == ["a1", "a2"] and await stored(store, "n2") == ["b1"]
+    assert all(BATCH_ID not in h for h in await headers_of(nc, "n1"))
+    with pytest.raises(ConflictError):
+        await store.append_atomic([(placed("n3", "c1"), 0), (placed("n1", "a3"), 0)])
 
 
 async def test_the_scheduler_sends_a_plan_as_batches_of_whole_nodes(
