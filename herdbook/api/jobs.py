@@ -1,5 +1,5 @@
-"""``job.*`` and ``eval.*``: register, status and stop a job; list, show and retry its
-evaluations."""
+"""``job.*`` and ``eval.*``: list jobs; register, status and stop a job; list, show and
+retry its evaluations."""
 
 from __future__ import annotations
 
@@ -18,11 +18,14 @@ from herdbook.api.deciders import (
 )
 from herdbook.api.lookup import ApiError, decode, resolve
 from herdbook.api.messages import (
+    JOB_STATUSES,
     ById,
     EvalChain,
     EvalReply,
     JobReply,
+    JobSummary,
     ListEvals,
+    ListJobs,
     Page,
     RegisterJob,
     RegisterResult,
@@ -56,7 +59,8 @@ class JobRoutes:
         self.runner = runner
 
     def routes(self) -> dict[str, Handler]:
-        return {"job.register": self.job_register, "job.status": self.job_status,
+        return {"job.list": self.job_list, "job.register": self.job_register,
+                "job.status": self.job_status,
                 "job.stop": self.job_stop, "eval.list": self.eval_list,
                 "eval.status": self.eval_status, "eval.retry": self.eval_retry}
 
@@ -74,6 +78,27 @@ class JobRoutes:
             evals=[eval_reply(e) for e in evals], stop_reason=job.stop_reason,
             allocations=dict(Counter(a.status.value for a in self.projector.allocs.values()
                                      if a.job_id == job_id)))
+
+    async def job_list(self, data: bytes) -> Page[JobSummary]:
+        """Every job (or those of the statuses asked for) by id, its allocations counted
+        in one pass over all allocations, not one pass per job."""
+        req = decode(data, ListJobs, empty=True)
+        wanted = {s.lower() for s in req.status}
+        bad = wanted - set(JOB_STATUSES)
+        if bad:
+            raise ApiError("bad_request", f"unknown job status {sorted(bad)[0]!r}; "
+                           "choose from " + ", ".join(JOB_STATUSES))
+        jobs = sorted((j for j in self.projector.jobs.values()
+                       if not wanted or j.status in wanted), key=lambda j: j.id)
+        counts: dict[str, Counter[str]] = {j.id: Counter() for j in jobs}
+        for alloc in self.projector.allocs.values():
+            tally = counts.get(alloc.job_id)
+            if tally is not None:
+                tally[alloc.status.value] += 1
+        return Page(items=[JobSummary(
+            id=j.id, status=j.status, version=j.job_version, count=j.spec.count,
+            priority=j.spec.priority, allocations=dict(sorted(counts[j.id].items())))
+            for j in jobs])
 
     async def job_register(self, data: bytes) -> RegisterResult:
         """Register (or update) a job and create its job-register evaluation."""

@@ -81,6 +81,16 @@ class ListAllocs(_Request, frozen=True, kw_only=True):
     status: list[str] = []
 
 
+JOB_STATUSES = ("running", "dead")
+"""A job's status (``JobView.status``): dead once stopped."""
+
+
+class ListJobs(_Request, frozen=True, kw_only=True):
+    """``job.list``: every job, or those with one of these statuses (``JOB_STATUSES``)."""
+
+    status: list[str] = []
+
+
 # requests: commands ---------------------------------------------------------------------
 class Command(_Request, frozen=True, kw_only=True):
     """What every command carries: its target, why, and who (the actor is recorded only
@@ -357,6 +367,18 @@ class JobReply(_Reply, frozen=True, kw_only=True):
     requeue: Requeue
     evals: list[EvalReply]
     stop_reason: str
+    allocations: dict[str, int]
+
+
+class JobSummary(_Reply, frozen=True, kw_only=True):
+    """A job in ``job.list``: ``job.status`` without its spec's details and evaluations;
+    ``allocations``: how many it has in each status."""
+
+    id: str
+    status: str
+    version: int
+    count: int
+    priority: int
     allocations: dict[str, int]
 
 

@@ -40,9 +40,11 @@ from herdbook.api.messages import (
     EvalReply,
     InstanceReply,
     JobReply,
+    JobSummary,
     ListAllocs,
     ListEvals,
     ListInstances,
+    ListJobs,
     ListNodes,
     NodeCommand,
     NodeDescription,
@@ -98,6 +100,7 @@ ROUTES: dict[str, Route] = {
     "node.history": Route(NodeHistory, NodeHistoryReply),
     "node.list_at": Route(NodesAt, PastNodesPage),
     "node.describe_at": Route(NodeAt, Json),
+    "job.list": Route(ListJobs, Page[JobSummary]),
     "job.register": Route(RegisterJob, RegisterResult),
     "job.status": Route(ById, JobReply),
     "job.stop": Route(StopJob, JobReply),
@@ -122,7 +125,7 @@ ROUTES: dict[str, Route] = {
 
 READS = frozenset({
     "node.list", "node.describe", "node.conformance", "node.history", "node.list_at",
-    "node.describe_at", "job.status", "eval.list", "eval.status", "alloc.list",
+    "node.describe_at", "job.list", "job.status", "eval.list", "eval.status", "alloc.list",
     "alloc.status", "instance.list", "instance.describe", "pool.list", "pool.status",
     "status", "audit.list", "audit.verify", "breaker.status",
 })

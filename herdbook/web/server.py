@@ -29,7 +29,6 @@ from multidict import MultiMapping
 from nats.aio.client import Client as NATS
 
 from herdbook.api.caller import CALLER
-from herdbook.api.messages import Page
 from herdbook.api.server import Api
 from herdbook.clock import Clock
 from herdbook.events.states import Lifecycle
@@ -185,7 +184,7 @@ class WebServer:
         get("/v1/nodes/{id}", self._alias("node.describe", at="node.describe_at"))
         get("/v1/nodes/{id}/history", self._alias("node.history"))
         post("/v1/nodes/{id}/{action}", self._node_action)
-        get("/v1/jobs", self._jobs)
+        get("/v1/jobs", self._alias("job.list"))
         get("/v1/jobs/{id}", self._alias("job.status"))
         get("/v1/evals", self._alias("eval.list", renames={"job": "job_id"}))
         get("/v1/evals/{id}", self._alias("eval.status"))
@@ -289,16 +288,6 @@ class WebServer:
             return error_response(400, "bad_request", "body: expected a JSON object")
         return await self.call(request, route, _encode({**fields,
                                                         "id": request.match_info["id"]}))
-
-    async def _jobs(self, request: web.Request) -> web.Response:
-        """Every job as ``job.status`` has it (the NATS API has no job list)."""
-        authorize(request[PRINCIPAL], False)
-        items = []
-        for job_id in sorted(self.api.projector.jobs):
-            response = await self.call(request, "job.status", _encode({"id": job_id}))
-            if response.status == 200 and isinstance(response.body, bytes):
-                items.append(msgspec.Raw(response.body))
-        return json_response(Page(items=items))
 
     async def _openapi(self, request: web.Request) -> web.Response:
         extra = {**sse.sse_paths(),
