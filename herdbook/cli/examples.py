@@ -42,6 +42,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
                       "herd breaker reset --scope pool:a100 -m 'checked the rack'"),
     "admin node wipe": ("herd admin node wipe secure-3 --force",),
     # jobs
+    "job list": ("herd job list", "herd job list --status running -o json"),
     "job run": ("herd job run job.yaml",),
     "job status": ("herd job status train-1",),
     "job stop": ("herd job stop train-1 -m 'superseded'",),

@@ -17,8 +17,26 @@ eval_app = typer.Typer(help="Evaluations (Nomad's model): why and when schedulin
 EVAL_COLUMNS = [("ID", "id"), ("JOB", "job_id"), ("STATUS", "status"),
                 ("TRIGGERED BY", "triggered_by"), ("PREVIOUS", "previous_eval"),
                 ("NEXT", "next_eval"), ("BLOCKED", "blocked_eval")]
+JOB_COLUMNS = [("ID", "id"), ("STATUS", "status"), ("VERSION", "version"), ("COUNT", "count"),
+               ("PRIORITY", "priority"), ("ALLOCATIONS", "allocations")]
 EVAL_STATUSES = ("pending", "blocked", "complete", "failed", "canceled", "scheduling",
                  "applying", "delayed", "deleted")
+
+
+@job_app.command("list")
+def job_list(ctx: typer.Context, output: Output = Format.table,
+             status_: Annotated[list[str] | None, typer.Option(
+                 "--status", help="running or dead (stopped).")] = None) -> None:
+    """Jobs by id, each with its allocations counted by status."""
+    from herdbook.api.messages import JOB_STATUSES, JobSummary, ListJobs, Page
+    wanted = [s.lower() for item in status_ or [] for s in item.split(",") if s]
+    bad = [s for s in wanted if s not in JOB_STATUSES]
+    if bad:
+        raise client.fail(f"unknown job status {bad[0]!r}; choose from "
+                          + ", ".join(JOB_STATUSES), client.EXIT_USAGE)
+    result = client.call(str(ctx.obj["server"]), "job.list", ListJobs(status=wanted),
+                         Page[JobSummary])
+    render_rows(client.plain(result.items), JOB_COLUMNS, output)
 
 
 @job_app.command("run")

@@ -123,6 +123,7 @@ BAD_INPUT: list[tuple[str, int]] = [
     ("breaker reset --reason ' '", 2),
     ("breaker reset --reason ok --scope rack:7", 2),
     ("breaker reset --reason ok --scope 'pool:a b'", 2),
+    ("job list --status sideways", 2),
     ("job run {missing}", 2),
     ("job run {dir}", 2),
     ("job run {malformed}", 2),
