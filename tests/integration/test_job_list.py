@@ -1,0 +1,202 @@
+"""`job.list` on a real nats-server with a real control plane in-process: every job by id
+with its allocations counted by status, the status filter and a bad status refused, over
+NATS, over HTTP (`GET /v1/jobs`) and through the real `herd job list`.
+
+Given a node made schedulable by its events (no agent: allocation facts are appended as
+an agent would), three jobs: one running with allocations in two statuses, one stopped
+after its allocation completed, one that fits nowhere (no allocations)."""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import io
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from herdbook.clock import SYSTEM_CLOCK
+from herdbook.config import parse_config
+from herdbook.control.bootstrap import bootstrap
+from herdbook.control.plane import ControlPlane
+from herdbook.events.alloc import AllocCompleted, AllocFailed, AllocRunning, AllocStatus
+from herdbook.events.node import GpuInfo, NodeApproved, NodeBootChecked, NodeInfo, NodeRegistered
+from herdbook.events.store import EventStore
+from tests.conftest import free_port, herd
+
+CONFIG = """
+nats: {{url: '{url}'}}
+data_dir: '{data}'
+node_id: cp-jobs
+http: {{port: {http_port}, host: '127.0.0.1'}}
+lifecycle:
+  heartbeat_timeout: 1h
+"""
+
+
+def spec(job_id: str, count: int, gpus: int) -> dict[str, Any]:
+    return {"id": job_id, "count": count, "command": ["true"],
+            "resources": {"cpu": 0.1, "memory_mb": 0, "gpus": gpus},
+            "requeue": {"policy": "never"}}
+
+
+class World:
+    def __init__(self, plane: ControlPlane, nc: Any, url: str) -> None:
+        self.plane = plane
+        self.nc = nc
+        self.url = url
+        self.store = EventStore(nc.jetstream())
+
+    @property
+    def projector(self) -> Any:
+        return self.plane.projector
+
+    async def call(self, route: str, **body: Any) -> dict[str, Any]:
+        msg = await self.nc.request(f"herd.api.v1.{route}", json.dumps(body).encode(),
+                                    timeout=10)
+        return dict(json.loads(msg.data))
+
+    async def until(self, predicate: Callable[[], Any], what: str,
+                    timeout: float = 20.0) -> Any:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            result = predicate()
+            if result:
+                return result
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"timed out waiting for {what}")
+
+    async def add_node(self, node_id: str, gpus: int) -> None:
+        info = NodeInfo(gpus=tuple(GpuInfo(index=i, uuid=f"{node_id}-{i}", name="H100")
+                                   for i in range(gpus)))
+        version = 0
+        for event in (NodeRegistered(node_id=node_id, info=info, boot_id="b"),
+                      NodeApproved(node_id=node_id),
+                      NodeBootChecked(node_id=node_id, boot_id="b", passed=True)):
+            version = await self.store.append(event, expected_version=version)
+        await self.projector.wait_applied(version)
+
+    def allocs(self, job_id: str) -> list[Any]:
+        return sorted((a for a in self.projector.allocs.values() if a.job_id == job_id),
+                      key=lambda a: a.index)
+
+    async def report(self, *events: Any) -> None:
+        """What the node's agent appends as its workloads start and end."""
+        seq = 0
+        for event in events:
+            seq = await self.store.append(event)
+        await self.projector.wait_applied(seq)
+
+
+@pytest.fixture
+async def world(nats_server: Any, nc: Any, tmp_path: Path) -> AsyncIterator[World]:
+    http_port = free_port()
+    plane = bootstrap(parse_config(CONFIG.format(url=nats_server.url, data=tmp_path / "cp",
+                                                 http_port=http_port)), clock=SYSTEM_CLOCK)
+    await plane.start()
+    try:
+        w = World(plane, nc, nats_server.url)
+        await w.add_node("gpu-1", gpus=4)
+        for job in (spec("train", 3, 1), spec("etl", 1, 1), spec("huge", 1, 8)):
+            reply = await w.call("job.register", spec=job)
+            assert reply["ok"], reply
+        await w.until(lambda: len(w.allocs("train")) == 3 and len(w.allocs("etl")) == 1,
+                      "train's and etl's allocations placed")
+        a0, a1, a2 = w.allocs("train")
+        [e0] = w.allocs("etl")
+        await w.report(AllocRunning(node_id="gpu-1", alloc_id=a0.id, pid=11),
+                       AllocRunning(node_id="gpu-1", alloc_id=a1.id, pid=12),
+                       AllocFailed(node_id="gpu-1", alloc_id=a2.id, exit_code=1, reason="oom"),
+                       AllocCompleted(node_id="gpu-1", alloc_id=e0.id, exit_code=0))
+        stopped = await w.call("job.stop", id="etl", reason="done")
+        assert stopped["ok"], stopped
+        await w.until(lambda: w.projector.jobs["etl"].status == "dead", "etl stopped")
+        assert [a.status for a in w.allocs("etl")] == [AllocStatus.COMPLETE]
+        yield w
+    finally:
+        await plane.stop()
+
+
+TRAIN = {"id": "train", "status": "running", "version": 1, "count": 3, "priority": 50,
+         "allocations": {"failed": 1, "running": 2}}
+ETL = {"id": "etl", "status": "dead", "version": 1, "count": 1, "priority": 50,
+       "allocations": {"complete": 1}}
+HUGE = {"id": "huge", "status": "running", "version": 1, "count": 1, "priority": 50,
+        "allocations": {}}
+
+
+async def test_every_job_by_id_with_its_allocations_counted_as_job_status_counts_them(
+        world: World) -> None:
+    reply = await world.call("job.list")
+    assert reply["ok"], reply
+    assert reply["result"]["items"] == [ETL, HUGE, TRAIN]
+    for item in reply["result"]["items"]:
+        status = await world.call("job.status", id=item["id"])
+        assert status["result"]["allocations"] == item["allocations"], item["id"]
+
+
+async def test_the_status_filter_and_a_bad_status_refused_in_one_line(world: World) -> None:
+    dead = await world.call("job.list", status=["dead"])
+    assert [j["id"] for j in dead["result"]["items"]] == ["etl"]
+    running = await world.call("job.list", status=["RUNNING"])
+    assert [j["id"] for j in running["result"]["items"]] == ["huge", "train"]
+    both = await world.call("job.list", status=["running", "dead"])
+    assert [j["id"] for j in both["result"]["items"]] == ["etl", "huge", "train"]
+    bad = await world.call("job.list", status=["sideways"])
+    assert (bad["ok"], bad["code"]) == (False, "bad_request")
+    assert bad["error"] == "unknown job status 'sideways'; choose from running, dead"
+    unknown_field = await world.call("job.list", job_id="train")
+    assert unknown_field["code"] == "bad_request"
+
+
+async def test_get_v1_jobs_is_job_list_with_its_status_filter(world: World) -> None:
+    assert world.plane.web is not None
+    base = world.plane.web.url.rstrip("/")
+    async with aiohttp.ClientSession() as session:
+        async with session.get(base + "/v1/jobs") as response:
+            assert response.status == 200
+            assert (await response.json())["items"] == [ETL, HUGE, TRAIN]
+        async with session.get(base + "/v1/jobs?status=dead") as response:
+            assert [j["id"] for j in (await response.json())["items"]] == ["etl"]
+        async with session.get(base + "/v1/job/list?status=running,dead") as response:
+            assert len((await response.json())["items"]) == 3
+        async with session.get(base + "/v1/jobs?status=sideways") as response:
+            body = await response.json()
+            assert (response.status, body["code"]) == (400, "bad_request"), body
+        async with session.get(base + "/openapi.json") as response:
+            paths = (await response.json())["paths"]
+            assert "get" in paths["/v1/job/list"]
+
+
+async def test_herd_job_list_prints_a_table_json_and_csv_and_refuses_a_bad_status(
+        world: World) -> None:
+    def run(*args: str) -> Any:
+        return asyncio.to_thread(herd, "job", "list", *args, server=world.url)
+
+    table = await run()
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    assert lines[0].split() == ["ID", "STATUS", "VERSION", "COUNT", "PRIORITY", "ALLOCATIONS"]
+    assert [line.split() for line in lines[1:]] == [
+        ["etl", "dead", "1", "1", "50", "complete=1"],
+        ["huge", "running", "1", "1", "50"],
+        ["train", "running", "1", "3", "50", "failed=1,running=2"]]
+
+    as_json = await run("--status", "running", "-o", "json")
+    assert as_json.returncode == 0, as_json.stderr
+    assert json.loads(as_json.stdout) == [HUGE, TRAIN]
+
+    as_csv = await run("-o", "csv", "--status", "dead")
+    rows = list(csv.reader(io.StringIO(as_csv.stdout)))
+    assert rows == [["ID", "STATUS", "VERSION", "COUNT", "PRIORITY", "ALLOCATIONS"],
+                    ["etl", "dead", "1", "1", "50", "complete=1"]]
+
+    bad = await run("--status", "sideways")
+    assert bad.returncode == 2 and bad.stdout == ""
+    assert bad.stderr.strip().splitlines() == [
+        "Error: unknown job status 'sideways'; choose from running, dead"]
