@@ -71,6 +71,17 @@ def wait_until(predicate, timeout: float = 20.0, interval: float = 0.1, what: st
     raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}: {last!r}")
 
 
+async def poll(predicate, timeout: float = 20.0, what: str = ""):  # type: ignore[no-untyped-def]
+    """``predicate()``'s first truthy result, asked every 50 ms on the event loop."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = predicate()
+        if result:
+            return result
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what or predicate}")
+
+
 async def settle(nc, stream: str = "HERD_EVENTS") -> int:  # type: ignore[no-untyped-def]
     """The stream's last sequence once it stops growing (what was published is stored)."""
     from herdbook.events.store import stream_last_seq

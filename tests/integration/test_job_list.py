@@ -12,7 +12,6 @@ import asyncio
 import csv
 import io
 import json
-import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ from herdbook.control.plane import ControlPlane
 from herdbook.events.alloc import AllocCompleted, AllocFailed, AllocRunning, AllocStatus
 from herdbook.events.node import GpuInfo, NodeApproved, NodeBootChecked, NodeInfo, NodeRegistered
 from herdbook.events.store import EventStore
-from tests.conftest import free_port, herd
+from tests.conftest import free_port, herd, poll
 
 CONFIG = """
 nats: {{url: '{url}'}}
@@ -63,13 +62,7 @@ class World:
 
     async def until(self, predicate: Callable[[], Any], what: str,
                     timeout: float = 20.0) -> Any:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            result = predicate()
-            if result:
-                return result
-            await asyncio.sleep(0.05)
-        raise AssertionError(f"timed out waiting for {what}")
+        return await poll(predicate, timeout, what)
 
     async def add_node(self, node_id: str, gpus: int) -> None:
         info = NodeInfo(gpus=tuple(GpuInfo(index=i, uuid=f"{node_id}-{i}", name="H100")

@@ -35,6 +35,7 @@ from herdbook.projector.eval_view import spawn, step
 from herdbook.projector.runner import ProjectorRunner
 from herdbook.reactors.allocations import AllocationReactor
 from herdbook.reactors.scheduler import Scheduler, new_eval
+from tests.conftest import poll
 from tests.fakes import FakeClock
 
 S = EvalStatus
@@ -110,13 +111,7 @@ class Harness:
 
     async def wait(self, predicate: Callable[[], Any], timeout: float = 20.0,
                    what: str = "") -> Any:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            result = predicate()
-            if result:
-                return result
-            await asyncio.sleep(0.05)
-        raise AssertionError(f"timed out waiting for {what or predicate}")
+        return await poll(predicate, timeout, what)
 
     async def wait_status(self, eval_id: str, *statuses: EvalStatus, timeout: float = 20.0) -> Any:
         return await self.wait(lambda: (e := self.eval(eval_id)) and e.status in statuses

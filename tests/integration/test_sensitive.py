@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from herdbook.control.bootstrap import bootstrap
 from herdbook.events.node import NodeConformanceChanged, NodeDrainStarted, NodeWipeFailed
 from herdbook.events.states import NodeClass
 from herdbook.events.store import EventStore
+from tests.conftest import poll
 
 CONFIG = """
 nats: {{url: '{url}'}}
@@ -76,13 +76,7 @@ class World:
         return dict(json.loads(msg.data))
 
     async def until(self, predicate: Callable[[], Any], timeout: float = 15.0) -> Any:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            result = predicate()
-            if result:
-                return result
-            await asyncio.sleep(0.05)
-        raise AssertionError(f"timed out waiting for {predicate}")
+        return await poll(predicate, timeout)
 
     async def metric(self, name: str) -> float:
         reader, writer = await asyncio.open_connection("127.0.0.1", self.metrics_port)
