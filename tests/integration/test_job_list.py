@@ -24,9 +24,9 @@ from herdbook.config import parse_config
 from herdbook.control.bootstrap import bootstrap
 from herdbook.control.plane import ControlPlane
 from herdbook.events.alloc import AllocCompleted, AllocFailed, AllocRunning, AllocStatus
-from herdbook.events.node import GpuInfo, NodeApproved, NodeBootChecked, NodeInfo, NodeRegistered
 from herdbook.events.store import EventStore
 from tests.conftest import free_port, herd, poll
+from tests.integration.test_scheduler import add_ready_node
 
 CONFIG = """
 nats: {{url: '{url}'}}
@@ -65,14 +65,7 @@ class World:
         return await poll(predicate, timeout, what)
 
     async def add_node(self, node_id: str, gpus: int) -> None:
-        info = NodeInfo(gpus=tuple(GpuInfo(index=i, uuid=f"{node_id}-{i}", name="H100")
-                                   for i in range(gpus)))
-        version = 0
-        for event in (NodeRegistered(node_id=node_id, info=info, boot_id="b"),
-                      NodeApproved(node_id=node_id),
-                      NodeBootChecked(node_id=node_id, boot_id="b", passed=True)):
-            version = await self.store.append(event, expected_version=version)
-        await self.projector.wait_applied(version)
+        await add_ready_node(self.store, self.projector, node_id, gpus)
 
     def allocs(self, job_id: str) -> list[Any]:
         return sorted((a for a in self.projector.allocs.values() if a.job_id == job_id),

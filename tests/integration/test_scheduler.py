@@ -52,6 +52,19 @@ allocations:
 """
 
 
+async def add_ready_node(store: EventStore, projector: ProjectorRunner, node_id: str, gpus: int,
+                         node_class: NodeClass = NodeClass.STANDARD) -> None:
+    """A node registered, approved and boot-checked (schedulable), folded into the view."""
+    info = NodeInfo(gpus=tuple(GpuInfo(index=i, uuid=f"{node_id}-{i}", name="H100")
+                               for i in range(gpus)), node_class=node_class)
+    version = 0
+    for event in (NodeRegistered(node_id=node_id, info=info, boot_id="b"),
+                  NodeApproved(node_id=node_id),
+                  NodeBootChecked(node_id=node_id, boot_id="b", passed=True)):
+        version = await store.append(event, expected_version=version)
+    await projector.wait_applied(version)
+
+
 class Harness:
     def __init__(self, nc: Any, db: Path) -> None:
         self.nc = nc
@@ -68,14 +81,7 @@ class Harness:
 
     async def add_node(self, node_id: str, gpus: int = 2,
                        node_class: NodeClass = NodeClass.STANDARD) -> None:
-        info = NodeInfo(gpus=tuple(GpuInfo(index=i, uuid=f"{node_id}-{i}", name="H100")
-                                   for i in range(gpus)), node_class=node_class)
-        version = 0
-        for event in (NodeRegistered(node_id=node_id, info=info, boot_id="b"),
-                      NodeApproved(node_id=node_id),
-                      NodeBootChecked(node_id=node_id, boot_id="b", passed=True)):
-            version = await self.store.append(event, expected_version=version)
-        await self.projector.wait_applied(version)
+        await add_ready_node(self.store, self.projector, node_id, gpus, node_class)
         # A node becoming schedulable unblocks blocked evals after unblock_delay: let
         # that pass, or it may unblock an eval a test made later (plans fail fast).
         await self.wait(lambda: not self.reactor._unblock_pending, what="the node's unblock")
