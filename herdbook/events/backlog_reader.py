@@ -48,6 +48,11 @@ from nats.aio.client import Client as NATS
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.protocol.parser import AWAITING_CONTROL_LINE, Parser
 
+try:   # optional: built where the package was installed with a C compiler (setup.py)
+    from herdbook.events._frames import cut as _c_cut
+except ImportError:   # pragma: no cover - depends on the install
+    _c_cut = None
+
 log = logging.getLogger(__name__)
 
 OnMsg = Callable[[str, bytes, int], Awaitable[None] | None]
@@ -67,10 +72,12 @@ OnBatch = Callable[[Frames], Awaitable[None] | None]
 
 class Run(NamedTuple):
     """A reader's runs of deliveries (``_cut``): the control lines of its consumer's
-    deliveries, with and without headers, and where a run goes."""
+    deliveries, with and without headers, what follows the subject in both (``head``,
+    for the compiled cut), and where a run goes."""
 
     with_headers: Callable[[bytearray, int], re.Match[bytes] | None]
     without_headers: Callable[[bytearray, int], re.Match[bytes] | None]
+    head: bytes
     batch: Batch
 
 
@@ -85,13 +92,24 @@ def run_of(sid: int, stream: str, consumer: str, batch: Batch) -> Run:
     head = (rb" %d \$JS\.ACK\.%s\.%s\.\d+\.(\d+)\.\d+\.\d+\.(\d+) "
             % (sid, re.escape(stream.encode()), re.escape(consumer.encode())))
     return Run(re.compile(rb"HMSG ([^ \r\n]+)" + head + rb"(\d+) (\d+)\r\n").match,
-               re.compile(rb"MSG ([^ \r\n]+)" + head + rb"()(\d+)\r\n").match, batch)
+               re.compile(rb"MSG ([^ \r\n]+)" + head + rb"()(\d+)\r\n").match,
+               b" %d $JS.ACK.%s.%s." % (sid, stream.encode(), consumer.encode()), batch)
 
 
 def _cut(buf: bytearray, pos: int, run: Run) -> tuple[Frames, int, int]:
     """The run of whole deliveries at ``pos`` matched by ``run``, sequences increasing:
-    (frames, the last one's pending, where the run ends). A frame's data is a copy of
-    its bytes out of the buffer (a ``bytearray``: one copy, not two)."""
+    (frames, the last one's pending, where the run ends). In C where the package was
+    built with it (``_frames.cut``: ~0.15 µs a frame against ~1.15 for ``_cut_py``, the
+    same frames, tests/unit/test_frames_c.py); it also ends a run at a number of more
+    than 19 digits, which then goes frame by frame."""
+    if _c_cut is not None:
+        return _c_cut(buf, pos, run.head)   # type: ignore[no-any-return]
+    return _cut_py(buf, pos, run)
+
+
+def _cut_py(buf: bytearray, pos: int, run: Run) -> tuple[Frames, int, int]:
+    """``_cut`` in Python. A frame's data is a copy of its bytes out of the buffer (a
+    ``bytearray``: one copy, not two)."""
     with_headers, without_headers = run.with_headers, run.without_headers
     frames: Frames = []
     append = frames.append

@@ -1,19 +1,30 @@
 """BacklogReader against a real nats-server: every message up to the end once, in order,
-while the same connection carries other traffic, and across a server restart."""
+while the same connection carries other traffic, and across a server restart; each test
+with the compiled cut (``_frames``, where it was built) and with the Python one."""
 
 from __future__ import annotations
 
 import asyncio
 
 import nats
+import pytest
 
 from herdbook.control.nats_parts import ensure_streams
+from herdbook.events import backlog_reader
 from herdbook.events.backlog_reader import BacklogReader, Frames
 from herdbook.events.codec import encode
 from herdbook.events.node import NodeRegistered
 from herdbook.events.store import subject_of
 from herdbook.events.subjects import EVENTS_STREAM
 from tests.conftest import settle
+
+
+@pytest.fixture(autouse=True, params=["compiled cut", "python cut"])
+def cut(request, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    if request.param == "python cut":
+        monkeypatch.setattr(backlog_reader, "_c_cut", None)
+    elif backlog_reader._c_cut is None:
+        pytest.skip("the optional C cut was not built (no C compiler at install)")
 
 
 async def fill(nc, count: int) -> int:  # type: ignore[no-untyped-def]
