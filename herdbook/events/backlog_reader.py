@@ -48,6 +48,7 @@ from nats.aio.client import Client as NATS
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.protocol.parser import AWAITING_CONTROL_LINE, Parser
 
+_c_cut: Callable[[bytearray, int, bytes], tuple[Frames, int, int]] | None
 try:   # optional: built where the package was installed with a C compiler (setup.py)
     from herdbook.events._frames import cut as _c_cut
 except ImportError:   # pragma: no cover - depends on the install
@@ -103,7 +104,7 @@ def _cut(buf: bytearray, pos: int, run: Run) -> tuple[Frames, int, int]:
     same frames, tests/unit/test_frames_c.py); it also ends a run at a number of more
     than 19 digits, which then goes frame by frame."""
     if _c_cut is not None:
-        return _c_cut(buf, pos, run.head)   # type: ignore[no-any-return]
+        return _c_cut(buf, pos, run.head)
     return _cut_py(buf, pos, run)
 
 
