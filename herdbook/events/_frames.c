@@ -71,9 +71,9 @@ cut(PyObject *module, PyObject *args)
     const Py_ssize_t size = view.len;
     const char *limit = base + size;
     unsigned long long last = 0, pending = 0;
-    if (pos < 0 || pos > size)
-        pos = size;
     for (;;) {
+        if (pos < 0 || pos > size)
+            break;   /* not a position in the buffer: nothing to cut */
         const char *p = base + pos;
         int with_headers;
         if (limit - p >= 5 && memcmp(p, "HMSG ", 5) == 0) {
