@@ -13,7 +13,26 @@ from pathlib import Path
 
 import pytest
 
-from herdbook.natsd.server import EmbeddedNats
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _build_compiled_cut() -> None:
+    """The tests import herdbook from this tree, not from where ``pip install .`` put it,
+    so the optional compiled frame cut (herdbook/events/_frames.c) is built here, in
+    place, where a C compiler is at hand (a second or two, once); without one its tests
+    skip and say so. Before anything imports herdbook.events.backlog_reader."""
+    if any((ROOT / "herdbook" / "events").glob("_frames.*.so")):
+        return
+    try:
+        subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=ROOT,
+                       capture_output=True, timeout=120, check=False)
+    except (OSError, subprocess.SubprocessError):
+        pass
+
+
+_build_compiled_cut()
+
+from herdbook.natsd.server import EmbeddedNats  # noqa: E402 - after the build above
 
 
 def free_port() -> int:

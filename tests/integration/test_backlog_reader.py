@@ -24,7 +24,7 @@ def cut(request, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     if request.param == "python cut":
         monkeypatch.setattr(backlog_reader, "_c_cut", None)
     elif backlog_reader._c_cut is None:
-        pytest.skip("the optional C cut was not built (no C compiler at install)")
+        pytest.skip("the optional C cut is not built (no C compiler or Python headers)")
 
 
 async def fill(nc, count: int) -> int:  # type: ignore[no-untyped-def]

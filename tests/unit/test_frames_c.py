@@ -15,8 +15,9 @@ from herdbook.events.backlog_reader import _cut_py, run_of
 
 frames_c = pytest.importorskip(
     "herdbook.events._frames",
-    reason="the optional C cut was not built (no C compiler when herdbook was installed); "
-           "the Python cut runs instead and is tested by test_backlog_parser.py")
+    reason="the optional C cut is not built (no C compiler or Python headers: tests/conftest.py "
+           "builds it in place where they are); the Python cut runs instead, tested by "
+           "test_backlog_parser.py and test_backlog_reader.py")
 
 SID, STREAM, CONSUMER = 7, "HERD_EVENTS", "herd-backlog-0123abcd"
 RUN = run_of(SID, STREAM, CONSUMER, lambda frames, pending: None)
