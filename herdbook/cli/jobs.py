@@ -23,17 +23,24 @@ EVAL_STATUSES = ("pending", "blocked", "complete", "failed", "canceled", "schedu
                  "applying", "delayed", "deleted")
 
 
+def wanted_statuses(given: list[str] | None, allowed: tuple[str, ...], what: str) -> list[str]:
+    """``--status a,b --status c`` -> ``["a", "b", "c"]`` (lower case); one that is not in
+    ``allowed`` is a usage error of one line."""
+    wanted = [s.lower() for item in given or [] for s in item.split(",") if s]
+    bad = [s for s in wanted if s not in allowed]
+    if bad:
+        raise client.fail(f"unknown {what} status {bad[0]!r}; choose from "
+                          + ", ".join(allowed), client.EXIT_USAGE)
+    return wanted
+
+
 @job_app.command("list")
 def job_list(ctx: typer.Context, output: Output = Format.table,
              status_: Annotated[list[str] | None, typer.Option(
                  "--status", help="running or dead (stopped).")] = None) -> None:
     """Jobs by id, each with its allocations counted by status."""
     from herdbook.api.messages import JOB_STATUSES, JobSummary, ListJobs, Page
-    wanted = [s.lower() for item in status_ or [] for s in item.split(",") if s]
-    bad = [s for s in wanted if s not in JOB_STATUSES]
-    if bad:
-        raise client.fail(f"unknown job status {bad[0]!r}; choose from "
-                          + ", ".join(JOB_STATUSES), client.EXIT_USAGE)
+    wanted = wanted_statuses(status_, JOB_STATUSES, "job")
     result = client.call(str(ctx.obj["server"]), "job.list", ListJobs(status=wanted),
                          Page[JobSummary])
     render_rows(client.plain(result.items), JOB_COLUMNS, output)
@@ -102,11 +109,7 @@ def eval_list(ctx: typer.Context, output: Output = Format.table,
                   "quasi-status: scheduling, applying, delayed.")] = None,
               job: Annotated[str, typer.Option("--job", help="Only this job.")] = "") -> None:
     """Evaluations, oldest first."""
-    wanted = [s.lower() for item in status_ or [] for s in item.split(",") if s]
-    bad = [s for s in wanted if s not in EVAL_STATUSES]
-    if bad:
-        raise client.fail(f"unknown eval status {bad[0]!r}; choose from "
-                          + ", ".join(EVAL_STATUSES), client.EXIT_USAGE)
+    wanted = wanted_statuses(status_, EVAL_STATUSES, "eval")
     from herdbook.api.messages import EvalReply, ListEvals, Page
     result = client.call(str(ctx.obj["server"]), "eval.list",
                          ListEvals(status=wanted, job_id=job), Page[EvalReply])
@@ -161,11 +164,7 @@ def alloc_list(ctx: typer.Context, output: Output = Format.table,
     for value, what in ((node, "node id"), (job, "job id")):
         if value:
             client.check_id(value, what)
-    wanted = [s.lower() for item in status_ or [] for s in item.split(",") if s]
-    bad = [s for s in wanted if s not in ALLOC_STATUSES]
-    if bad:
-        raise client.fail(f"unknown allocation status {bad[0]!r}; choose from "
-                          + ", ".join(ALLOC_STATUSES), client.EXIT_USAGE)
+    wanted = wanted_statuses(status_, ALLOC_STATUSES, "allocation")
     from herdbook.api.messages import AllocReply, ListAllocs, Page
     result = client.call(str(ctx.obj["server"]), "alloc.list",
                          ListAllocs(node_id=node, job_id=job, status=wanted), Page[AllocReply])
