@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import sysconfig
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -16,21 +18,44 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _build_compiled_cut() -> None:
+def _build_compiled_cut() -> tuple[str, bool] | None:
     """The tests import herdbook from this tree, not from where ``pip install .`` put it,
     so the optional compiled frame cut (herdbook/events/_frames.c) is built here, in
-    place, where a C compiler is at hand (a second or two, once); without one its tests
-    skip and say so. Before anything imports herdbook.events.backlog_reader."""
-    if any((ROOT / "herdbook" / "events").glob("_frames.*.so")):
-        return
+    place, where a C compiler and Python's headers are at hand (a second or two, once).
+    None once it is there; else why not, and whether that is a failure (a compiler was
+    there and the build failed: never a skip)."""
+    built = ROOT / "herdbook" / "events"
+    if any(built.glob("_frames.*.so")):
+        return None
+    compiler = (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()[0]
+    if shutil.which(compiler) is None or not (
+            Path(sysconfig.get_paths()["include"]) / "Python.h").exists():
+        return (f"the optional compiled cut is not built: no C compiler ({compiler}) or no "
+                "Python headers here; the Python cut runs instead", False)
     try:
-        subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=ROOT,
-                       capture_output=True, timeout=120, check=False)
-    except (OSError, subprocess.SubprocessError):
-        pass
+        done = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
+                              cwd=ROOT, capture_output=True, text=True, timeout=120,
+                              check=False)
+        output = (done.stdout + done.stderr).strip()[-2000:]
+    except (OSError, subprocess.SubprocessError) as err:
+        output = str(err)
+    if any(built.glob("_frames.*.so")):
+        return None
+    return f"building herdbook/events/_frames.c with {compiler} failed:\n{output}", True
 
 
-_build_compiled_cut()
+COMPILED_CUT_MISSING = _build_compiled_cut()
+
+
+def compiled_cut() -> None:
+    """For a test of the compiled cut: skip where it cannot be built here, fail where the
+    build failed."""
+    if COMPILED_CUT_MISSING is not None:
+        why, failed = COMPILED_CUT_MISSING
+        if failed:
+            pytest.fail(why)
+        pytest.skip(why, allow_module_level=True)
+
 
 from herdbook.natsd.server import EmbeddedNats  # noqa: E402 - after the build above
 

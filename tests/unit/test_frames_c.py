@@ -6,18 +6,15 @@ length it takes; it only reads inside the buffer."""
 
 from __future__ import annotations
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from herdbook.events import backlog_reader
 from herdbook.events.backlog_reader import _cut_py, run_of
+from tests.conftest import compiled_cut
 
-frames_c = pytest.importorskip(
-    "herdbook.events._frames",
-    reason="the optional C cut is not built (no C compiler or Python headers: tests/conftest.py "
-           "builds it in place where they are); the Python cut runs instead, tested by "
-           "test_backlog_parser.py and test_backlog_reader.py")
+compiled_cut()   # tests/conftest.py builds it where there is a compiler (else skip, and say why)
+from herdbook.events import _frames as frames_c  # noqa: E402
 
 SID, STREAM, CONSUMER = 7, "HERD_EVENTS", "herd-backlog-0123abcd"
 RUN = run_of(SID, STREAM, CONSUMER, lambda frames, pending: None)
