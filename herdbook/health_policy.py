@@ -16,6 +16,10 @@ Two file formats, told apart by ``version`` alone:
 
 Both formats take ``metadata`` and a ``description`` per rule, and both see the same
 ``event`` (``health_policy_navarch``).
+
+Both take ``hold`` (a duration, default ``DEFAULT_HOLD``: 10m), per policy and per rule:
+how long a counter-like fault (``fault_hold.COUNTER_LIKE``) keeps its verdict after its
+last occurrence; ``0`` holds nothing. A hold is herdbook's: Navarch has none.
 """
 
 from __future__ import annotations
@@ -30,8 +34,10 @@ from typing import Any
 import msgspec
 import msgspec.yaml
 
+from herdbook.durations import format_duration, parse_duration
 from herdbook.events.health_report import CheckResult, GpuEvent, HealthReport
 from herdbook.fault_history import NO_HISTORY, FaultHistory, NodeHistory
+from herdbook.fault_hold import COUNTER_LIKE, DEFAULT_HOLD, Finding
 from herdbook.health_policy_navarch import check_fields, describe, event_fields
 
 RESULTS = ("healthy", "degraded", "unhealthy", "critical", "fatal")
@@ -44,6 +50,7 @@ version: 1
 metadata:
   name: herdbook-default
   description: XID classes of the Navarch health-monitoring reference
+hold: 10m
 rules:
   - name: gpu-lost
     description: XID 79, the GPU has fallen off the bus; its work is lost, so DOWN too
@@ -53,7 +60,7 @@ rules:
     description: an uncorrectable ECC error counted by NVML
     condition: event.kind == "ecc_dbe"
     result: fatal
-  - name: fatal-xid
+  - name: critical-xid
     description: stopped processing, double-bit ECC, page retirement; replace the node
     condition: event.kind == "xid" && event.xid in [43, 48, 63]
     result: critical
@@ -103,6 +110,8 @@ class Rule(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     condition: str
     result: str
     description: str = ""
+    hold: str | float | None = None
+    """This rule's hold (``500ms``, ``10m``, seconds), instead of the policy's."""
 
 
 class Metadata(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -114,6 +123,8 @@ class PolicyFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     version: int | str
     rules: list[Rule]
     metadata: Metadata = msgspec.field(default_factory=Metadata)
+    hold: str | float | None = None
+    """How long a counter-like fault keeps its verdict after its last occurrence."""
 
 
 class PolicyError(ValueError):
@@ -126,6 +137,7 @@ class CompiledRule:
     result: str                 # what it means here (one of RESULTS)
     program: Any
     declared: str = ""          # as written in the file
+    hold: float | None = None   # its own hold; None: the policy's
 
 
 @dataclass(frozen=True)
@@ -133,6 +145,13 @@ class Verdict:
     result: str                 # one of RESULTS
     reasons: tuple[str, ...]    # "rule-name: what matched", worst first
     gpus: tuple[int, ...] = ()  # the GPUs of the events found critical or fatal
+    findings: tuple[Finding, ...] = ()
+    """This report's counter-like events found worse than healthy, to be held."""
+    held: tuple[str, ...] = ()
+    """Reasons of earlier reports' faults whose hold is still in effect (the classifier's
+    ``FaultHolds``); they keep a DEGRADED node DEGRADED (``reactors/health.py``)."""
+    ended: tuple[str, ...] = ()
+    """Reasons of holds that ended by this report."""
 
     @property
     def fatal(self) -> bool:
@@ -155,6 +174,15 @@ def detect(version: int | str, source: str) -> Format:
                       "format or v1 for Navarch's)")
 
 
+def _hold(value: str | float | None, where: str) -> float | None:
+    if value is None:
+        return None
+    try:
+        return float(parse_duration(value))
+    except ValueError as err:
+        raise PolicyError(f"{where}: hold: {err}") from err
+
+
 def _meaning(result: str, fmt: Format) -> str:
     if fmt is Format.NAVARCH and result == "unhealthy":
         return "critical"       # Navarch: an unhealthy event makes the node unhealthy
@@ -163,10 +191,13 @@ def _meaning(result: str, fmt: Format) -> str:
 
 class Policy:
     def __init__(self, rules: list[CompiledRule], fmt: Format = Format.HERDBOOK,
-                 name: str = "") -> None:
+                 name: str = "", hold: float = DEFAULT_HOLD) -> None:
         self.rules = rules
         self.format = fmt
         self.name = name
+        self.hold = hold
+        """Seconds a counter-like fault keeps its verdict after its last occurrence."""
+        self._holds = {rule.name: hold if rule.hold is None else rule.hold for rule in rules}
 
     @classmethod
     def parse(cls, text: str | bytes, source: str = "policy") -> Policy:
@@ -176,6 +207,7 @@ class Policy:
         except (msgspec.ValidationError, msgspec.DecodeError) as err:
             raise PolicyError(f"{source}: {' '.join(str(err).split())}") from err
         fmt = detect(raw.version, source)
+        hold = _hold(raw.hold, source)
         if fmt is Format.NAVARCH and not raw.rules:
             raise PolicyError(f"{source}: a policy needs at least one rule")
         seen: set[str] = set()
@@ -197,8 +229,9 @@ class Policy:
             except ValueError as err:
                 raise PolicyError(f"{where}: {' '.join(str(err).split())}") from err
             compiled.append(CompiledRule(rule.name, _meaning(rule.result, fmt), program,
-                                         rule.result))
-        return cls(compiled, fmt, raw.metadata.name)
+                                         rule.result, _hold(rule.hold, where)))
+        return cls(compiled, fmt, raw.metadata.name,
+                   DEFAULT_HOLD if hold is None else hold)
 
     @classmethod
     def load(cls, path: str | Path | None) -> Policy:
@@ -218,7 +251,8 @@ class Policy:
         named = f" {self.name!r}" if self.name else ""
         plural = "" if len(self.rules) == 1 else "s"
         return (f"{self.format.value} format (version {version}){named}: "
-                f"{len(self.rules)} rule{plural}" + (f" ({by_result})" if by_result else ""))
+                f"{len(self.rules)} rule{plural}" + (f" ({by_result})" if by_result else "")
+                + f", hold {format_duration(self.hold) if self.hold else 'off'}")
 
     def classify_event(self, event: dict[str, Any],
                        history: NodeHistory = NO_HISTORY) -> tuple[str, str]:
@@ -249,12 +283,17 @@ class Policy:
         worst = "healthy"
         reasons: list[tuple[int, str]] = []
         gpus: list[int] = []
+        findings: list[Finding] = []
         items: list[GpuEvent | CheckResult] = [*report.events, *report.checks]
         for item in items:
             if isinstance(item, GpuEvent):
                 result, rule = self.classify_event(event_fields(item, report.sent_at), history)
                 if result in AT_ONCE and item.gpu >= 0 and item.gpu not in gpus:
                     gpus.append(item.gpu)
+                if result != "healthy" and item.kind in COUNTER_LIKE:
+                    findings.append(Finding(f"{rule}/{item.kind}/{item.gpu}",
+                                            f"{rule}: {describe(item)}", result,
+                                            self._holds.get(rule, self.hold)))
             else:
                 result, rule = self._classify_check(item, history)
             if result != "healthy":
@@ -262,7 +301,8 @@ class Policy:
             if _RANK[result] > _RANK[worst]:
                 worst = result
         reasons.sort(key=lambda r: -r[0])
-        return Verdict(worst, tuple(reason for _, reason in reasons), tuple(gpus))
+        return Verdict(worst, tuple(reason for _, reason in reasons), tuple(gpus),
+                       tuple(f for f in findings if f.hold > 0))
 
     def classify_with(self, history: FaultHistory, report: HealthReport,
                       serials: Mapping[int, str], at: float | None = None) -> Verdict:
@@ -279,7 +319,9 @@ class Policy:
         return verdict
 
     def replay(self, history: FaultHistory, report: HealthReport, serials: Mapping[int, str],
-               at: float) -> None:
-        """A report decided on before a restart: into the history, deciding nothing."""
+               at: float) -> Verdict | None:
+        """A report decided on before a restart: into the history, deciding nothing. Its
+        verdict, for the holds it starts (None: no events, nothing to count or hold)."""
         if report.events:       # a report without events adds nothing to count
-            self.classify_with(history, report, serials, at)
+            return self.classify_with(history, report, serials, at)
+        return None

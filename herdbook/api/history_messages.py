@@ -129,8 +129,22 @@ class BrokenLink(_Reply, frozen=True, kw_only=True):
     found: str | None
 
 
+class RefusedMessage(_Reply, frozen=True, kw_only=True):
+    """A message on a node's subjects that its subject does not vouch for (dead-lettered
+    by the projector): listed, not part of the chain."""
+
+    node_id: str
+    seq: int
+    subject: str
+    reason: str
+
+
 class ChainReport(_Reply, frozen=True, kw_only=True):
     ok: bool
     nodes_checked: int
     events_checked: int
+    """Vouched node events whose link was checked (refused messages not counted)."""
     broken: list[BrokenLink]
+    refused: list[RefusedMessage] = []
+    """The first refused messages (at most 500), in stream order."""
+    refused_total: int = 0

@@ -68,19 +68,27 @@ def since_time(ctx: typer.Context, text: str) -> datetime:
 def verify(ctx: typer.Context, node: NodeOption = None, output: Output = Format.table) -> None:
     """Check the nodes' hash chains; exit code 1 if one is broken.
 
-    Every node event's prev_hash must be the SHA-256 of the node's previous stored event
-    (none for its first); the first broken link per node is named. Reads the log."""
+    Every node event's prev_hash must be the SHA-256 of the message stored before it on
+    the node's subjects (none for its first); the first broken link per node is named.
+    A message the subject does not vouch for (undecodable or forged: dead-lettered) is
+    listed as REFUSED with its sequence and reason and breaks nothing. Reads the log."""
     from herdbook.api.history_messages import AuditVerify, ChainReport
     request = AuditVerify(node_id="" if node is None else client.check_id(node))
     report = _ask(ctx, "audit.verify", request, ChainReport)
     if output is not Format.table:
         render_object(report, output)
-    elif report["ok"]:
-        console.print(f"OK: {report['events_checked']} events of {report['nodes_checked']} "
-                      "nodes verified", markup=False)
     else:
+        if report["ok"]:
+            refused = report["refused_total"]
+            echo(f"OK: {report['events_checked']} events of {report['nodes_checked']} "
+                 "nodes verified" + (f"; {refused} refused message{'s' * (refused != 1)} "
+                                     "not part of the chain" if refused else ""))
         for link in report["broken"]:
             echo(f"BROKEN: node {link['node_id']} at seq {link['seq']} (event "
                  f"{link['event']}): prev_hash {link['found']} expected {link['expected']}")
+        for msg in report["refused"]:
+            echo(f"REFUSED: seq {msg['seq']} on {msg['subject']}: {msg['reason']}")
+        if (more := report["refused_total"] - len(report["refused"])) > 0:
+            echo(f"REFUSED: {more} more not listed")
     if not report["ok"]:
         raise typer.Exit(code=client.EXIT_REFUSED)

@@ -25,6 +25,8 @@ events_app = typer.Typer(help="Read herdbook's event stream.", no_args_is_help=T
 TAIL_LINES = 20
 ID_WIDTH = 20
 CSV_COLUMNS = ("seq", "at", "type", "id", "actor", "reason", "subject")
+REFUSED = "refused"
+"""The type shown for a message its subject does not vouch for."""
 
 Raw = tuple[int, str, bytes]
 """A stored message as the CLI reads it: (stream sequence, subject, bytes)."""
@@ -53,13 +55,19 @@ def type_width() -> int:
 
 
 def row_of(seq: int, subject: str, data: bytes) -> dict[str, Any]:
+    """A stored message as a row: the event its subject vouches for (its fields as the
+    schema has them), or, for a message the subject does not vouch for (undecodable, a
+    type or an id its subject does not carry: what the projector dead-letters), a row
+    of type ``refused`` with the reason and none of the body's claims."""
+    import msgspec
+
+    from herdbook.events.authority import Unvouched, bind_event
     try:
-        event = json.loads(data)
-    except ValueError:
-        event = {"type": "undecodable", "raw": data.decode(errors="replace")}
-    if not isinstance(event, dict):
-        event = {"type": "undecodable", "raw": data.decode(errors="replace")}
-    return {"seq": seq, "subject": subject, **event}
+        event = bind_event(subject, data)
+    except Unvouched as err:
+        return {"seq": seq, "subject": subject, "type": REFUSED, "refused": str(err),
+                "reason": f"refused: {err}"}
+    return {"seq": seq, "subject": subject, **msgspec.to_builtins(event)}
 
 
 def _aggregate(subject: str) -> str:
@@ -228,7 +236,11 @@ def tail(
                                            "per line), yaml (one document per event) or "
                                            "csv.")] = Format.table,
 ) -> None:
-    """Print the newest events of HERD_EVENTS, like `tail`: the last 20 by default."""
+    """Print the newest events of HERD_EVENTS, like `tail`: the last 20 by default.
+
+    A message its subject does not vouch for (undecodable, or claiming a type or node
+    its subject does not carry: dead-lettered by the control plane) is shown as type
+    `refused` with the reason, never as the event it claims to be."""
     start = None if since is None else parse_since(since)
     source = ctx.get_parameter_source("lines")
     limit = None if start is not None and (source is None or source.name == "DEFAULT") \

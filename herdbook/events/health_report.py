@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -11,6 +11,9 @@ from herdbook.events.states import Health
 
 HEALTH_EVENT_KINDS = ("xid", "thermal", "ecc_sbe", "ecc_dbe", "nvlink", "pcie")
 CHECK_STATUSES = ("healthy", "degraded", "unhealthy")
+
+VerdictLevel = Literal["healthy", "degraded", "unhealthy", "critical", "fatal"]
+"""The level of a verdict, as the policy's results name it (``health_policy.RESULTS``)."""
 
 
 class GpuEvent(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -50,6 +53,13 @@ class NodeHealthChanged(NodeEvent, frozen=True, kw_only=True, tag="node.health_c
     reason: str = ""
     report_id: str = ""
     fatal: bool = False
+    """True only for a ``fatal`` verdict (UNHEALTHY and DOWN); a ``critical`` one (UNHEALTHY,
+    the node stays up) is False: read ``level``."""
     report_seq: int = 0
     """The HERD_HEALTH sequence of the report decided on: the classifier's position,
     committed with what it decided (0: not decided on a report, or before it was kept)."""
+    level: VerdictLevel | None = None
+    """The verdict's own level: ``healthy``, ``degraded``, ``unhealthy`` (the threshold
+    reached), ``critical`` (UNHEALTHY at once, the node stays up) or ``fatal`` (UNHEALTHY
+    and DOWN). None on events written before it was recorded (issue 26), when a
+    ``critical`` verdict was written as ``fatal: true``."""

@@ -25,7 +25,11 @@ def label(event: AnyEvent, node_id: str, count: int = 1) -> str:
     ``eval.created node-update``, ``alloc.placed ×2 on gpu-2`` (another node)."""
     text = tag(event) + (f" ×{count}" if count > 1 else "")
     if isinstance(event, NodeHealthChanged):
-        text += " (fatal)" if event.fatal else f" ({event.health.value.lower()})"
+        # the verdict's level where it was recorded (critical or fatal: both UNHEALTHY);
+        # an older event has only ``fatal``, which a critical verdict also set then
+        at_once = event.level if event.level in ("critical", "fatal") else (
+            "fatal" if event.fatal and event.level is None else None)
+        text += f" ({at_once or event.health.value.lower()})"
     elif isinstance(event, EvalCreated):
         text += f" {event.triggered_by.value}"
     elif isinstance(event, JobEvent):

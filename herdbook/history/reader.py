@@ -8,8 +8,8 @@ Guarantees and costs:
   a read bounded by ``until`` takes them as non-decreasing in stream order and stops at
   the first message stored after it.
 - A message its subject does not vouch for (``bind_event`` refuses it: forged, foreign
-  or garbage) is handed over with ``event=None`` and its raw bytes: the hash-chain
-  check names it, every other query skips it.
+  or garbage) is handed over with ``event=None``, its raw bytes and why it was refused
+  (``refused``): the hash-chain check lists it, every other query skips it.
 """
 
 from __future__ import annotations
@@ -41,14 +41,17 @@ class LogEntry(NamedTuple):
     data: bytes
     event: AnyEvent | None
     """None if its subject does not vouch for the bytes (a forged or foreign message)."""
+    refused: str = ""
+    """Why the subject does not vouch for it (``Unvouched``: the projector's dead-letter
+    reason), or empty for an event."""
 
 
 def entry_of(seq: int, stored_at: datetime, subject: str, data: bytes) -> LogEntry:
     """A stored message as the read side sees it: bound to its subject, or dead."""
     try:
         event: AnyEvent | None = bind_event(subject, data)
-    except Unvouched:
-        event = None
+    except Unvouched as err:
+        return LogEntry(seq, stored_at, subject, data, None, str(err) or "refused")
     return LogEntry(seq, stored_at, subject, data, event)
 
 

@@ -14,6 +14,12 @@ A report counts only if its subject vouches for it (``herd.health.<id>`` with a 
 the body names, valid ids in the body: ``events.authority``); anything else, undecodable
 bodies included, is dead-lettered to ``herd.deadletter.HERD_HEALTH`` and counted.
 Reports of nodes not in the view keep no state.
+
+Counter-like faults are held (``fault_hold``): each verdict's findings go into
+``holds``, and the holds still in effect when a report is classified go with its
+verdict to the decider, which keeps a DEGRADED node DEGRADED while one lasts. The holds
+are rebuilt on start from the replayed reports, with the fault history; an operator's
+uncordon or enable drops the node's holds.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
@@ -32,11 +39,12 @@ from herdbook.events.codec import decode_health_report
 from herdbook.events.deadletters import DeadLetters
 from herdbook.events.feed import StreamFeed, stream_seq
 from herdbook.events.health_report import HealthReport, NodeHealthChanged
-from herdbook.events.node import NodeEvent
+from herdbook.events.node import NodeEnabled, NodeEvent, NodeUncordoned
 from herdbook.events.states import Health
 from herdbook.events.store import EventStore
 from herdbook.events.subjects import EVENTS_STREAM, HEALTH_STREAM, printable
 from herdbook.fault_history import FaultHistory, serials_of
+from herdbook.fault_hold import FaultHolds
 from herdbook.health_policy import Policy, Verdict
 from herdbook.projector.node_view import NodeView
 from herdbook.projector.runner import ProjectorRunner
@@ -118,6 +126,8 @@ class HealthClassifier:
         self.history = FaultHistory(clock)
         """Each node's recent faults, for the policy's ``history.*`` (``fault_history``);
         rebuilt on start from HERD_HEALTH's reports up to the position resumed from."""
+        self.holds = FaultHolds()
+        """Each node's held counter-like faults (``fault_hold``), rebuilt the same way."""
         self._replay_through = 0
 
     async def start(self) -> None:
@@ -149,7 +159,10 @@ class HealthClassifier:
         if view is None:
             self.unhealthy_in_a_row.pop(node_id, None)
             self.decided.pop(node_id, None)
+            self.holds.clear(node_id)
             return
+        if isinstance(event, NodeUncordoned | NodeEnabled):
+            self.holds.clear(node_id)   # the operator checked the node: its holds end now
         if isinstance(event, NodeHealthChanged) and event.report_seq:
             self.decided[node_id] = max(self.decided.get(node_id, 0), event.report_seq)
         # An operator cleared UNHEALTHY (uncordon/enable): counting starts again.
@@ -168,7 +181,7 @@ class HealthClassifier:
             return
         at = _stored_at(msg)
         if seq <= self._replay_through:
-            self.policy.replay(self.history, report, self._serials(report.node_id), at or 0.0)
+            self._replay(report, at or 0.0)
             self._position = seq
             return
         self.reports += 1
@@ -178,6 +191,12 @@ class HealthClassifier:
             log.error("classifying report %d of %s failed: %s", seq, printable(report.node_id),
                       printable(f"{type(err).__name__}: {err}"))
         self._position = seq
+
+    def _replay(self, report: HealthReport, at: float) -> None:
+        """A report decided on already: into the fault history and the holds."""
+        verdict = self.policy.replay(self.history, report, self._serials(report.node_id), at)
+        if verdict is not None:
+            self.holds.record(report.node_id, verdict.findings, at)
 
     def _serials(self, node_id: str) -> dict[int, str]:
         view = self.projector.nodes.get(node_id)
@@ -189,11 +208,15 @@ class HealthClassifier:
         node_id = report.node_id
         if node_id not in self.projector.nodes:
             return
-        if seq <= self.decided.get(node_id, 0):   # decided already: the fault history only
-            self.policy.replay(self.history, report, self._serials(node_id),
-                               self.history.when(at))
+        if seq <= self.decided.get(node_id, 0):   # decided already: history and holds only
+            self._replay(report, self.history.when(at))
             return
-        verdict = self.policy.classify_with(self.history, report, self._serials(node_id), at)
+        when = self.history.when(at)
+        verdict = self.policy.classify_with(self.history, report, self._serials(node_id), when)
+        self.holds.record(node_id, verdict.findings, when)
+        settled = self.holds.settle(node_id, when)
+        verdict = replace(verdict, held=tuple(h.reason for h in settled.active),
+                          ended=tuple(h.reason for h in settled.ended))
         counted: list[int] = []
 
         def decide(_: Context) -> Decision[NodeEvent] | None:

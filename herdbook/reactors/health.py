@@ -6,12 +6,19 @@
   up, so the pool reconciler drains it before it replaces it;
 - unhealthy reports: UNHEALTHY after ``unhealthy_threshold`` in a row;
 - healthy / degraded: HEALTHY / DEGRADED, except that UNHEALTHY is sticky: only an
-  operator's ``uncordon`` or ``enable`` clears it.
+  operator's ``uncordon`` or ``enable`` clears it;
+- a healthy report of a DEGRADED node whose counter-like fault is still held
+  (``fault_hold``): nothing, the node stays DEGRADED until the hold ends.
+
+Every health change carries the verdict's ``level``, and its reason starts with it for
+the two at-once levels (``critical: ...``, ``fatal: ...``); ``fatal`` is true only for
+``fatal``, so a consumer can tell UNHEALTHY-and-up from UNHEALTHY-and-DOWN.
 """
 
 from __future__ import annotations
 
-from herdbook.events.health_report import NodeHealthChanged
+from herdbook.durations import format_duration
+from herdbook.events.health_report import NodeHealthChanged, VerdictLevel
 from herdbook.events.machine import LifecycleTrigger as Trigger
 from herdbook.events.machine import next_lifecycle
 from herdbook.events.node import NodeDown, NodeEvent
@@ -30,13 +37,14 @@ def decide_health(view: NodeView, verdict: Verdict, unhealthy_in_a_row: int, thr
     reason = "; ".join(verdict.reasons)
     events: list[NodeEvent] = []
     if verdict.at_once:
-        # the cause chain: health report -> classified fatal -> DOWN
+        # the cause chain: health report -> classified critical or fatal -> DOWN (fatal)
         cause = report_id or None
         if view.health is not Health.UNHEALTHY:
+            at_once: VerdictLevel = "fatal" if verdict.fatal else "critical"
             classified = NodeHealthChanged(node_id=view.id, actor=ACTOR, health=Health.UNHEALTHY,
-                                           reason=f"fatal: {reason}", report_id=report_id,
-                                           fatal=True, causation_id=cause,
-                                           report_seq=report_seq)
+                                           reason=f"{at_once}: {reason}", report_id=report_id,
+                                           fatal=verdict.fatal, level=at_once,
+                                           causation_id=cause, report_seq=report_seq)
             events.append(classified)
             cause = classified.event_id
         if verdict.fatal and next_lifecycle(view.lifecycle, Trigger.FATAL) is not None:
@@ -48,14 +56,25 @@ def decide_health(view: NodeView, verdict: Verdict, unhealthy_in_a_row: int, thr
         if count >= threshold and view.health is not Health.UNHEALTHY:
             events.append(NodeHealthChanged(
                 node_id=view.id, actor=ACTOR, health=Health.UNHEALTHY, report_id=report_id,
-                causation_id=report_id or None, report_seq=report_seq,
+                causation_id=report_id or None, report_seq=report_seq, level="unhealthy",
                 reason=f"{count} consecutive unhealthy reports: {reason}"))
         return events, count
     if view.health is Health.UNHEALTHY:
         return [], 0
-    target = Health.DEGRADED if verdict.result == "degraded" else Health.HEALTHY
+    level: VerdictLevel
+    if verdict.result == "degraded":
+        target, level = Health.DEGRADED, "degraded"
+        holds = max((f.hold for f in verdict.findings), default=0.0)
+        if holds:   # say so now: a clean report will not clear it
+            reason += f"; held {format_duration(holds)} after the last occurrence"
+    elif view.health is Health.DEGRADED and verdict.held:
+        return [], 0    # a counter-like fault's hold keeps it; it never makes DEGRADED
+    else:
+        target, level = Health.HEALTHY, "healthy"
+        reason = "all checks pass" + (f"; hold ended: {'; '.join(verdict.ended)}"
+                                      if verdict.ended else "")
     if view.health is not target:
         events.append(NodeHealthChanged(node_id=view.id, actor=ACTOR, health=target,
-                                        reason=reason or "all checks pass", report_id=report_id,
+                                        reason=reason, report_id=report_id, level=level,
                                         causation_id=report_id or None, report_seq=report_seq))
     return events, 0

@@ -52,10 +52,12 @@ def decide_cordon(view: NodeView, actor: str, reason: str) -> NodeEvent:
 
 
 def decide_uncordon(view: NodeView, actor: str, reason: str) -> NodeEvent:
-    """Uncordon also clears a sticky UNHEALTHY; refused when neither applies."""
-    if view.intent is not Intent.CORDONED and view.health is not Health.UNHEALTHY:
+    """Uncordon also clears a sticky UNHEALTHY or a (held) DEGRADED verdict; refused when
+    none applies."""
+    if view.intent is not Intent.CORDONED and view.health not in (Health.UNHEALTHY,
+                                                                   Health.DEGRADED):
         raise CommandRefused(f"cannot uncordon node {view.id}: it is neither cordoned nor unhealthy "
-                             f"(state {view.state})")
+                             f"or degraded (state {view.state})")
     return NodeUncordoned(node_id=view.id, actor=actor, reason=reason)
 
 

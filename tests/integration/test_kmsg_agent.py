@@ -128,7 +128,7 @@ async def test_the_fault_history_survives_a_control_plane_restart(
             await eventually(lambda: _true(projector.nodes["k2"].health is Health.UNHEALTHY),
                              timeout=20, what="k2 UNHEALTHY")
             assert projector.nodes["k2"].health_reason.startswith(
-                "fatal: repeated-xid: XID 31 on GPU 1"), projector.nodes["k2"].health_reason
+                "critical: repeated-xid: XID 31 on GPU 1"), projector.nodes["k2"].health_reason
     finally:
         await agent.stop()
         await task

@@ -1,6 +1,6 @@
 """Fatal XIDs as the health-monitoring reference says (issue 16): given a READY, HEALTHY
 node, when one report carries an XID, then the built-in policy and the health decider
-make it UNHEALTHY at once (fatal: 43, 48, 63, 79; 79 also DOWN) or DEGRADED
+make it UNHEALTHY at once (critical: 43, 48, 63; fatal: 79, also DOWN) or DEGRADED
 (recoverable: 13, 31, 45, 64, 92, 94); and one report is enough for the pool
 reconciler to replace the node where auto-replace is on. Pure."""
 
@@ -62,7 +62,11 @@ def test_one_report_of_an_xid_decides_as_the_reference_says(xid: int, what: str,
     assert isinstance(changed, NodeHealthChanged), what
     assert changed.health is health
     assert f"XID {xid} on GPU 2" in changed.reason
-    assert changed.fatal is (health is Health.UNHEALTHY)
+    # critical is not fatal (issue 26): the level on the wire, fatal only with DOWN
+    level = "degraded" if health is Health.DEGRADED else "fatal" if down else "critical"
+    assert (changed.level, changed.fatal) == (level, down)
+    if health is Health.UNHEALTHY:
+        assert changed.reason.startswith(f"{level}: ")
     assert changed.report_seq == 7
     assert [type(e) for e in events[1:]] == ([NodeDown] if down else [])
     if down:   # the cause chain: report -> UNHEALTHY -> DOWN

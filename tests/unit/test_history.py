@@ -35,7 +35,7 @@ from herdbook.events.node import (
 from herdbook.events.states import Approval, Health, Intent, Lifecycle, NodeType
 from herdbook.events.subjects import event_subject
 from herdbook.health_policy import Verdict
-from herdbook.history.audit import ChainVerifier, audit_row, is_audited
+from herdbook.history.audit import MAX_REFUSED, ChainVerifier, audit_row, is_audited
 from herdbook.history.causes import CauseIndex, build_history, is_nodes
 from herdbook.history.reader import LogEntry, entry_of
 from herdbook.history.times import parse_time
@@ -245,7 +245,7 @@ def test_an_intact_chain_verifies_across_interleaved_nodes() -> None:
                       NodeApproved(node_id="n1"), NodeCordoned(node_id="n2"),
                       NodeCordoned(node_id="n1"))
     assert verify(entries) == {"ok": True, "nodes_checked": 2, "events_checked": 5,
-                               "broken": []}
+                               "broken": [], "refused": [], "refused_total": 0}
 
 
 def test_a_tampered_event_breaks_the_link_after_it() -> None:
@@ -263,16 +263,66 @@ def test_a_tampered_event_breaks_the_link_after_it() -> None:
         "found": hashlib.sha256(second.data).hexdigest()}]
 
 
-def test_an_event_without_prev_hash_or_undecodable_is_broken_and_only_the_first_is_named() -> None:
+def test_an_event_without_prev_hash_is_broken_and_only_the_first_is_named() -> None:
     entries = chained(NodeRegistered(node_id="n1"), NodeRegistered(node_id="n2"))
     unchained = log(NodeRegistered(node_id="n1"), NodeRegistered(node_id="n1"),
                     NodeApproved(node_id="n1"))[2]
-    garbage = LogEntry(5, T0, "herd.node.n2.approved", b"not json", None)
-    report = verify([*entries, unchained._replace(seq=3), garbage])
+    report = verify([*entries, unchained._replace(seq=3)])
     assert [(b["node_id"], b["seq"], b["event"], b["found"]) for b in report["broken"]] == [
-        ("n1", 3, "node.approved", None), ("n2", 5, "undecodable", None)]
+        ("n1", 3, "node.approved", None)]
     first_only = verify([*entries, unchained._replace(seq=3), unchained._replace(seq=4)])
     assert [b["seq"] for b in first_only["broken"]] == [3]
+
+
+def stored(*items: Event | tuple[str, bytes]) -> list[LogEntry]:
+    """Node events and raw messages (subject, bytes) at seq 1, 2, ..., each event chained
+    onto the message stored before it on its node's subjects, as EventStore.append
+    chains (a raw message is hashed like any other)."""
+    last: dict[str, str] = {}
+    out: list[LogEntry] = []
+    for seq, item in enumerate(items, 1):
+        if isinstance(item, tuple):
+            subject, data = item
+        else:
+            event = replace(item, prev_hash=last.get(item.aggregate_id))
+            subject = event_subject("node", item.aggregate_id, event.event_name)
+            data = encode(event)
+        last[subject.split(".")[2]] = hashlib.sha256(data).hexdigest()
+        out.append(entry_of(seq, T0, subject, data))
+    return out
+
+
+def test_a_refused_message_is_listed_and_breaks_no_chain() -> None:
+    forged = encode(NodeApproved(node_id="n1", actor="admin"))
+    deep = b'{"type":"node.info_updated","x":' + b"[" * 50_000 + b"]" * 50_000 + b"}"
+    entries = stored(NodeRegistered(node_id="n1"), NodeRegistered(node_id="n2"),
+                     ("herd.node.n1.registered", forged), ("herd.node.n1.info_updated", deep),
+                     NodeApproved(node_id="n1"), NodeCordoned(node_id="n1"))
+    assert [e.event is None for e in entries] == [False, False, True, True, False, False]
+    report = verify(entries)
+    assert (report["ok"], report["broken"], report["events_checked"]) == (True, [], 4)
+    assert report["refused_total"] == 2
+    assert [(r["seq"], r["node_id"]) for r in report["refused"]] == [(3, "n1"), (4, "n1")]
+    assert "node.approved for herd.node.n1.approved" in report["refused"][0]["reason"]
+    assert report["refused"][1]["reason"].startswith("undecodable")
+
+    changed = list(entries)       # the vouched approval, changed after it was stored
+    changed[4] = entries[4]._replace(data=entries[4].data.replace(b'"n1"', b'"n1" '))
+    assert [(b["seq"], b["event"]) for b in verify(changed)["broken"]] == [
+        (6, "node.cordoned")]
+    vanished = [e for e in entries if e.seq != 5]
+    assert [b["seq"] for b in verify(vanished)["broken"]] == [6]
+    refused_gone = [e for e in entries if e.seq != 4]   # what the store chained onto
+    assert [b["seq"] for b in verify(refused_gone)["broken"]] == [5]
+
+
+def test_refused_messages_are_counted_beyond_those_named() -> None:
+    verifier = ChainVerifier()
+    for seq in range(1, MAX_REFUSED + 11):
+        verifier.add(entry_of(seq, T0, "herd.node.n1.info_updated", b"junk"))
+    report = verifier.report()
+    assert (report["ok"], report["refused_total"], len(report["refused"])) == (
+        True, MAX_REFUSED + 10, MAX_REFUSED)
 
 
 def test_a_reply_keeps_what_fits() -> None:
@@ -299,12 +349,13 @@ def test_the_wire_carries_history_audit_and_chain_reports_unchanged() -> None:
     history = {**build_history("n1", entries), "omitted": 0}
     page = {"items": [row for e in entries if (row := audit_row(e)) is not None], "omitted": 3}
     report = verify([*chained(NodeRegistered(node_id="n1")),
-                     LogEntry(2, T0, "herd.node.n1.approved", b"not json", None)])
+                     entry_of(2, T0, "herd.node.n1.approved", b"not json"),
+                     *log(NodeApproved(node_id="n1"))])
     for value, reply in ((history, NodeHistoryReply), (page, AuditPage), (report, ChainReport)):
         sent = msgspec.json.encode(msgspec.convert(value, reply))
         assert msgspec.json.decode(sent) == value
         assert msgspec.to_builtins(msgspec.json.decode(sent, type=reply)) == value
-    assert report["broken"] and page["items"] and history["chains"]
+    assert report["broken"] and report["refused"] and page["items"] and history["chains"]
 
 
 def test_each_read_route_takes_only_its_own_fields() -> None:

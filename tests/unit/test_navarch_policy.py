@@ -130,14 +130,16 @@ async def test_the_classifier_follows_a_navarch_policy_as_is(navarch: Policy) ->
                             GpuEvent(kind="nvlink", gpu=2, value=1)))
     # Navarch's "unhealthy" acts on one report, as in Navarch
     assert world.health("fatal") is Health.UNHEALTHY
-    assert world.reason("fatal") == "fatal: fatal-xid: XID 43 on GPU 3"
+    # ... as herdbook's critical: UNHEALTHY, not DOWN, and said so (issue 26)
+    assert world.reason("fatal") == "critical: fatal-xid: XID 43 on GPU 3"
     assert world.health("hot") is Health.UNHEALTHY
     assert "thermal-critical: 96°C on GPU 1" in world.reason("hot")
     assert world.health("warm") is Health.DEGRADED
     assert world.health("dbe") is Health.UNHEALTHY
     assert world.reason("dbe").endswith("ecc-dbe: ecc_dbe 2 on GPU 5")
     assert world.health("xid13") is Health.DEGRADED
-    assert world.reason("xid13") == "recoverable-xid: XID 13 on GPU 0"
+    assert world.reason("xid13") == ("recoverable-xid: XID 13 on GPU 0; held 10m after the "
+                                     "last occurrence")
     assert world.health("pcie") is Health.DEGRADED
     assert world.health("fine") is Health.HEALTHY     # the default rule
     # UNHEALTHY, not DOWN: a Navarch policy has no result that takes a node down
@@ -200,7 +202,7 @@ def test_check_policy_prints_one_line_for_either_format(tmp_path: Path) -> None:
     result = runner.invoke(health_app, [str(navarch)])
     assert result.exit_code == 0, result.output
     assert result.output == (f"Ok: {navarch}: Navarch format (version v1) 'training-fleet': "
-                             "7 rules (1 healthy, 3 degraded, 3 unhealthy)\n")
+                             "7 rules (1 healthy, 3 degraded, 3 unhealthy), hold 10m\n")
     herdbook = tmp_path / "herdbook.yaml"
     herdbook.write_text(DEFAULT_POLICY_YAML)
     result = runner.invoke(health_app, [str(herdbook)])
