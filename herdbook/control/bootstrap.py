@@ -18,6 +18,7 @@ demo agents.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,7 @@ from herdbook.control.snapshots import SnapshotWriter, restore
 from herdbook.control.streams_guard import StreamsGuard
 from herdbook.control.view_rebuild import ViewRebuild
 from herdbook.credentials import CredsFile, NatsAuth, write_creds
+from herdbook.events.positions import NOTIFIER_KEY, KvPosition
 from herdbook.events.store import EventStore
 from herdbook.events.streams import all_streams
 from herdbook.events.subjects import EVENTS_STREAM, validate_id
@@ -73,6 +75,7 @@ from herdbook.reactors.runner import DecideRunner
 from herdbook.reactors.scheduler import Scheduler
 from herdbook.reactors.sensitive import SensitiveReactor
 from herdbook.reactors.sweeper import Sweeper
+from herdbook.reactors.tracking import node_events
 from herdbook.web.auth import check_bind
 from herdbook.web.server import WebServer
 
@@ -213,8 +216,11 @@ def bootstrap(config: Config, *, clock: Clock, demo: int = 0,
         PerTerm("instance manager",
                 lambda: InstanceManager(cfg, store, projector, sweeper, providers, clock=clock,
                                         gate=breaker.gate, runner=runner)),
-        PerTerm("notifier", lambda: Notifier(cfg.notifier, store, projector, clock=clock,
-                                              runner=runner)),
+        PerTerm("notifier", lambda: Notifier(
+            cfg.notifier, store, projector, clock=clock, runner=runner,
+            position=KvPosition(nc, NOTIFIER_KEY, holder=node_id, clock=clock,
+                                replicas=cfg.nats.replicas),
+            events=functools.partial(node_events, nc))),
         PerTerm("allocation reactor",
                 lambda: AllocationReactor(store, projector, cfg, clock=clock, runner=runner)),
         PerTerm("scheduler", lambda: Scheduler(nc, store, projector, cfg, clock=clock,

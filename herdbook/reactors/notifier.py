@@ -5,16 +5,29 @@ fails every retry is an event (``node.notification_failed``), shown by ``describ
 drain-status source is configured, DRAINED waits for it to say drained.
 
 The notifier runs on the leader only (a ``PerTerm`` part): one replica sends each
-notification.
+notification. It resumes where the last leader stopped: its position in HERD_EVENTS is
+committed to the KV key ``herd_positions.notifier`` (``events/positions.py``) after each
+notification is done (sent, or its failure recorded), and a new leader (or a restarted
+one) first acts on the node events after that position, read from the log, then on the
+changes the projector folds. So a cordon folded while no replica led reaches the
+workload system once the next leader starts.
+
+Delivery is at least once: a leader killed between a delivery and its commit has the
+next leader send it again. Each notification carries the id of the event that called for
+it (``Idempotency-Key`` header and ``event_id`` in a webhook's body, ``HERD_EVENT_ID`` in
+a command's environment), the same on every resend, so a receiver drops a repeat; Slurm's
+DRAIN and RESUME are idempotent themselves. Notifications of one node are sent in the
+order of its events.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import shlex
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
 
 from herdbook.clock import SYSTEM_CLOCK, Clock
 from herdbook.config import NotifierConfig
@@ -31,13 +44,21 @@ from herdbook.events.node import (
 )
 from herdbook.events.states import Health, Intent
 from herdbook.events.store import EventStore
+from herdbook.events.subjects import printable
 from herdbook.projector.node_view import NodeView
 from herdbook.projector.runner import ProjectorRunner
 from herdbook.reactors.runner import DecideRunner, Decision
 from herdbook.reactors.slurm import Slurm
+from herdbook.reactors.tracking import Progress
 
 log = logging.getLogger(__name__)
 ACTOR = "notifier"
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+COMMIT_INTERVAL = 5.0
+"""How often the position moves past node events that called for nothing (a notification
+done commits at once): a restart then re-reads at most this much of the log."""
+RETRY_READ = 2.0
+STOP_COMMIT_TIMEOUT = 2.0
 
 ACTIONS: dict[type, str] = {NodeCordoned: "cordon", NodeUncordoned: "uncordon",
                             NodeDrainStarted: "drain", NodeUndrained: "undrain"}
@@ -82,10 +103,28 @@ def decide_drained(view: NodeView | None, message: str) -> Decision[NodeEvent] |
         reason=message or "the workload system reports it drained")])
 
 
+class CommittedPosition(Protocol):
+    """Where the notifier's position is kept (``events.positions.KvPosition``)."""
+
+    async def read(self) -> int | None: ...
+
+    async def commit(self, seq: int) -> int: ...
+
+
+EventLog = Callable[[int, int, Callable[[int, AnyEvent], None]], Awaitable[None]]
+"""``(after, through, on_event)``: the node events stored after ``after`` up to
+``through``, in order (``reactors.tracking.node_events``)."""
+
+
 class Notifier:
     def __init__(self, config: NotifierConfig, store: EventStore,
                  projector: ProjectorRunner, *, clock: Clock = SYSTEM_CLOCK,
-                 runner: DecideRunner | None = None) -> None:
+                 runner: DecideRunner | None = None,
+                 position: CommittedPosition | None = None,
+                 events: EventLog | None = None) -> None:
+        """``position`` and ``events``: where the position is committed and the log it
+        resumes from (both, or neither: then it follows the changes from its start on,
+        as a test of one notification wants)."""
         self.config = config
         self._unsubscribe: Callable[[], None] | None = None
         self.runner = runner or DecideRunner(store, projector, clock)
@@ -97,6 +136,19 @@ class Notifier:
         self._poller: asyncio.Task[None] | None = None
         self._client: Any = None
         self._slurm = Slurm(config.slurm) if config.type == "slurm" else None
+        self.position = position
+        self.events = events
+        self.progress: Progress | None = None
+        """None until the position is read and the log after it is dispatched."""
+        self.committed = 0
+        """The position last committed (or read)."""
+        self._resuming = False
+        self._waiting: list[tuple[int, NodeEvent]] = []
+        """Changes folded while resuming, dispatched after the log's."""
+        self._last: dict[str, asyncio.Task[Any]] = {}
+        """Per node, its latest notification: the next one waits for it (order)."""
+        self._commit_now = asyncio.Event()
+        self._background: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
         if self.config.type == "none":
@@ -105,7 +157,17 @@ class Notifier:
             import httpx
             self._client = httpx.AsyncClient(timeout=float(self.config.webhook.timeout),
                                              headers=dict(self.config.webhook.headers))
+        # Subscribed first, at a point the view has folded ``through``: what comes after
+        # is told to ``_on_change``; the log up to it is read by ``_resume``.
         self._unsubscribe = self.projector.nodes.subscribe(self._on_change)
+        if self.position is not None and self.events is not None:
+            self._resuming = True
+            through = self.projector.folded_seq
+            self._background += [
+                asyncio.create_task(self._resume(through), name="notifier-resume"),
+                asyncio.create_task(self._commit_loop(), name="notifier-commit")]
+        else:
+            self.progress = Progress(0)
         if has_drain_status(self.config):
             self._poller = asyncio.create_task(self._poll_drain_status())
 
@@ -113,25 +175,151 @@ class Notifier:
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
-        for task in [*self._tasks, *([self._poller] if self._poller else [])]:
+        tasks = [*self._tasks, *self._background, *([self._poller] if self._poller else [])]
+        for task in tasks:
             task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        # What was done is committed now (not in 5 s): the next leader sends none of it
+        # again. What was cancelled mid-way is not: the next leader sends it.
+        if self.position is not None and self.progress is not None:
+            try:
+                await asyncio.wait_for(self._commit(), STOP_COMMIT_TIMEOUT)
+            except Exception:  # noqa: BLE001 - logged by _commit, or slow: sent again
+                pass
         if self._client is not None:
             await self._client.aclose()
 
+    # following the log -----------------------------------------------------------------
     def _on_change(self, node_id: str, view: NodeView | None, event: NodeEvent) -> None:
-        action = action_for(event)
-        if action is None or view is None:
+        if view is None:
+            return   # deleted: nothing to notify (and no sequence to pass)
+        seq = view.version   # the fold sets it to the sequence of the event just folded
+        if self._resuming:
+            if action_for(event) is not None:
+                self._waiting.append((seq, event))
             return
-        task = asyncio.create_task(self.notify(action, node_id, reason_for(event)))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._take(seq, event)
 
-    async def notify(self, action: str, node_id: str, reason: str) -> bool:
+    def _take(self, seq: int, event: AnyEvent | NodeEvent) -> None:
+        """Node event ``seq``: notified if it calls for it and the node still exists;
+        each sequence once, whether it comes from the log or the live view."""
+        assert self.progress is not None
+        if not self.progress.see(seq):
+            return
+        action = action_for(event)
+        node_id = str(getattr(event, "node_id", ""))
+        if action is None or node_id not in self.projector.nodes:
+            return
+        self.progress.begin(seq)
+        previous = self._last.get(node_id)
+        task = asyncio.create_task(self._deliver(previous, seq, action, node_id,
+                                                 reason_for(event), event.event_id))
+        self._last[node_id] = task
+        self._tasks.add(task)
+
+        def done(task: asyncio.Task[Any]) -> None:
+            self._tasks.discard(task)
+            if self._last.get(node_id) is task:
+                del self._last[node_id]
+        task.add_done_callback(done)
+
+    async def _deliver(self, previous: asyncio.Task[Any] | None, seq: int, action: str,
+                       node_id: str, reason: str, key: str) -> None:
+        if previous is not None:
+            await asyncio.wait([previous])   # one node's notifications in its events' order
+        try:
+            await self.notify(action, node_id, reason, key=key, seq=seq)
+        except Exception as err:  # noqa: BLE001 - recording the failure failed: said, passed
+            log.error("%s notification for %s (event %s): recording its failure failed: %s",
+                      action, printable(node_id), seq, printable(str(err)))
+        assert self.progress is not None
+        self.progress.end(seq)
+        self._commit_now.set()
+
+    async def _resume(self, through: int) -> None:
+        """Read the committed position, act on the node events after it up to
+        ``through`` (what the view had folded at the start), then on what was folded
+        since."""
+        assert self.position is not None and self.events is not None
+        stored = await self._read_position()
+        if stored is None:
+            log.info("no notifier position stored: notifying from HERD_EVENTS sequence %d on",
+                     through + 1)
+            start = through
+        elif stored > through:
+            log.warning("the notifier's position (%d) is past HERD_EVENTS' end (%d): the "
+                        "stream was recreated; notifying from %d on", stored, through,
+                        through + 1)
+            start = through
+        else:
+            start = stored
+        self.committed = start
+        self.progress = Progress(start)
+        if start < through:
+            log.info("notifier resuming after HERD_EVENTS sequence %d (through %d)",
+                     start, through)
+            await self.events(start, through, self._take)
+        # The changes folded meanwhile, after the log's: each sequence once (``see``).
+        self._resuming = False
+        waiting, self._waiting = self._waiting, []
+        for seq, event in waiting:
+            self._take(seq, event)
+        if stored is None or stored > through:
+            self._commit_now.set()   # the position to resume from next time
+
+    async def _read_position(self) -> int | None:
+        assert self.position is not None
+        failing = False
+        while True:
+            try:
+                stored = await self.position.read()
+            except Exception as err:  # noqa: BLE001 - NATS away or the bucket gone: again
+                if not failing:
+                    log.warning("cannot read the notifier's position (retrying every %.0fs;"
+                                " changes wait): %s", RETRY_READ, printable(str(err)))
+                failing = True
+                await asyncio.sleep(RETRY_READ)
+                continue
+            if failing:
+                log.warning("the notifier's position is readable again")
+            return stored
+
+    async def _commit_loop(self) -> None:
+        while True:
+            try:
+                await asyncio.wait_for(self._commit_now.wait(), COMMIT_INTERVAL)
+            except TimeoutError:
+                pass
+            self._commit_now.clear()
+            try:
+                await self._commit()
+            except Exception:  # noqa: BLE001 - logged by _commit: the next round tries again
+                pass
+
+    async def _commit(self) -> None:
+        if self.progress is None or self.position is None:
+            return
+        seq = self.progress.committable
+        if seq <= self.committed:
+            return
+        try:
+            self.committed = max(seq, await self.position.commit(seq))
+        except Exception as err:
+            log.warning("cannot commit the notifier's position %d (a new leader would "
+                        "notify again what came after %d): %s", seq, self.committed,
+                        printable(str(err)))
+            raise
+
+    async def notify(self, action: str, node_id: str, reason: str, *, key: str = "",
+                     seq: int = 0) -> bool:
+        """Send one notification (retried), or record that it failed. ``key``: the id of
+        the event that called for it, sent as the idempotency key; ``seq``: its
+        HERD_EVENTS sequence."""
         attempts = self.config.retries + 1
         error = ""
         for attempt in range(attempts):
             try:
-                await self._send(action, node_id, reason)
+                await self._send(action, node_id, reason, key, seq)
                 self.sent += 1
                 log.info("notified %s of %s", action, node_id)
                 return True
@@ -146,21 +334,28 @@ class Notifier:
             self.projector.nodes.get(node_id), action, error, attempts))
         return False
 
-    async def _send(self, action: str, node_id: str, reason: str) -> None:
+    async def _send(self, action: str, node_id: str, reason: str, key: str = "",
+                    seq: int = 0) -> None:
         if self.config.type == "webhook":
             url = getattr(self.config.webhook, f"{action}_url")
             if url is None:
                 return
-            body = {"event": action, "node_id": node_id, "reason": reason,
-                    "timestamp": self.clock.now().isoformat().replace("+00:00", "Z")}
-            response = await self._client.post(url, json=body)
+            body: dict[str, Any] = {
+                "event": action, "node_id": node_id, "reason": reason,
+                "timestamp": self.clock.now().isoformat().replace("+00:00", "Z")}
+            headers = {}
+            if key:
+                body |= {"event_id": key, "seq": seq}
+                headers[IDEMPOTENCY_HEADER] = key
+            response = await self._client.post(url, json=body, headers=headers)
             if response.status_code >= 400:
                 raise RuntimeError(f"{url} answered {response.status_code}")
         elif self.config.type == "exec":
             template = getattr(self.config.exec, action)
             if template is None:
                 return
-            await self._run(template, node_id, reason)
+            await self._run(template, node_id, reason,
+                            {"HERD_EVENT_ID": key, "HERD_EVENT_SEQ": str(seq)} if key else None)
         elif self._slurm is not None:
             await self._slurm.update(action, self._slurm_name(node_id), reason)
 
@@ -169,10 +364,12 @@ class Notifier:
         view = self.projector.nodes.get(node_id)
         return self._slurm.name(node_id, view.info.labels if view is not None else {})
 
-    async def _run(self, template: str, node_id: str, reason: str) -> str:
+    async def _run(self, template: str, node_id: str, reason: str,
+                   env: dict[str, str] | None = None) -> str:
         command = template.format(node_id=shlex.quote(node_id), reason=shlex.quote(reason))
         proc = await asyncio.create_subprocess_shell(
-            command, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+            command, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+            env=None if env is None else {**os.environ, **env})
         try:
             out, _ = await asyncio.wait_for(proc.communicate(),
                                             float(self.config.exec.timeout))
