@@ -13,7 +13,7 @@ from nats.aio.client import Client as NATS
 
 from herdbook.credentials import NatsAuth, redact
 from herdbook.events.base import Event
-from herdbook.events.store import EventStore
+from herdbook.events.store import ConflictError, EventStore
 from herdbook.nats_connection import connection_callbacks, quiet_errors, server_list
 
 log = logging.getLogger("herdbook.nats")
@@ -45,14 +45,20 @@ async def connect_until_reached(server: str, auth: NatsAuth | None, name: str,
     raise asyncio.CancelledError
 
 
-async def append_until_stored(store: EventStore, event: Event, stop: asyncio.Event) -> None:
+async def append_until_stored(store: EventStore, event: Event, stop: asyncio.Event,
+                              expected_version: int | None = None) -> None:
     """Append until it lands; the event id makes a retry a no-op for the server. Once
-    ``stop`` is set a failure is raised instead."""
+    ``stop`` is set a failure is raised instead. With ``expected_version``, another
+    writer first is a ``ConflictError`` for the caller."""
     delay = 0.5
     while True:
         try:
-            await store.append(event)
+            await store.append(event, expected_version)
             return
+        except ConflictError:
+            if expected_version is not None:
+                raise
+            await asyncio.sleep(delay)
         except Exception as err:  # noqa: BLE001 - keep trying through outages
             if stop.is_set():
                 raise

@@ -19,6 +19,13 @@ from herdbook.agent import boot, gpu, kmsg, wipe
 from herdbook.agent.allocations import AllocationFollower
 from herdbook.agent.connection import append_until_stored, connect_until_reached
 from herdbook.agent.executor import Executor
+from herdbook.agent.fence import (
+    Fence,
+    NodeTakenOver,
+    answer_holder_requests,
+    taken_over_by,
+    this_process,
+)
 from herdbook.agent.info import node_info, resources
 from herdbook.agent.liveness import HeartbeatPace
 from herdbook.agent.protocol import NodeProtocol
@@ -35,7 +42,7 @@ from herdbook.events.heartbeat import Heartbeat
 from herdbook.events.machine import LifecycleTrigger
 from herdbook.events.node import NodeBootStarted, NodeInfo, NodeInfoUpdated, NodeWipeStarted
 from herdbook.events.states import NodeClass
-from herdbook.events.store import EventStore
+from herdbook.events.store import ConflictError, EventStore
 from herdbook.events.subjects import (
     event_subject,
     fingerprint_subject,
@@ -99,8 +106,12 @@ class Agent:
         self.options = options
         self.node_id = validate_id(options.node_id)
         self.state = AgentState(options.state_dir)
+        self.me = this_process()
         self.node = NodeProtocol(self.node_id, actor=f"agent:{self.node_id}",
-                                 seqs=self.state.seq)
+                                 seqs=self.state.seq, agent=self.me)
+        self.own_boots: list[str] = self.state.own_boots()
+        self.taken_over: str | None = None
+        """Why this agent stopped: another agent announced itself for the node."""
         self._own_nc = nc is None
         self.nc = nc
         if nvml is None and options.fake_gpus is not None:
@@ -154,9 +165,8 @@ class Agent:
         store = self._store = EventStore(self.nc.jetstream(), direct=True)
         self.info = self.collect_info()
         self.reports.fingerprint = boot.fingerprint(self.nvml)
-        if not await register(self.nc, self.node, self.state, self.info,
-                              lambda event: self._append(store, event)):
-            await self._append(store, self.node.boot_started())
+        self._remember_boot()
+        holder = await self._claim_and_announce(store)
         self.registered.set()
 
         async def on_boot_started(msg: Any) -> None:
@@ -164,6 +174,8 @@ class Agent:
 
         reboots = await self.nc.subscribe(event_subject("node", self.node_id, "boot_started"),
                                           cb=on_boot_started)
+        registrations = await self.nc.subscribe(
+            event_subject("node", self.node_id, "registered"), cb=self._on_announced)
         injections = await self.nc.subscribe(inject_subject(self.node_id), cb=self.reports.on_inject)
 
         async def on_wipe(msg: Any) -> None:
@@ -192,7 +204,7 @@ class Agent:
         try:
             await self._stop.wait()
         finally:
-            for sub in (reboots, injections, wipes, requests):
+            for sub in (holder, reboots, registrations, injections, wipes, requests):
                 try:
                     await sub.unsubscribe()
                 except Exception:  # noqa: BLE001 - the connection is gone already
@@ -212,6 +224,65 @@ class Agent:
 
     async def stop(self) -> None:
         self._stop.set()
+
+    async def _claim_and_announce(self, store: EventStore) -> Any:
+        """Claim the node id (``agent/fence.py``: refused with ``NodeHeld`` when another
+        live agent holds it), then announce this boot expecting what the claim saw; a
+        writer in between (another agent announcing) makes it claim again. Returns the
+        subscription that answers later claimants."""
+        assert self.nc is not None and self.info is not None
+        fence = Fence(self.nc, self.node_id, self.me, self.own_boots,
+                      timeout=self._heartbeat_timeout)
+        holder = None
+        try:
+            while True:
+                last = await fence.claim()
+                if holder is None:
+                    holder = await answer_holder_requests(self.nc, self.node_id,
+                                                          lambda: self.boot_id, self.me)
+                try:
+                    await register(self.node, self.state, self.info, last,
+                                   lambda event, version: self._append(store, event, version))
+                    return holder
+                except ConflictError:
+                    log.info("%s: the node changed while this agent claimed it; claiming "
+                             "again", self.node_id)
+        except BaseException:
+            if holder is not None:
+                await holder.unsubscribe()
+            raise
+
+    def _heartbeat_timeout(self) -> float:
+        """The control plane's heartbeat timeout for this node's class (what the fence
+        waits a silent holder out for); three heartbeat intervals while none is known."""
+        settings = self.pace.settings
+        timeout = None if settings is None else settings.timeout(self.options.node_class.value)
+        return timeout if timeout else 3 * self.pace.interval
+
+    def _remember_boot(self) -> None:
+        """Keep this boot among the state dir's own before it is announced or heartbeats:
+        a restarted agent then knows the stored heartbeat of it as its own."""
+        boot_id = self.node.boot_id
+        self.own_boots[:0] = [boot_id]
+        try:
+            self.state.remember_boot(boot_id)
+        except OSError as err:
+            log.warning("%s: boot %s not remembered in the state dir (%s): a restart within "
+                        "the heartbeat timeout will wait that long for it", self.node_id,
+                        boot_id, err)
+
+    async def _on_announced(self, msg: Any) -> None:
+        """Another agent announced a boot of this node (it took the node over while this
+        one was cut off for longer than the heartbeat timeout): stop, saying so."""
+        try:
+            event = bind_event(msg.subject, msg.data)
+        except Unvouched:
+            return
+        why = taken_over_by(event, self.own_boots)
+        if why is not None and self.taken_over is None:
+            self.taken_over = why
+            log.error("%s", why)
+            self._stop.set()
 
     def _kernel_log(self) -> kmsg.KernelLog | None:
         """The kernel log monitor, if one is configured and its source can be read."""
@@ -268,12 +339,17 @@ class Agent:
             event = bind_event(msg.subject, msg.data)
         except Unvouched:
             return
-        if isinstance(event, NodeBootStarted) and event.trigger == LifecycleTrigger.REBOOT:
-            log.info("%s: reboot requested by %s; running the boot check", self.node_id,
-                     event.actor)
-            self.node.new_boot()
-            self.reports.new_boot()
-            asyncio.create_task(self._boot_checks(store))
+        if not isinstance(event, NodeBootStarted):
+            return
+        if event.trigger != LifecycleTrigger.REBOOT:
+            await self._on_announced(msg)
+            return
+        log.info("%s: reboot requested by %s; running the boot check", self.node_id,
+                 event.actor)
+        self.node.new_boot()
+        self._remember_boot()
+        self.reports.new_boot()
+        asyncio.create_task(self._boot_checks(store))
 
     @property
     def actor(self) -> str:
@@ -283,8 +359,9 @@ class Agent:
     def boot_id(self) -> str:
         return self.node.boot_id
 
-    async def _append(self, store: EventStore, event: Event) -> None:
-        await append_until_stored(store, event, self._stop)
+    async def _append(self, store: EventStore, event: Event,
+                      expected_version: int | None = None) -> None:
+        await append_until_stored(store, event, self._stop, expected_version)
 
     async def send_resources(self) -> None:
         assert self.nc is not None
@@ -349,3 +426,5 @@ async def run_agent(options: AgentOptions) -> None:
         if not stopped_by_signal(agent._stop, err):
             raise
         agent.executor.shutdown()
+    if agent.taken_over is not None:
+        raise NodeTakenOver(agent.taken_over)

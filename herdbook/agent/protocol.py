@@ -25,7 +25,7 @@ from typing import Protocol
 from nats.aio.client import Client as NATS
 
 from herdbook.events.codec import encode
-from herdbook.events.heartbeat import Heartbeat
+from herdbook.events.heartbeat import AgentId, Heartbeat
 from herdbook.events.machine import LifecycleTrigger
 from herdbook.events.node import NodeBootChecked, NodeBootStarted, NodeInfo, NodeRegistered
 from herdbook.events.states import NodeType
@@ -74,6 +74,9 @@ class NodeProtocol:
     actor: str
     seqs: Sequence
     boot_id: str = field(default_factory=new_boot_id)
+    agent: AgentId | None = None
+    """The process speaking (the real agent names its host and pid; simulated nodes
+    need not)."""
 
     def new_boot(self) -> str:
         """A restart or a reboot: later messages carry a new boot id (announce it)."""
@@ -83,12 +86,15 @@ class NodeProtocol:
     def registered(self, info: NodeInfo,
                    node_type: NodeType = NodeType.COMPUTE) -> NodeRegistered:
         return NodeRegistered(node_id=self.node_id, node_type=node_type,
-                              boot_id=self.boot_id, info=info, actor=self.actor)
+                              boot_id=self.boot_id, info=info, actor=self.actor,
+                              agent=self.agent)
 
     def boot_started(self, reason: str = "agent started",
                      trigger: LifecycleTrigger = LifecycleTrigger.AGENT_STARTED) -> NodeBootStarted:
         return NodeBootStarted(node_id=self.node_id, boot_id=self.boot_id, actor=self.actor,
-                               trigger=trigger.value, reason=reason)
+                               trigger=trigger.value, reason=reason,
+                               agent=self.agent if trigger is LifecycleTrigger.AGENT_STARTED
+                               else None)
 
     def boot_checked(self, checks: dict[str, str]) -> NodeBootChecked:
         """Every check by name, "ok" or what failed; passed when all are "ok"."""
@@ -104,7 +110,7 @@ class NodeProtocol:
                          seq=next_seq(self.seqs), sent_at=time.time(), gpu_count=gpu_count,
                          max_temp_c=max_temp_c, ecc_sbe=ecc_sbe, ecc_dbe=ecc_dbe,
                          running_allocs=running_allocs, reattaching=reattaching,
-                         fingerprint=fingerprint, interval=interval)
+                         fingerprint=fingerprint, interval=interval, agent=self.agent)
 
 
 async def send_heartbeat(nc: NATS, heartbeat: Heartbeat) -> None:

@@ -11,6 +11,10 @@ from herdbook.files import write_atomic
 
 SENTINEL = "registered.json"
 SEQ_FILE = "heartbeat-seq"
+BOOTS_FILE = "boots.json"
+MAX_BOOTS = 16
+"""The boots this state dir started that it remembers: a stored heartbeat of one of them
+is this agent's own, restarted (``agent/fence.py``)."""
 
 
 class SeqAllocator:
@@ -56,3 +60,17 @@ class AgentState:
         write_atomic(self.dir / SENTINEL, json.dumps(
             {"node_id": node_id, "event_id": event_id, "info_hash": info_hash,
              "gpus": gpus}) + "\n")
+
+    def own_boots(self) -> list[str]:
+        """The boot ids this state dir started, newest first."""
+        try:
+            data = json.loads((self.dir / BOOTS_FILE).read_text())
+        except (FileNotFoundError, ValueError):
+            return []
+        return [b for b in data if isinstance(b, str)] if isinstance(data, list) else []
+
+    def remember_boot(self, boot_id: str) -> list[str]:
+        """Record a boot before it is announced or heartbeats; return the boots known."""
+        boots = [boot_id, *(b for b in self.own_boots() if b != boot_id)][:MAX_BOOTS]
+        write_atomic(self.dir / BOOTS_FILE, json.dumps(boots) + "\n")
+        return boots

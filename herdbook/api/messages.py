@@ -276,6 +276,10 @@ class NodeDescription(NodeDetail, frozen=True, kw_only=True):
     heartbeat_interval: float | None = None
     heartbeat_timeout: float | None = None
     heartbeat_warning: str | None = None
+    agent: str | None = None
+    """The agent process that announced the node's current boot: host, pid, since when."""
+    agent_conflict: str | None = None
+    """Set while two agents heartbeat for this node id (one must be stopped)."""
 
 
 class CommandResult(_Reply, frozen=True, kw_only=True):

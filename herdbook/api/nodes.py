@@ -45,6 +45,7 @@ from herdbook.events.subjects import HEARTBEATS_STREAM, resources_subject
 from herdbook.projector.node_view import NodeView
 from herdbook.projector.runner import ProjectorRunner
 from herdbook.reactors import intents
+from herdbook.reactors.heartbeats import NodeBeat
 from herdbook.reactors.membership import decide_approve, decide_delete, decide_reject
 from herdbook.reactors.runner import Context, DecideRunner
 from herdbook.reactors.sweeper import Sweeper
@@ -223,7 +224,9 @@ class NodeRoutes:
                                heartbeat=heartbeat, resources=resources,
                                heartbeat_interval=interval, heartbeat_timeout=timeout,
                                heartbeat_warning=None if interval is None
-                               else interval_warning(interval, timeout))
+                               else interval_warning(interval, timeout),
+                               agent=_agent_text(view, beat),
+                               agent_conflict=self.sweeper.agent_conflict(view))
 
     async def node_conformance(self, data: bytes) -> Page[dict[str, Any]]:
         """The fleet grouped by conformance fingerprint, per pool, with what drifted."""
@@ -280,3 +283,10 @@ class NodeRoutes:
             heartbeat_timeout=self.sweeper.timeouts(view).heartbeat_timeout,
             gpu_count=None if beat is None else beat.gpu_count,
             fingerprint=None if beat is None else beat.fingerprint)
+
+
+def _agent_text(view: NodeView, beat: NodeBeat | None) -> str | None:
+    """Who speaks for the node: the process of its last counted heartbeat, else the one
+    that announced its boot."""
+    agent = beat.agent if beat is not None and beat.agent is not None else view.agent
+    return None if agent is None else agent.describe()

@@ -115,10 +115,10 @@ def agent(
         kmsg = check_source(kmsg_source or ("off" if fake_gpus is not None else KMSG))
     except ValueError as err:
         raise client.fail(str(err), client.EXIT_USAGE) from None
-    from herdbook.agent.state import SENTINEL, SEQ_FILE
+    from herdbook.agent.state import BOOTS_FILE, SENTINEL, SEQ_FILE
     from herdbook.agent.workload_state import STATE_FILE
     usable_dir(state_dir, "--state-dir")
-    plain_files(state_dir, (SEQ_FILE, SENTINEL) + (() if state_file else (STATE_FILE,)),
+    plain_files(state_dir, (SEQ_FILE, SENTINEL, BOOTS_FILE) + (() if state_file else (STATE_FILE,)),
                 "--state-dir")
     if state_file:
         writable_file(state_file, "--state-file")
@@ -131,10 +131,14 @@ def agent(
         fingerprint_interval=fingerprint_interval, wipe_config=wipe_config, auth=auth,
         kmsg_source=kmsg)
     setup_logging(log_level)
+    from herdbook.agent.fence import NodeHeld, NodeTakenOver
     try:
         asyncio.run(run_agent(options))
     except KeyboardInterrupt:
         pass
+    except (NodeHeld, NodeTakenOver) as err:
+        # One node id, one live agent: the newcomer (or the one replaced) says why.
+        raise client.fail(safe(str(err)), client.EXIT_REFUSED) from None
 
 
 @agent_app.command("inject")

@@ -135,6 +135,17 @@ class ControlPlaneCollector(Collector):
         yield CounterMetricFamily("herd_sweeper_detections_total",
                                   "Events the liveness sweeper appended since start.",
                                   sweeper.detections)
+        conflicts = sweeper.agent_conflicts()
+        yield GaugeMetricFamily("herd_agent_conflicts",
+                                "Nodes for which two agents heartbeat now (one node id, two "
+                                "processes: stop one; `herd node describe` names both).",
+                                len(conflicts))
+        conflicted = GaugeMetricFamily("herd_node_agent_conflict",
+                                       "1 for each node two agents heartbeat for now.",
+                                       labels=["node"])
+        for node_id in sorted(conflicts):
+            conflicted.add_metric([node_id], 1)
+        yield conflicted
         yield CounterMetricFamily(
             "herd_heartbeat_replays_dropped_total",
             "Heartbeats dropped as replays (an old sequence number) since start.",

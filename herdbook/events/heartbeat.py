@@ -2,7 +2,25 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+from typing import Annotated
+
 import msgspec
+
+
+class AgentId(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Which process speaks for a node: the agent's host, pid and start time (its own
+    clock, shown only). One node id has one live agent (DESIGN §9): a second one started
+    for the same id is refused with this, naming the holder (``agent/fence.py``)."""
+
+    host: Annotated[str, msgspec.Meta(max_length=255)] = ""
+    pid: int = 0
+    since: float = 0.0
+
+    def describe(self) -> str:
+        when = (datetime.fromtimestamp(self.since, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+                if self.since else "an unknown time")
+        return f"host {self.host or '?'}, pid {self.pid or '?'}, since {when}"
 
 
 class Heartbeat(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -22,6 +40,9 @@ class Heartbeat(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     reattaching: bool = False
     interval: float | None = None
     """The agent's heartbeat interval in seconds (shown by `herd node describe`)."""
+    agent: AgentId | None = None
+    """The process sending it: what a second agent for this node id is told, and what the
+    control plane names when two agents heartbeat for one node."""
 
 
 class NodeResources(msgspec.Struct, frozen=True, kw_only=True):

@@ -7,6 +7,7 @@ from typing import ClassVar
 import msgspec
 
 from herdbook.events.base import Event
+from herdbook.events.heartbeat import AgentId
 from herdbook.events.states import NodeClass, NodeType
 
 
@@ -49,9 +50,15 @@ class NodeEvent(Event, frozen=True, kw_only=True):
 
 # membership
 class NodeRegistered(NodeEvent, frozen=True, kw_only=True, tag="node.registered"):
+    """The agent's first announcement. Registering a node the view already holds (a new
+    state dir, a replacement machine) keeps the node's labels: the registration's own
+    labels are added over them, none is dropped (``projector/node_view.py``)."""
+
     node_type: NodeType = NodeType.COMPUTE
     boot_id: str = ""
     info: NodeInfo = NodeInfo()
+    agent: AgentId | None = None
+    """The agent process that registered (host, pid, start)."""
 
 
 class NodeInfoUpdated(NodeEvent, frozen=True, kw_only=True, tag="node.info_updated"):
@@ -107,6 +114,8 @@ class NodeBootStarted(NodeEvent, frozen=True, kw_only=True, tag="node.boot_start
     trigger: str = "agent_started"
     boot_id: str = ""
     reason: str = ""
+    agent: AgentId | None = None
+    """The agent process that started (trigger agent_started)."""
 
 
 class NodeBootChecked(NodeEvent, frozen=True, kw_only=True, tag="node.boot_checked"):

@@ -64,6 +64,11 @@ def inject_subject(node_id: str) -> str:
     return f"herd.agent.{validate_id(node_id)}.inject"
 
 
+def holder_subject(node_id: str) -> str:
+    """Ask which agent holds a node id (request/reply, no stream; ``agent/fence.py``)."""
+    return f"herd.agent.{validate_id(node_id)}.holder"
+
+
 def fingerprint_subject(node_id: str) -> str:
     """Ask one agent to recompute its conformance fingerprint (request/reply, no stream)."""
     return f"herd.agent.{validate_id(node_id)}.fingerprint"

@@ -38,7 +38,15 @@ import msgspec
 
 from herdbook.events.authority import agent_publish_subjects
 from herdbook.events.liveness import LIVENESS_READ
-from herdbook.events.subjects import EVENTS_STREAM, aggregate_filter, sync_subject, validate_id
+from herdbook.events.subjects import (
+    EVENTS_STREAM,
+    HEARTBEATS_STREAM,
+    aggregate_filter,
+    heartbeat_subject,
+    holder_subject,
+    sync_subject,
+    validate_id,
+)
 from herdbook.reactors.scheduler import CONSUMER as SCHEDULER_CONSUMER
 
 CONTROL_USER = "herd-control"
@@ -104,9 +112,11 @@ def agent_permissions(node_id: str) -> dict[str, Any]:
     """Publish: exactly the stream subjects ``events.authority`` lets this node's agent
     write (its heartbeat, resources, health, and the node and allocation events an agent
     writes, on its own subjects only); the last event of its own node (to chain the next
-    one), with the subject in the API subject so it cannot ask for another's; and its
-    catch-up request (``herd.sync.<self>.allocs``, answered by the control plane with its
-    own allocation events); the control plane's liveness settings (``events.liveness``).
+    one), with the subject in the API subject so it cannot ask for another's; its own last
+    heartbeat and the holder request of its own node id (``agent/fence.py``: is another
+    agent running for it?); and its catch-up request (``herd.sync.<self>.allocs``,
+    answered by the control plane with its own allocation events); the control plane's
+    liveness settings (``events.liveness``).
     No JetStream consumer at all, so no consumer of anyone else.
     Subscribe: requests addressed to it, its own node's and allocations' events, its own
     inbox. Replies to requests it received (``allow_responses``) need no publish right."""
@@ -115,6 +125,8 @@ def agent_permissions(node_id: str) -> dict[str, Any]:
     publish = [
         *agent_publish_subjects(nid),
         f"$JS.API.DIRECT.GET.{EVENTS_STREAM}.{aggregate_filter('node', nid)}",
+        f"$JS.API.DIRECT.GET.{HEARTBEATS_STREAM}.{heartbeat_subject(nid)}",
+        holder_subject(nid),
         sync_subject(nid),
         LIVENESS_READ,
     ]

@@ -17,6 +17,7 @@ from msgspec.structs import replace
 from herdbook.events.breaker import NodeActionHeld
 from herdbook.events.codec import AnyNodeEvent
 from herdbook.events.health_report import NodeHealthChanged
+from herdbook.events.heartbeat import AgentId
 from herdbook.events.machine import LifecycleTrigger as Trigger
 from herdbook.events.machine import next_lifecycle
 from herdbook.events.node import (
@@ -104,6 +105,8 @@ class NodeView(msgspec.Struct, frozen=True, kw_only=True):
     held: str = ""
     """The kind of the last automatic action the circuit breaker held (``node.action_held``)."""
     held_at: datetime | None = None
+    agent: AgentId | None = None
+    """The agent process that announced the node's current boot (host, pid, start)."""
     version: int = 0
 
     @property
@@ -145,6 +148,8 @@ def apply(view: NodeView | None, event: AnyNodeEvent, seq: int) -> NodeView | No
         case NodeBootStarted(trigger=trigger, boot_id=boot_id, reason=reason):
             target = next_lifecycle(view.lifecycle, Trigger(trigger)) or view.lifecycle
             view = _lifecycle(view, target, reason or trigger, event.at, boot_id)
+            if event.agent is not None:
+                view = replace(view, agent=event.agent)
             return replace(view, boot_failures=0) if trigger == Trigger.REBOOT else view
         case NodeBootChecked(passed=True, checks=checks, boot_id=boot_id):
             target = next_lifecycle(view.lifecycle, Trigger.BOOT_PASSED) or view.lifecycle
@@ -297,12 +302,19 @@ def _registered(view: NodeView | None, event: NodeRegistered, seq: int) -> NodeV
             lifecycle=Lifecycle.BOOTING, info=event.info, boot_id=event.boot_id,
             registered_at=event.at, updated_at=event.at, lifecycle_at=event.at,
             lifecycle_reason="registered", last_event=event.event_name, version=seq,
+            agent=event.agent,
         )
     # Registering again keeps the approval decision: a REJECTED node stays REJECTED.
+    # It keeps the labels too: an agent on a new state dir or a replacement machine adds
+    # its own over them and drops none (``node.info_updated`` replaces them: that is an
+    # agent whose --labels changed).
     # The agent started: BOOTING, unless the node is beyond that (TERMINATED, ...).
     target = next_lifecycle(view.lifecycle, Trigger.AGENT_STARTED)
-    view = replace(view, type=event.node_type, info=event.info, updated_at=event.at,
-                   last_event=event.event_name, version=seq)
+    info = event.info
+    if view.info.labels:
+        info = replace(info, labels={**view.info.labels, **info.labels})
+    view = replace(view, type=event.node_type, info=info, updated_at=event.at,
+                   last_event=event.event_name, version=seq, agent=event.agent)
     if target is None:
         return view
     return _lifecycle(view, target, "registered again", event.at, event.boot_id)

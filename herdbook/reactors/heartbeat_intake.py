@@ -30,7 +30,7 @@ from herdbook.events.feed import StreamFeed
 from herdbook.events.heartbeat import Heartbeat
 from herdbook.events.subjects import CLOCK_PROBE_SUBJECT, HEARTBEATS_STREAM, ID_PATTERN
 from herdbook.projector.node_view import NodeView
-from herdbook.reactors.heartbeats import NodeBeat, Verdict, is_newer, judge
+from herdbook.reactors.heartbeats import AgentConflict, NodeBeat, Verdict, is_newer, judge
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +64,8 @@ def record(beat: NodeBeat | None, hb: Heartbeat, observed: float) -> NodeBeat:
     beat.reattaching = hb.reattaching
     beat.gpu_count = hb.gpu_count
     beat.interval = hb.interval
+    if hb.agent is not None:
+        beat.agent = hb.agent
     if hb.fingerprint:
         beat.fingerprint = hb.fingerprint
     return beat
@@ -90,6 +92,9 @@ class HeartbeatIntake:
         self.unannounced: dict[str, tuple[Heartbeat, float]] = {}
         """The latest heartbeat of an unannounced boot per known node, with when it was
         observed: accepted if its boot's announcement is folded after it (a race)."""
+        self.conflicts: dict[str, AgentConflict] = {}
+        """Per known node, the last other boot whose heartbeats were dropped while the
+        current one's count (``AgentConflict``): one entry per node at most."""
         self.probe_time: datetime | None = None
         self.probe_clock = 0.0
         self._sub: Any = None
@@ -162,18 +167,56 @@ class HeartbeatIntake:
         verdict = judge(beat, view.boot_id, hb.boot_id, hb.seq)
         if verdict is Verdict.REPLAY:
             self.replays_dropped += 1
+            self._other_boot(node_id, beat, hb, observed)
             return verdict
         if verdict is Verdict.UNANNOUNCED_BOOT:
             self.unannounced_dropped += 1
             self.unannounced[node_id] = (hb, observed)
+            self._other_boot(node_id, beat, hb, observed)
             return verdict
         self.accepted += 1
         beat = self.beats[node_id] = record(beat, hb, observed)
+        conflict = self.conflicts.get(node_id)
+        if conflict is not None and conflict.boot_id == hb.boot_id:
+            del self.conflicts[node_id]    # that boot counts now: it was announced
         pending = self.unannounced.get(node_id)
         if pending is not None and not is_newer(beat, pending[0].boot_id, pending[0].seq):
             del self.unannounced[node_id]   # of this boot or an older one: stale
         self.on_counted(node_id, view)
         return verdict
+
+    def _other_boot(self, node_id: str, beat: NodeBeat | None, hb: Heartbeat,
+                    observed: float) -> None:
+        """A dropped heartbeat of another boot than the current one: remembered as a
+        possible second agent for the node (``AgentConflict``)."""
+        if beat is None or not beat.boot_id or hb.boot_id == beat.boot_id:
+            return
+        conflict = self.conflicts.get(node_id)
+        if conflict is None or conflict.boot_id != hb.boot_id:
+            conflict = self.conflicts[node_id] = AgentConflict(
+                boot_id=hb.boot_id, agent=hb.agent, first_seen=observed, last_seen=observed)
+        conflict.last_seen = max(conflict.last_seen, observed)
+        conflict.dropped += 1
+        if hb.agent is not None:
+            conflict.agent = hb.agent
+
+    def agent_conflict(self, node_id: str, window: float) -> str | None:
+        """Why the node has two live agents now (heard within ``window``), or None. Logged
+        once per conflict, as a WARNING: neither log may stay silent about it."""
+        conflict = self.conflicts.get(node_id)
+        if conflict is None:
+            return None
+        beat = self.beats.get(node_id)
+        now = self.clock.monotonic()
+        if not conflict.active(beat, now, window):
+            if now - conflict.last_seen > window:
+                del self.conflicts[node_id]    # over: the other agent stopped
+            return None
+        why = conflict.describe(beat)
+        if not conflict.logged:
+            conflict.logged = True
+            log.warning("%s: %s", node_id, why)
+        return why
 
     def known(self, node_id: str, view: NodeView) -> None:
         """The node is in the view (it registered, or changed): a node never heard from
@@ -189,6 +232,7 @@ class HeartbeatIntake:
         """The node left the view (deleted): nothing of it is kept."""
         self.beats.pop(node_id, None)
         self.unannounced.pop(node_id, None)
+        self.conflicts.pop(node_id, None)
 
     def heartbeat_age(self, node_id: str) -> float | None:
         beat = self.beats.get(node_id)

@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
+from herdbook.events.heartbeat import AgentId
+
 
 @dataclass
 class NodeBeat:
@@ -30,6 +32,37 @@ class NodeBeat:
     fingerprint: str | None = None
     reattaching: bool = False
     interval: float | None = None   # the agent's heartbeat interval, as it reports it
+    agent: AgentId | None = None    # the process that sent it
+
+
+@dataclass
+class AgentConflict:
+    """Heartbeats of another boot than the node's current one, dropped while the current
+    one is alive: two agents speak for one node id (DESIGN §9, ``agent/fence.py`` keeps a
+    second one out; this is what is left when it could not: an agent older than the
+    fence, or one cut off for longer than the timeout and replaced)."""
+
+    boot_id: str
+    agent: AgentId | None
+    first_seen: float
+    last_seen: float
+    dropped: int = 0
+    logged: bool = False
+
+    def active(self, beat: NodeBeat | None, now: float, window: float) -> bool:
+        """Both agents spoke within ``window``: this one twice or more, the current one
+        after this one was first heard (a restart's last stray heartbeat is not a
+        conflict, nor is a new boot heard before its announcement was folded)."""
+        return (self.dropped >= 2 and now - self.last_seen <= window and beat is not None
+                and beat.boot_id != self.boot_id and beat.last_seen > self.first_seen
+                and now - beat.last_seen <= window)
+
+    def describe(self, beat: NodeBeat | None) -> str:
+        other = self.agent.describe() if self.agent is not None else f"boot {self.boot_id}"
+        current = (beat.agent.describe() if beat is not None and beat.agent is not None
+                   else f"boot {beat.boot_id if beat is not None else '?'}")
+        return (f"two agents heartbeat for this node: the current one ({current}) and "
+                f"another ({other}), whose {self.dropped} heartbeats were dropped; stop one")
 
 
 class Verdict(Enum):

@@ -110,6 +110,19 @@ class Sweeper:
         await self.declarations.stop()
 
     # what the heartbeats tell (reactors.heartbeat_intake) ----------------------------
+    def agent_conflict(self, view: NodeView) -> str | None:
+        """Why two agents speak for this node now, or None (``AgentConflict``)."""
+        return self.intake.agent_conflict(view.id, self.timeouts(view).heartbeat_timeout)
+
+    def agent_conflicts(self) -> dict[str, str]:
+        """Every node with two live agents now, and why."""
+        out: dict[str, str] = {}
+        for node_id in list(self.intake.conflicts):
+            view = self.projector.nodes.get(node_id)
+            if view is not None and (why := self.agent_conflict(view)) is not None:
+                out[node_id] = why
+        return out
+
     @property
     def beats(self) -> dict[str, NodeBeat]:
         return self.intake.beats
@@ -212,6 +225,7 @@ class Sweeper:
             await asyncio.sleep(interval)
             try:
                 self.wake(asleep_since, interval)
+                self.agent_conflicts()   # logs a new one: two agents for one node
             except Exception as err:
                 self._log_sweep_error("sweep failed", err)
             asleep_since = self.clock.monotonic()

@@ -48,7 +48,7 @@ def test_agent_permissions_are_generated_from_the_table() -> None:
     table = agent_publish_subjects("n1")
     assert set(table) <= set(perms)
     assert [p for p in perms if p.startswith("herd.") and p not in table] == [
-        "herd.sync.n1.allocs"]
+        "herd.agent.n1.holder", "herd.sync.n1.allocs"]
     assert "herd.node.n1.approved" not in table and "herd.alloc.n1.*.placed" not in table
 
 

@@ -46,6 +46,7 @@ def test_an_agent_publishes_only_its_own_subjects_and_agent_events() -> None:
                     "wiped", "wipe_failed")
     for subject in ("herd.hb.gpu-1", "herd.res.gpu-1", "herd.health.gpu-1",
                     "herd.sync.gpu-1.allocs", "$JS.API.DIRECT.GET.HERD_EVENTS.herd.node.gpu-1.>",
+                    "herd.agent.gpu-1.holder", "$JS.API.DIRECT.GET.HERD_HEARTBEATS.herd.hb.gpu-1",
                     *(f"herd.node.gpu-1.{e}" for e in agent_events),
                     *(f"herd.alloc.gpu-1.a1.{e}" for e in ("running", "completed", "failed",
                                                            "stopped", "lost"))):
@@ -64,6 +65,9 @@ def test_an_agent_publishes_only_its_own_subjects_and_agent_events() -> None:
                     "$JS.API.STREAM.MSG.GET.HERD_EVENTS", "$JS.API.DIRECT.GET.HERD_EVENTS",
                     "$JS.API.DIRECT.GET.HERD_EVENTS.herd.node.other.>",
                     "herd.sync.other.allocs", "herd.alloc.gpu-1.a1.placed",
+                    "herd.agent.other.holder", "herd.agent.gpu-1.inject",
+                    "$JS.API.DIRECT.GET.HERD_HEARTBEATS.herd.hb.other",
+                    "$JS.API.DIRECT.GET.HERD_HEARTBEATS",
                     "herd.alloc.gpu-1.a1.stop_requested", "herd.node.gpu-1.boot_checked.x"):
         assert not allowed(perms, "publish", subject), subject
     assert allowed(perms, "subscribe", "herd.agent.gpu-1.inject")
