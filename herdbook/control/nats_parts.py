@@ -16,6 +16,8 @@ from nats.js.errors import BadRequestError, NotFoundError
 from herdbook.clock import Clock
 from herdbook.control.errors import StartupError
 from herdbook.credentials import CredentialsError, NatsAuth, redact
+from herdbook.events import nats_private
+from herdbook.events.backlog_reader import sid_routes
 from herdbook.events.streams import all_streams
 from herdbook.nats_connection import connection_callbacks, quiet_errors, server_list
 from herdbook.natsd.server import EmbeddedNats, NatsServerError
@@ -164,7 +166,8 @@ class NatsConnection:
                                   error_cb=quiet_errors, **connection_callbacks(), **options)
         except Exception as err:
             raise StartupError(f"cannot connect to NATS at {redact(self.url)}: {err}") from err
-        check_server_version(str(self.nc._server_info.get("version", "")))
+        check_server_version(nats_private.server_version(self.nc))
+        await nats_private.self_check(self.nc, sid_routes)   # one WARNING, public path if not
         await create_or_update(self.nc, self.streams)
 
     async def stop(self) -> None:

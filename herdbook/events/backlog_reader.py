@@ -13,9 +13,12 @@ reconnect, under the same sid) and registers that sid with the client's protocol
 which is given one fast path once (``_NarrowParser``): a whole MSG/HMSG frame for a
 registered sid goes to the reader as raw ``(subject, reply, data, headers)``; other
 messages go where nats-py's parser sends them (``_process_msg``), other lines through
-that parser itself, and with no reader registered it runs alone. This leans on two
-private names of nats-py 2.x (``Client._ps``, ``Client._process_msg``);
-tests/unit/test_backlog_parser.py and tests/integration/test_backlog_reader.py pin it.
+that parser itself, and with no reader registered it runs alone. This leans on private
+parts of nats-py 2.16 (``Client._ps``, ``Client._process_msg``, ``Subscription._id``), all
+reached through ``nats_private``, which checks them first: where they are not as
+expected (or ``HERD_NATS_PRIVATE=off``) the reader takes its deliveries as ``Msg``
+through a subscription callback instead (slower, the same messages);
+tests/unit/test_backlog_parser.py and tests/integration/test_backlog_reader.py pin both.
 The reader pulls from an ephemeral consumer at most ``2 * batch`` ahead of the callback.
 
 Most frames never reach a per-frame route: a run of whole deliveries of the reader's
@@ -45,8 +48,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any, NamedTuple, cast
 
 from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from nats.protocol.parser import AWAITING_CONTROL_LINE, Parser
+
+from herdbook.events import nats_private
+from herdbook.events.nats_private import AWAITING_CONTROL_LINE, ParserBase
 
 _c_cut: Callable[[bytearray, int, bytes], tuple[Frames, int, int]] | None
 try:   # optional: built where the package was installed with a C compiler (setup.py)
@@ -134,7 +140,7 @@ def _cut_py(buf: bytearray, pos: int, run: Run) -> tuple[Frames, int, int]:
     return frames, int(pending), pos
 
 
-class _NarrowParser(Parser):
+class _NarrowParser(ParserBase):  # type: ignore[misc]
     """nats-py's parser with one fast path: a complete MSG/HMSG frame is cut out with
     ``find`` and ``split`` (no regex) and, for a routed sid, handed to its route as raw
     bytes; any other frame goes where nats-py sends it (``_process_msg``), and any other
@@ -200,7 +206,8 @@ class _NarrowParser(Parser):
                 else:
                     headers = bytes(buf[start:start + header_size]) if header_size else None
                     pos = start + size + 2
-                    await self.nc._process_msg(sid, bytes(args[0]), reply, body, headers)
+                    await nats_private.process_msg(self.nc)(sid, bytes(args[0]), reply, body,
+                                                            headers)
                 if buf is not self.buf:
                     return   # reset by a reconnect meanwhile: the rest is stale
         finally:
@@ -231,12 +238,11 @@ def _batches(nc: NATS) -> dict[int, Run]:
 
 
 def _parser(nc: NATS) -> _NarrowParser:
-    parser = nc._ps
-    if not isinstance(parser, _NarrowParser):
-        parser.__class__ = _NarrowParser
-        cast(_NarrowParser, parser).routes = {}
-        cast(_NarrowParser, parser).batches = {}
-    return cast(_NarrowParser, parser)
+    parser = cast(_NarrowParser, nats_private.install_parser(nc, _NarrowParser))
+    if getattr(parser, "routes", None) is None:
+        parser.routes = {}
+        parser.batches = {}
+    return parser
 
 
 class BacklogReader:
@@ -272,9 +278,16 @@ class BacklogReader:
         reader and is raised here."""
         if self.last_seq >= self.end_seq:
             return self.last_seq
-        self._sub = await self.nc.subscribe(self.nc.new_inbox())
-        routes, batches = sid_routes(self.nc), _batches(self.nc)
-        sid = self._sub._id
+        narrow = nats_private.enabled()
+        routes: dict[int, Route] = {}
+        batches: dict[int, Run] = {}
+        if narrow:
+            self._sub = await self.nc.subscribe(self.nc.new_inbox())
+            routes, batches = sid_routes(self.nc), _batches(self.nc)
+        else:   # nats-py's own parser and a Msg per delivery (nats_private)
+            self._sub = await self.nc.subscribe(self.nc.new_inbox(), cb=self._on_delivery,
+                                                pending_msgs_limit=4 * self.batch + 100)
+        sid = nats_private.sid_of(self._sub)
         routes[sid] = self._on_frame
         try:
             await self._create()
@@ -302,9 +315,9 @@ class BacklogReader:
             opt_start_seq=self.last_seq + 1, inactive_threshold=120.0, mem_storage=True,
             num_replicas=1, max_waiting=16))
         self._consumer = info.name
-        if self._sub is not None:   # runs of this consumer's deliveries to the inbox
-            _batches(self.nc)[self._sub._id] = run_of(self._sub._id, self.stream, info.name,
-                                                      self._on_batch)
+        if self._sub is not None and nats_private.enabled():   # runs of its deliveries
+            sid = nats_private.sid_of(self._sub)
+            _batches(self.nc)[sid] = run_of(sid, self.stream, info.name, self._on_batch)
         self._outstanding = 0
         if not info.num_pending:
             self._done.set()
@@ -367,6 +380,18 @@ class BacklogReader:
             self.last_seq = seq
             return self._hand(self.on_msg, (subject.decode(), data, seq), seq, pending)
         return self._next(seq, pending)
+
+    async def _on_delivery(self, msg: Msg) -> None:
+        """A delivery to the reader's inbox through nats-py's subscription (the public
+        path, ``nats_private``): the same handling as a frame from the narrow parser."""
+        if not msg.reply:   # a status: nats-py parsed its headers
+            self._heard = time.monotonic()
+            if not self._done.is_set():
+                await self._on_status((msg.headers or {}).get("Status", "").encode())
+            return
+        more = self._on_frame(msg.subject.encode(), msg.reply.encode(), msg.data, None)
+        if more is not None:
+            await more
 
     def _on_batch(self, frames: Frames, pending: int) -> Awaitable[None] | None:
         """A run of deliveries (``_cut``: sequences increasing), called by the parser."""

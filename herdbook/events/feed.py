@@ -7,7 +7,9 @@ are requested ahead of the callback, and the next batch is requested only after 
 callback has returned — backpressure all the way to the server. JETSTREAM-NOTES
 measured this shape at ~119k msg/s.
 
-The deliveries skip nats-py's per-message work: the feed's inbox is routed by sid through
+The deliveries skip nats-py's per-message work (where ``nats_private`` finds nats-py's
+private parts as expected; else the subscription's callback takes every delivery, as a
+``Msg``): the feed's inbox is routed by sid through
 the client's narrow parser (``backlog_reader.sid_routes``, shared with the backlog reader),
 which hands over each frame whole without parsing a stored message's headers (nats-py
 parses them character by character, the largest client cost of a live delivery). The
@@ -39,6 +41,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
+from herdbook.events import nats_private
 from herdbook.events.backlog_reader import Route, sid_routes
 
 log = logging.getLogger(__name__)
@@ -162,7 +165,8 @@ class StreamFeed:
 
         self._sub = await self.nc.subscribe(self.nc.new_inbox(), cb=on_msg,
                                             pending_msgs_limit=4 * self.batch + 100)
-        sid_routes(self.nc)[self._sub._id] = self._route(generation)
+        if nats_private.enabled():
+            sid_routes(self.nc)[nats_private.sid_of(self._sub)] = self._route(generation)
         self._last_activity = time.monotonic()
         await self._request()
 
@@ -199,7 +203,8 @@ class StreamFeed:
         sub, self._sub = self._sub, None
         consumer, self._consumer = self._consumer, None
         if sub is not None:
-            sid_routes(self.nc).pop(sub._id, None)
+            if nats_private.enabled():
+                sid_routes(self.nc).pop(nats_private.sid_of(sub), None)
             try:
                 await sub.unsubscribe()
             except Exception:  # noqa: BLE001 - connection may be gone

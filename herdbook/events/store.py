@@ -32,6 +32,7 @@ from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy, Header
 from nats.js.errors import APIError, NotFoundError
 
+from herdbook.events import nats_private
 from herdbook.events.authority import Unvouched, bind_event
 from herdbook.events.base import Event
 from herdbook.events.batch import (
@@ -46,6 +47,7 @@ from herdbook.events.batch import (
     BatchAck,
     Message,
 )
+from herdbook.events.batch import publish_batch as public_publish_batch
 from herdbook.events.codec import AnyEvent, encode
 from herdbook.events.feed import StreamFeed
 from herdbook.events.node import NodeEvent
@@ -84,17 +86,20 @@ async def publish_batch(nc: NATS, messages: Sequence[Message], timeout: float) -
     written as one command: nats-py's ``publish`` builds and checks each message's
     headers on its own, a cost per event that a plan of thousands pays on the event loop
     the projector folds on. Raises nats' TimeoutError or NoRespondersError when no
-    answer comes (the batch may have landed). Leans on nats-py 2.x's ``_send_command``
-    (what ``publish`` itself calls; the request that follows flushes it), pinned by
-    tests/integration/test_placement_batches.py."""
+    answer comes (the batch may have landed). Leans on nats-py's private ``_send_command``
+    (what ``publish`` itself calls; the request that follows flushes it) through
+    ``nats_private``; where that is not usable, ``batch.publish_batch`` (public API, one
+    ``publish`` per message). Pinned by tests/integration/test_placement_batches.py."""
     if not 0 < len(messages) <= MAX_BATCH:
         raise ValueError(f"an atomic batch holds 1 to {MAX_BATCH} messages, not {len(messages)}")
     if nc.is_closed:
         raise nats.errors.ConnectionClosedError
+    if not nats_private.enabled():
+        return await public_publish_batch(nc, messages, timeout)
     batch_id = uuid.uuid4().hex
     *body, last = messages
     if body:
-        await nc._send_command(b"".join(
+        await nats_private.send_command(nc, b"".join(
             hpub_frame(m.subject, {**m.headers, BATCH_ID: batch_id, BATCH_SEQUENCE: str(i)},
                        m.data) for i, m in enumerate(body, 1)))
     reply = await nc.request(last.subject, last.data, timeout=timeout, headers={
@@ -325,7 +330,7 @@ class EventStore:
 
         async def send() -> int:
             async with self._batches:
-                ack = await publish_batch(self.js._nc, messages, self.timeout)
+                ack = await publish_batch(nats_private.client_of(self.js), messages, self.timeout)
             if ack.error is not None:
                 raise APIError(code=ack.error.code, err_code=ack.error.err_code,
                                description=ack.error.description)
@@ -426,7 +431,7 @@ class EventStore:
 async def subscribe_from(js: JetStreamContext, stream: str, subject: str, from_seq: int,
                          cb: Callable[[Msg], Awaitable[None]]) -> StreamFeed:
     """A started ``StreamFeed`` from ``from_seq`` (1 = the beginning); ``stop()`` ends it."""
-    feed = StreamFeed(js._nc, stream, subject, from_seq, cb)
+    feed = StreamFeed(nats_private.client_of(js), stream, subject, from_seq, cb)
     await feed.start()
     return feed
 
