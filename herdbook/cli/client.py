@@ -68,20 +68,27 @@ def check_id(value: str, what: str = "node id") -> str:
         raise fail(str(err), EXIT_USAGE) from None
 
 
+_HOST = re.compile(r"[A-Za-z0-9._~%:_-]+\Z")
+"""A host as ``urlparse`` gives it: a name, IPv4, or IPv6 without its brackets. A space
+(``-s 'not a url'``) is not one: refused here, at once, not after a 3 s connect."""
+
+
 def check_server(server: str, option: str = "--server") -> str:
     """A NATS URL, or several comma-separated, as nats-py takes them: refused (exit 2)
-    when one has another scheme, no host or a port outside 1-65535."""
+    when one has another scheme, no host, a host that is not one (a space, an unclosed
+    IPv6 bracket) or a port outside 1-65535."""
     from urllib.parse import urlparse
     parts = [part.strip() for part in server.split(",") if part.strip()]
     if not parts:
         raise fail(f"{option} is empty: give a NATS URL, e.g. {DEFAULT_SERVER}", EXIT_USAGE)
     for part in parts:
-        url = urlparse(part if "://" in part else f"nats://{part}")
-        try:
+        try:   # urlparse itself refuses an unclosed IPv6 bracket ("nats://[::1")
+            url = urlparse(part if "://" in part else f"nats://{part}")
             port = url.port
         except ValueError:
-            port = 0
-        if url.scheme not in ("nats", "tls", "ws", "wss") or not url.hostname or port == 0:
+            url, port = None, 0
+        if (url is None or url.scheme not in ("nats", "tls", "ws", "wss") or not url.hostname
+                or not _HOST.match(url.hostname) or port == 0):
             raise fail(f"{option} {part!r} is not a NATS URL: write e.g. {DEFAULT_SERVER}",
                        EXIT_USAGE)
     return server

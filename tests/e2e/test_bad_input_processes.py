@@ -28,6 +28,9 @@ CASES = [
     ("agent", "--state-dir", "{tmp}/state"),
     ("agent", "--heartbeat-interval", "0"),
     ("--server", "nats://127.0.0.1:99999", "node", "list"),
+    ("--server", "nats://[::1", "node", "list"),   # was urlparse's traceback (node list's fast path)
+    ("-s", "not a url", "node", "list"),           # was exit 3, after the 3 s connect timeout
+    ("-s", "not a url", "status"),
     ("nodee",),
 ]
 

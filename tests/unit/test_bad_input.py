@@ -24,6 +24,9 @@ BAD_INPUT: list[tuple[str, int]] = [
     ("--server nats://127.0.0.1:99999 status", 2),
     ("--server bogus:// status", 2),
     ("--server nats:// node list", 2),
+    ("--server 'nats://[::1' node list", 2),    # urlparse's own ValueError: was a traceback
+    ("-s 'not a url' node list", 2),            # was exit 3 after a 3 s connect
+    ("-s 'nats://a b:4222' status", 2),
     ("--creds {missing} status", 2),
     ("--creds {dir} status", 2),
     ("--tls-ca {missing} status", 2),
@@ -49,6 +52,7 @@ BAD_INPUT: list[tuple[str, int]] = [
     ("up --node-id 'a b'", 2),
     ("up --log-level loud", 2),
     ("up --nats-url nats://127.0.0.1:99999", 2),
+    ("up --nats-url 'nats://[::1'", 2),
     ("up --nats-url nats://127.0.0.1:1 --creds {missing}", 2),
     # herd agent
     ("agent --state-dir {file}", 2),
@@ -74,6 +78,7 @@ BAD_INPUT: list[tuple[str, int]] = [
     ("agent --wipe-config {dir}", 2),
     ("agent --log-level loud", 2),
     ("agent --server nats://127.0.0.1:99999", 2),
+    ("agent --server 'nats://[::1'", 2),
     ("agent --creds {missing}", 2),
     ("agent inject xid", 2),
     ("agent inject melt --node n1", 2),
