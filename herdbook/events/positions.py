@@ -107,9 +107,7 @@ class KvPosition:
             stored = None if entry is None else decode_position(entry.value, self.key)
             if stored is not None and stored >= seq:
                 return stored
-            body = msgspec.json.encode(Position(
-                seq=seq, by=self.holder,
-                at=self.clock.now().isoformat(timespec="milliseconds").replace("+00:00", "Z")))
+            body = self._body(seq)
             try:
                 if entry is None:
                     await self._kv.create(self.key, body)
@@ -122,3 +120,18 @@ class KvPosition:
                 self._kv = None
                 raise
         raise RuntimeError(f"{POSITIONS_BUCKET}.{self.key} kept changing under the commit")
+
+    async def reset(self, seq: int) -> None:
+        """Store ``seq`` even below the stored position: one past HERD_EVENTS' end names
+        sequences a recreated stream hands out again, and would skip them for ever."""
+        await self._bucket()
+        try:
+            await self._kv.put(self.key, self._body(seq))
+        except Exception:
+            self._kv = None
+            raise
+
+    def _body(self, seq: int) -> bytes:
+        return msgspec.json.encode(Position(
+            seq=seq, by=self.holder,
+            at=self.clock.now().isoformat(timespec="milliseconds").replace("+00:00", "Z")))

@@ -110,6 +110,8 @@ class CommittedPosition(Protocol):
 
     async def commit(self, seq: int) -> int: ...
 
+    async def reset(self, seq: int) -> None: ...
+
 
 EventLog = Callable[[int, int, Callable[[int, AnyEvent], None]], Awaitable[None]]
 """``(after, through, on_event)``: the node events stored after ``after`` up to
@@ -143,6 +145,8 @@ class Notifier:
         self.committed = 0
         """The position last committed (or read)."""
         self._resuming = False
+        self._reset = False
+        """The stored position is past the log's end: the next commit replaces it."""
         self._waiting: list[tuple[int, NodeEvent]] = []
         """Changes folded while resuming, dispatched after the log's."""
         self._last: dict[str, asyncio.Task[Any]] = {}
@@ -251,9 +255,11 @@ class Notifier:
                         "stream was recreated; notifying from %d on", stored, through,
                         through + 1)
             start = through
+            self._reset = True
         else:
             start = stored
-        self.committed = start
+        # None stored: the first commit stores where this start began
+        self.committed = start if stored is not None else -1
         self.progress = Progress(start)
         if start < through:
             log.info("notifier resuming after HERD_EVENTS sequence %d (through %d)",
@@ -300,10 +306,15 @@ class Notifier:
         if self.progress is None or self.position is None:
             return
         seq = self.progress.committable
-        if seq <= self.committed:
+        if seq <= self.committed and not self._reset:
             return
         try:
-            self.committed = max(seq, await self.position.commit(seq))
+            if self._reset:
+                await self.position.reset(seq)
+                self._reset = False
+                self.committed = seq
+            else:
+                self.committed = max(seq, await self.position.commit(seq))
         except Exception as err:
             log.warning("cannot commit the notifier's position %d (a new leader would "
                         "notify again what came after %d): %s", seq, self.committed,
