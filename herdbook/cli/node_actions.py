@@ -52,7 +52,8 @@ def cordon(ctx: typer.Context, node_ids: NodeIds = None, message: Reason = "",
 def uncordon(ctx: typer.Context, node_ids: NodeIds = None, message: Reason = "",
              selector: Selector = None, filter_state: StateFilter = None,
              filter_approval: ApprovalFilter = None) -> None:
-    """Schedule on nodes again; also clears UNHEALTHY once the hardware was checked."""
+    """Schedule on nodes again; also clears UNHEALTHY or DEGRADED (a held fault) once the
+    hardware was checked."""
     act(ctx, "node.uncordon", selection(node_ids, selector, filter_state, filter_approval),
         message)
 
