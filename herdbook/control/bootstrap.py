@@ -36,6 +36,7 @@ from herdbook.control.data_dir import DataDirLock
 from herdbook.control.demo import DemoAgents
 from herdbook.control.errors import StartupError
 from herdbook.control.instances import InstanceManager
+from herdbook.control.leader import BUCKET as LEASES_BUCKET
 from herdbook.control.leader import LeaderLease
 from herdbook.control.metrics import (
     BreakerCollector,
@@ -48,12 +49,15 @@ from herdbook.control.nats_parts import EmbeddedServer, NatsConnection, ServerSu
 from herdbook.control.parts import Part, Parts, PerTerm, Service, Subscribed
 from herdbook.control.plane import ControlPlane
 from herdbook.control.providers import FakeProvider, LocalProvider, Provider
+from herdbook.control.replica import ReplicaClaim
 from herdbook.control.requester import RequesterNode, default_requester_id, this_host
 from herdbook.control.settings import LivenessPublisher
-from herdbook.control.snapshots import SnapshotWriter, restore
+from herdbook.control.snapshots import SNAPSHOTS_STREAM, SnapshotWriter, restore
+from herdbook.control.snapshots import create_bucket as create_snapshots_bucket
 from herdbook.control.streams_guard import StreamsGuard
 from herdbook.control.view_rebuild import ViewRebuild
 from herdbook.credentials import CredsFile, NatsAuth, write_creds
+from herdbook.events.liveness import SETTINGS_STREAM
 from herdbook.events.positions import NOTIFIER_KEY, KvPosition
 from herdbook.events.store import EventStore
 from herdbook.events.streams import all_streams
@@ -134,6 +138,10 @@ def bootstrap(config: Config, *, clock: Clock, demo: int = 0,
         parts += [server, supervisor, Service("storage watch", storage.start, storage.stop)]
     parts.append(NatsConnection(nc, url, connection_auth(auth, users),
                                 f"herd-control:{node_id}", streams_of(cfg)))
+    # One node id, one live control plane: a second one is refused before it does anything.
+    claim = ReplicaClaim(nc, node_id, ttl=float(cfg.leader_ttl), replicas=cfg.nats.replicas,
+                         data_dir=data_dir)
+    parts.append(Service("replica claim", claim.start, claim.stop))
 
     def backlog_connect() -> dict[str, Any]:
         """The projector's forked backlog reader connects as the control plane does."""
@@ -155,9 +163,30 @@ def bootstrap(config: Config, *, clock: Clock, demo: int = 0,
         return projector.folded_seq if stream == EVENTS_STREAM else 0
 
     async def catch_up() -> None:
-        await projector.catch_up(timeout=CATCH_UP_TIMEOUT)
+        try:
+            await projector.catch_up(timeout=CATCH_UP_TIMEOUT)
+        except TimeoutError as err:   # its own message is empty: say what did not happen
+            raise StartupError(
+                f"the view did not catch up with {EVENTS_STREAM} within "
+                f"{CATCH_UP_TIMEOUT:g}s (folded up to sequence {projector.folded_seq}"
+                f"{'; ' + projector.failed if projector.failed else ''})") from err
 
-    streams_guard = StreamsGuard(nc, streams_of(cfg), floor=folded)
+    def recreated(stream: str, first_seq: int) -> None:
+        """HERD_EVENTS lost and created again: what folds it rebases its versions."""
+        if stream == EVENTS_STREAM:
+            projector.rebase(first_seq)
+            breaker.rebase(first_seq)
+
+    liveness = LivenessPublisher(nc, cfg)
+    owned: dict[str, Callable[[], Awaitable[None]]] = {
+        f"KV_{LEASES_BUCKET}": lambda: lease.open_bucket(),
+        SETTINGS_STREAM: liveness.publish}
+    if cfg.view.snapshots:
+        async def snapshots_bucket() -> None:
+            await create_snapshots_bucket(nc.jetstream(), replicas=cfg.nats.replicas)
+        owned[SNAPSHOTS_STREAM] = snapshots_bucket
+    streams_guard = StreamsGuard(nc, streams_of(cfg), floor=folded, buckets=owned,
+                                 on_recreated=recreated)
     agent_sync = AgentSync(nc)
     if cfg.view.snapshots:
         # A view that is missing or unusable starts from the newest usable snapshot.
@@ -168,7 +197,7 @@ def bootstrap(config: Config, *, clock: Clock, demo: int = 0,
               Service("streams guard", streams_guard.start, streams_guard.stop),
               Service("catch-up", catch_up),
               Service("agent sync", agent_sync.start, agent_sync.stop),
-              Service("liveness settings", LivenessPublisher(nc, cfg).start)]
+              Service("liveness settings", liveness.start)]
     metrics = Metrics() if cfg.metrics.port else None
     if metrics is not None:
         # Counted from here on: what the catch-up folded happened before this start.

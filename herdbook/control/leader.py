@@ -48,6 +48,14 @@ class LeaderLease:
 
     async def start(self) -> None:
         """Open the bucket and try once (so a lone replica leads when start returns)."""
+        await self.open_bucket()
+        await self._tick()
+        self._task = asyncio.create_task(self._loop(), name="leader-lease")
+
+    async def open_bucket(self) -> None:
+        """Open the lease's bucket, created if missing: at the first start, and when it
+        was deleted from outside (the streams guard calls this; the next tick elects a
+        leader again without a restart)."""
         js = self.nc.jetstream()
         try:
             self._kv = await js.key_value(BUCKET)
@@ -55,8 +63,6 @@ class LeaderLease:
             self._kv = await js.create_key_value(KeyValueConfig(
                 bucket=BUCKET, ttl=self.ttl, history=1, storage=StorageType.FILE,
                 replicas=self.replicas))
-        await self._tick()
-        self._task = asyncio.create_task(self._loop(), name="leader-lease")
 
     async def stop(self) -> None:
         if self._task is not None:

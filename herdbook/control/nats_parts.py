@@ -5,6 +5,7 @@ and creates or updates the streams."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import re
 from collections.abc import Callable
@@ -48,10 +49,15 @@ async def create_or_update(nc: NATS, configs: list[StreamConfig]) -> None:
     js = nc.jetstream()
     for config in configs:
         try:
-            await js.stream_info(str(config.name))
+            info = await js.stream_info(str(config.name))
         except NotFoundError:
             await js.add_stream(config)
             continue
+        if info.config.first_seq:
+            # A stream the streams guard created again after a loss starts after what was
+            # read; an update without it would clear it, and the next start would take
+            # the kept view for one of another history (control/streams_guard.py).
+            config = dataclasses.replace(config, first_seq=info.config.first_seq)
         try:
             await js.update_stream(config)
         except BadRequestError as err:

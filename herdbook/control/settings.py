@@ -34,14 +34,19 @@ class LivenessPublisher:
     async def start(self) -> None:
         """Write the settings; a failure is logged (agents then heartbeat every 10s,
         their fallback) and does not stop the control plane."""
-        js = self.nc.jetstream()
         try:
-            try:
-                kv = await js.key_value(SETTINGS_BUCKET)
-            except Exception:  # noqa: BLE001 - not there yet: create it
-                kv = await js.create_key_value(KeyValueConfig(
-                    bucket=SETTINGS_BUCKET, history=1, storage=StorageType.FILE,
-                    replicas=self.replicas, direct=True))
-            await kv.put(LIVENESS_KEY, msgspec.json.encode(self.settings))
+            await self.publish()
         except Exception as err:  # noqa: BLE001 - agents fall back to their default
             log.warning("cannot publish the liveness settings for agents: %s", err)
+
+    async def publish(self) -> None:
+        """Write the settings, the bucket created if missing: at start, and when it was
+        deleted from outside (the streams guard calls this then)."""
+        js = self.nc.jetstream()
+        try:
+            kv = await js.key_value(SETTINGS_BUCKET)
+        except Exception:  # noqa: BLE001 - not there yet: create it
+            kv = await js.create_key_value(KeyValueConfig(
+                bucket=SETTINGS_BUCKET, history=1, storage=StorageType.FILE,
+                replicas=self.replicas, direct=True))
+        await kv.put(LIVENESS_KEY, msgspec.json.encode(self.settings))

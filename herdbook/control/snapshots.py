@@ -226,6 +226,15 @@ async def _bucket(js: JetStreamContext, bucket: str) -> ObjectStore | None:
         return None
 
 
+async def create_bucket(js: JetStreamContext, bucket: str = BUCKET,
+                        replicas: int = 1) -> ObjectStore:
+    """The snapshots' bucket, created (the writer's first snapshot; the streams guard
+    when it was deleted from outside)."""
+    return await js.create_object_store(bucket, config=ObjectStoreConfig(
+        description="herd view snapshots (control/snapshots.py)",
+        storage=StorageType.FILE, replicas=replicas))
+
+
 async def listed(obs: ObjectStore) -> list[Snapshot]:
     """The snapshots in the bucket (objects that are not snapshots are left out)."""
     try:
@@ -336,9 +345,7 @@ class SnapshotWriter:
         js = self.nc.jetstream()
         obs = await _bucket(js, self.bucket)
         if obs is None:
-            obs = await js.create_object_store(self.bucket, config=ObjectStoreConfig(
-                description="herd view snapshots (control/snapshots.py)",
-                storage=StorageType.FILE, replicas=self.replicas))
+            obs = await create_bucket(js, self.bucket, self.replicas)
         mine = [s.seq for s in await listed(obs)
                 if s.schema_version == SCHEMA_VERSION and s.stream == self.stream]
         self.last_seq = max(self.last_seq, *mine, 0)

@@ -10,6 +10,15 @@ What the stream held is lost; the recreated stream starts after the last sequenc
 control plane knew of (what it saw, what its projector folded), so the feeds that resume
 from their last sequence + 1 read the new messages instead of waiting for sequences the
 server hands out a second time.
+
+Every replica's guard also notices a stream created again by anyone (its ``created`` time
+changed) and tells ``on_recreated``: the projector rebases the view's versions on it
+(``projector/rebase.py``), so the nodes the lost events named can be commanded again.
+
+The KV buckets and the object store herdbook owns (the leader lease, the agents' liveness
+settings, view snapshots) are streams too (``KV_<bucket>``, ``OBJ_<bucket>``): ``buckets``
+names each with the coroutine that creates it again as its owner would (the lease's
+bucket, the settings with their key written again).
 """
 
 from __future__ import annotations
@@ -17,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from nats.aio.client import Client as NATS
@@ -28,19 +37,32 @@ log = logging.getLogger(__name__)
 
 DELETED_ADVISORY = "$JS.EVENT.ADVISORY.STREAM.DELETED.*"
 
+Recreate = Callable[[], Awaitable[None]]
+OnRecreated = Callable[[str, int], None]
+
 
 class StreamsGuard:
     def __init__(self, nc: NATS, configs: list[StreamConfig], *, interval: float = 2.0,
-                 floor: Callable[[str], int] = lambda stream: 0) -> None:
+                 floor: Callable[[str], int] = lambda stream: 0,
+                 buckets: dict[str, Recreate] | None = None,
+                 on_recreated: OnRecreated | None = None) -> None:
         """``floor(stream)``: a sequence some reader of ``stream`` already reached (the
-        projector's); a recreated stream starts after it too."""
+        projector's); a recreated stream starts after it too. ``buckets``: the stream of
+        each bucket herdbook owns and what creates it again. ``on_recreated(stream,
+        first_seq)``: one of ``configs`` was created again (here or by another replica)."""
         self.nc = nc
         self.js = nc.jetstream()
         self.configs = configs
         self.interval = interval
         self.floor = floor
+        self.buckets = dict(buckets or {})
+        self.on_recreated = on_recreated
         self.last_seq: dict[str, int] = {}
         """The last sequence seen in each stream."""
+        self.buckets_seen: set[str] = set()
+        """The buckets' streams seen here once."""
+        self.created: dict[str, str] = {}
+        """When each stream there now was created (a change: it was created again)."""
         self.recreated = 0
         self._wake = asyncio.Event()
         self._sub: Any = None
@@ -83,7 +105,7 @@ class StreamsGuard:
                 log.debug("stream check failed", exc_info=True)
 
     async def check(self) -> list[str]:
-        """Recreate the streams that are missing; returns their names."""
+        """Recreate the streams and buckets that are missing; returns their names."""
         missing: list[str] = []
         for config in self.configs:
             name = str(config.name)
@@ -94,18 +116,63 @@ class StreamsGuard:
                     missing.append(name)
                 continue
             self.last_seq[name] = max(self.last_seq.get(name, 0), info.state.last_seq)
+            self._seen(name, str(info.created or ""), int(info.config.first_seq or 1))
+        for name, recreate in self.buckets.items():
+            try:
+                await self.js.stream_info(name)
+            except NotFoundError:
+                # Not at start: the lease and the settings start after this guard and
+                # make their buckets themselves.
+                if self._task is not None and await self._recreate_bucket(name, recreate):
+                    missing.append(name)
+                continue
+            self.buckets_seen.add(name)
         return missing
+
+    def _seen(self, name: str, created: str, first_seq: int) -> None:
+        """Record when ``name`` was created; a change means someone created it again."""
+        before = self.created.get(name)
+        self.created[name] = created
+        if before is not None and created and before != created:
+            log.warning("stream %s was created again (created %s, from sequence %d)",
+                        name, created, first_seq)
+            self._tell(name, first_seq)
+
+    def _tell(self, name: str, first_seq: int) -> None:
+        if self.on_recreated is not None:
+            try:
+                self.on_recreated(name, first_seq)
+            except Exception:
+                log.exception("acting on stream %s created again failed", name)
 
     async def _recreate(self, config: StreamConfig) -> bool:
         name = str(config.name)
         after = max(self.last_seq.get(name, 0), self.floor(name))
         fresh = dataclasses.replace(config, first_seq=after + 1) if after else config
         try:
-            await self.js.add_stream(fresh)
+            info = await self.js.add_stream(fresh)
         except Exception as err:  # noqa: BLE001 - e.g. another replica recreated it first
             log.warning("stream %s is missing and could not be recreated: %s", name, err)
             return False
         self.recreated += 1
         log.error("stream %s was deleted from outside: recreated it empty, from sequence %d; "
                   "what it held is lost", name, after + 1)
+        self.created[name] = str(info.created or "")
+        self._tell(name, after + 1)
+        return True
+
+    async def _recreate_bucket(self, name: str, recreate: Recreate) -> bool:
+        try:
+            await recreate()
+        except Exception as err:  # noqa: BLE001 - e.g. another replica recreated it first
+            log.warning("bucket stream %s is missing and could not be recreated: %s",
+                        name, err)
+            return False
+        if name not in self.buckets_seen:   # never there (the snapshots' before the first)
+            self.buckets_seen.add(name)
+            log.info("created bucket stream %s", name)
+            return False
+        self.recreated += 1
+        log.error("bucket stream %s was deleted from outside: recreated it; what it held "
+                  "is lost", name)
         return True

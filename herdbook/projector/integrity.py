@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import aiosqlite
@@ -61,9 +62,12 @@ async def quick_check(db: aiosqlite.Connection) -> None:
 
 
 async def disagreement(js: JetStreamContext, stream: str, db: aiosqlite.Connection,
-                       checkpoint: int) -> str | None:
+                       checkpoint: int,
+                       on_continued: Callable[[int], None] | None = None) -> str | None:
     """Why the view checkpointed at ``checkpoint`` is not a view of ``stream`` as it is
-    now, or None; records the stream's identity for the next start when it is."""
+    now, or None; records the stream's identity for the next start when it is.
+    ``on_continued(first_seq)``: the view is kept for a stream created again from
+    ``first_seq`` (its versions before it name nothing any more)."""
     try:
         info = await js.stream_info(stream)
     except NotFoundError:
@@ -80,6 +84,8 @@ async def disagreement(js: JetStreamContext, stream: str, db: aiosqlite.Connecti
                     f"now was created {created})")
         log.warning("%s was created again from sequence %d (created %s): the view keeps "
                     "what it folded before", stream, info.config.first_seq, created)
+        if on_continued is not None:
+            on_continued(int(info.config.first_seq or 1))
     if created and recorded != created:
         await db.execute("INSERT INTO stream_identity (stream, created) VALUES (?, ?) "
                          "ON CONFLICT(stream) DO UPDATE SET created = excluded.created",

@@ -62,6 +62,7 @@ from herdbook.projector.eval_view import EvalView
 from herdbook.projector.instance_view import InstanceView
 from herdbook.projector.job_view import JobView
 from herdbook.projector.node_view import NodeView
+from herdbook.projector.rebase import rebase as rebase_versions
 from herdbook.projector.tables import ReadModel, Table
 
 log = logging.getLogger(__name__)
@@ -313,8 +314,10 @@ class ProjectorRunner:
 
     async def _check_stream(self) -> None:
         """A view that is not a view of the stream there now (``integrity``) starts over
-        too: never a view that silently skips new events."""
-        why = await integrity.disagreement(self.js, self.stream, self._db, self.committed_seq)
+        too: never a view that silently skips new events. One of a stream created again
+        after a loss (``first_seq`` after what the view folded) is kept, rebased."""
+        why = await integrity.disagreement(self.js, self.stream, self._db, self.committed_seq,
+                                           on_continued=self.rebase)
         if why is not None:
             await self._close_db()
             await self._start_over(why, "stale")
@@ -468,6 +471,18 @@ class ProjectorRunner:
         if view is not None:
             self.model.nodes.put(node_id, replace(view, version=seq))
 
+    def rebase(self, first_seq: int) -> None:
+        """``stream`` was lost and created again from ``first_seq`` (``streams_guard``):
+        every version below it is 0 from now on (``projector.rebase``), committed with the
+        next batch, so the aggregates the lost events named can be decided on again."""
+        changed = rebase_versions(self.model, first_seq)
+        if changed:
+            self._pending += 1   # what makes the next flush commit the rebased rows
+            self._kick.set()
+            log.warning("%s was created again from sequence %d: the view keeps what it "
+                        "folded before; %d versions from the lost history set to 0",
+                        self.stream, first_seq, changed)
+
     @property
     def deadletters(self) -> int:
         return self.dead_letters.count
@@ -550,7 +565,10 @@ class ProjectorRunner:
         reactor waits for before it decides (the one catch-up every part uses)."""
         info = await self.js.stream_info(self.stream)
         last = int(info.state.last_seq)
-        if last:
+        # An empty stream's last_seq is first_seq - 1 (a stream the streams guard created
+        # again after a loss starts after what was read): no message holds it, nothing
+        # would ever fold it, and a wait for it would only time out.
+        if last and info.state.messages:
             await self.wait_applied(last, timeout=timeout)
 
     async def wait_applied(self, seq: int, timeout: float = 10.0) -> None:

@@ -291,6 +291,14 @@ class Breaker:
                                           self.state.reset_all_at, seq)
             self._applied.notify_all()
 
+    def rebase(self, first_seq: int) -> None:
+        """HERD_EVENTS was created again from ``first_seq`` (``control/streams_guard.py``):
+        a version from the lost history names nothing there any more (the breaker's
+        subject is empty), so the next trip or reset expects 0 (``projector/rebase.py``)."""
+        state = self.state
+        if 0 < state.version < first_seq:
+            self.state = BreakerState(state.tripped, state.reset_at, state.reset_all_at, 0)
+
     async def wait_applied(self, seq: int, timeout: float = 10.0) -> None:
         async with self._applied:
             await asyncio.wait_for(self._applied.wait_for(lambda: self.state.version >= seq),

@@ -1,0 +1,158 @@
+"""Streams and buckets deleted from outside a running `herd up` (issue 26, item 6), with
+the nats-py JetStream management API, as someone holding the server's rights would:
+HERD_EVENTS comes back and every node stays commandable, the next `herd up` starts (no
+60 s hang, no bare "Error:"); the leader lease and the settings buckets come back and
+the plane leads again without a restart."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import nats
+import pytest
+from nats.js.errors import NotFoundError
+
+from herdbook.control.leader import BUCKET as LEASES_BUCKET
+from herdbook.events.liveness import LIVENESS_KEY, SETTINGS_BUCKET, SETTINGS_STREAM
+from herdbook.events.subjects import EVENTS_STREAM
+from tests.conftest import herd, wait_until
+from tests.e2e.conftest import Fleet
+
+pytestmark = pytest.mark.e2e
+
+CONFIG = """
+lifecycle:
+  heartbeat_timeout: 2s
+  grace_period: {standard: 30s}
+approval: {auto_approve: true}
+scheduler: {unblock_delay: 100ms}
+"""
+
+JOB = """\
+id: after-loss
+count: 1
+command: ["sleep", "300"]
+resources: {cpu: 0.01, memory_mb: 1, gpus: 1}
+"""
+
+
+def js_call(url: str, call: Any) -> Any:
+    """``call(js)`` on a connection of its own (the test's process is not async)."""
+    async def run() -> Any:
+        nc = await nats.connect(url)
+        try:
+            return await call(nc.jetstream())
+        finally:
+            await nc.close()
+    return asyncio.run(run())
+
+
+def delete_stream(url: str, name: str) -> None:
+    async def delete(js: Any) -> None:
+        await js.delete_stream(name)
+    js_call(url, delete)
+
+
+def stream_there(url: str, name: str) -> bool:
+    async def info(js: Any) -> bool:
+        try:
+            await js.stream_info(name)
+        except NotFoundError:
+            return False
+        return True
+    return bool(js_call(url, info))
+
+
+def describe(fleet: Fleet, node_id: str) -> dict[str, Any]:
+    out = herd("node", "describe", node_id, "-o", "json", server=fleet.url, check=True)
+    node: dict[str, Any] = json.loads(out.stdout)
+    return node
+
+
+def test_herd_events_deleted_while_running_nodes_stay_commandable_and_up_starts_again(
+        fleet: Fleet) -> None:
+    up = fleet.up(CONFIG)
+    fleet.agent("gpu-1", "--heartbeat-interval", "0.5")
+    fleet.agent("gpu-2", "--heartbeat-interval", "0.5")
+    wait_until(lambda: fleet.state("gpu-1") == "READY" and fleet.state("gpu-2") == "READY",
+               timeout=30, what="READY")
+
+    # when: HERD_EVENTS is deleted from outside
+    delete_stream(fleet.url, EVENTS_STREAM)
+    wait_until(lambda: stream_there(fleet.url, EVENTS_STREAM), timeout=10,
+               what="HERD_EVENTS recreated")
+
+    # then: a node the lost events registered is commanded (not "kept changing") ...
+    cordoned = herd("node", "cordon", "gpu-1", server=fleet.url)
+    assert cordoned.returncode == 0, cordoned.stderr
+    assert describe(fleet, "gpu-1")["intent"] == "CORDONED"
+    # ... and a fatal XID on the other is acted on
+    injected = herd("agent", "inject", "--node", "gpu-2", "xid", "79", server=fleet.url)
+    assert injected.returncode == 0, injected.stderr
+    wait_until(lambda: fleet.state("gpu-2") == "DOWN", timeout=15, what="gpu-2 DOWN")
+
+    # when: herd up is restarted
+    up.send_signal(signal.SIGTERM)
+    assert up.wait(15) == 0
+    started = time.monotonic()
+    up = fleet.up(CONFIG)
+    took = time.monotonic() - started
+    # then: it starts at once (no 60 s catch-up wait), keeps the fleet and decides on it
+    assert up.poll() is None and took < 20, took
+    assert {"gpu-1", "gpu-2"} <= set(fleet.nodes())
+    uncordoned = herd("node", "uncordon", "gpu-1", server=fleet.url)
+    assert uncordoned.returncode == 0, uncordoned.stderr
+    wait_until(lambda: fleet.state("gpu-1") == "READY", timeout=15, what="gpu-1 READY")
+    log = (fleet.tmp / "up.log").read_text()
+    assert "Error:" not in log and "Traceback" not in log
+
+
+def test_the_lease_bucket_deleted_while_running_a_job_submitted_afterwards_is_placed(
+        fleet: Fleet, tmp_path: Path) -> None:
+    fleet.up(CONFIG)
+    fleet.agent("gpu-1", "--heartbeat-interval", "0.5")
+    wait_until(lambda: fleet.state("gpu-1") == "READY", timeout=30, what="READY")
+
+    # when: the leader lease's bucket is deleted from outside
+    delete_stream(fleet.url, f"KV_{LEASES_BUCKET}")
+    wait_until(lambda: stream_there(fleet.url, f"KV_{LEASES_BUCKET}"), timeout=10,
+               what="the lease bucket recreated")
+
+    # then: a job submitted afterwards is placed, with no restart
+    spec = tmp_path / "job.yaml"
+    spec.write_text(JOB)
+    ran = herd("job", "run", str(spec), server=fleet.url)
+    assert ran.returncode == 0, ran.stderr
+
+    def placed() -> bool:
+        out = herd("alloc", "list", "-o", "json", server=fleet.url, check=True)
+        return any(a["node_id"] == "gpu-1" for a in json.loads(out.stdout))
+
+    wait_until(placed, timeout=30, what="the job placed on gpu-1")
+
+
+def test_the_settings_bucket_deleted_while_running_comes_back_with_its_key(
+        fleet: Fleet) -> None:
+    fleet.up(CONFIG)
+    wait_until(lambda: stream_there(fleet.url, SETTINGS_STREAM), timeout=10,
+               what="the settings bucket")
+
+    delete_stream(fleet.url, SETTINGS_STREAM)
+
+    async def liveness(js: Any) -> dict[str, Any] | None:
+        try:
+            kv = await js.key_value(SETTINGS_BUCKET)
+            entry = await kv.get(LIVENESS_KEY)
+        except Exception:  # noqa: BLE001 - not back yet
+            return None
+        value: dict[str, Any] = json.loads(entry.value)
+        return value
+
+    settings = wait_until(lambda: js_call(fleet.url, liveness), timeout=10,
+                          what="the liveness settings written again")
+    assert settings["heartbeat_timeout"]["standard"] == 2.0
