@@ -31,6 +31,27 @@ Id = Annotated[str, Meta(pattern=ID_PATTERN.pattern,
                                      "prefix of an id where the route resolves one")]
 """A node, job, eval, allocation, instance or pool id (one NATS subject token)."""
 
+MAX_REASON = 1024
+"""The most characters of a command's reason (``--message``): it is stored on an event
+for ever and shown in every list, log line and history."""
+MAX_NAME = 128
+"""The most characters of an actor, a user or a tenant."""
+MAX_LABEL_KEY = 128
+MAX_LABEL_VALUE = 256
+MAX_LABELS = 64
+"""The most labels one request sets or filters on."""
+
+Reason = Annotated[str, Meta(max_length=MAX_REASON,
+                             description=f"why: at most {MAX_REASON} characters")]
+Name = Annotated[str, Meta(max_length=MAX_NAME,
+                           description=f"at most {MAX_NAME} characters")]
+Labels = Annotated[dict[Annotated[str, Meta(max_length=MAX_LABEL_KEY)],
+                        Annotated[str, Meta(max_length=MAX_LABEL_VALUE)]],
+                   Meta(max_length=MAX_LABELS,
+                        description=f"at most {MAX_LABELS} labels, keys of at most "
+                                    f"{MAX_LABEL_KEY} and values of at most "
+                                    f"{MAX_LABEL_VALUE} characters")]
+
 
 class ErrorCode(StrEnum):
     REFUSED = "refused"
@@ -56,7 +77,7 @@ class ById(_Request, frozen=True, kw_only=True):
 class ListNodes(_Request, frozen=True, kw_only=True):
     filter_approval: list[str] = []
     filter_state: list[str] = []
-    labels: dict[str, str] = {}
+    labels: Labels = {}
     wide: bool = False
     limit: Annotated[int, Meta(ge=1)] = MAX_PAGE_ITEMS
     next_token: str | None = None
@@ -97,8 +118,8 @@ class Command(_Request, frozen=True, kw_only=True):
     on the plain route subject; on ``<route>.<user>`` the user is)."""
 
     id: Id
-    reason: str = ""
-    actor: str = "operator"
+    reason: Reason = ""
+    actor: Name = "operator"
 
 
 class NodeCommand(Command, frozen=True, kw_only=True):
@@ -121,18 +142,18 @@ class WipeNode(NodeCommand, frozen=True, kw_only=True):
 
 
 class ClaimNode(NodeCommand, frozen=True, kw_only=True):
-    user: str = ""
-    tenant: str = ""
+    user: Name = ""
+    tenant: Name = ""
 
 
 class ReleaseNode(NodeCommand, frozen=True, kw_only=True):
-    user: str = ""
+    user: Name = ""
     """Who the claim is released for (default: who claimed it)."""
 
 
 class AddNode(NodeCommand, frozen=True, kw_only=True):
     node_class: NodeClass = NodeClass.STANDARD
-    labels: dict[str, str] = {}
+    labels: Labels = {}
 
 
 class StopJob(Command, frozen=True, kw_only=True):
@@ -150,14 +171,14 @@ class RequeueAlloc(Command, frozen=True, kw_only=True):
 class RegisterJob(_Request, frozen=True, kw_only=True):
     spec: dict[str, Any]
     """A job spec as ``herdbook.events.jobs.parse_job_spec`` reads it."""
-    actor: str = "operator"
+    actor: Name = "operator"
 
 
 class ScalePool(_Request, frozen=True, kw_only=True):
     pool: Id
     size: Annotated[int, Meta(ge=0)] | None = None
-    reason: str = ""
-    actor: str = "operator"
+    reason: Reason = ""
+    actor: Name = "operator"
 
 
 class ResetBreaker(_Request, frozen=True, kw_only=True):
@@ -165,8 +186,8 @@ class ResetBreaker(_Request, frozen=True, kw_only=True):
     every scope."""
 
     scope: Annotated[str, Meta(max_length=140, pattern=r"^(|fleet|pool:[A-Za-z0-9_-]+)$")] = ""
-    reason: Annotated[str, Meta(min_length=1)]
-    actor: str = "operator"
+    reason: Annotated[str, Meta(min_length=1, max_length=MAX_REASON)]
+    actor: Name = "operator"
 
 
 # replies --------------------------------------------------------------------------------

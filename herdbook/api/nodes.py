@@ -34,7 +34,7 @@ from herdbook.api.messages import (
     ReleaseNode,
     WipeNode,
 )
-from herdbook.api.present import NodeJsonCache, node_detail, node_summary
+from herdbook.api.present import MAX_TEXT, NodeJsonCache, node_detail, node_summary, shown
 from herdbook.config import Config
 from herdbook.events.codec import decode_resources
 from herdbook.events.liveness import interval_warning
@@ -49,6 +49,7 @@ from herdbook.reactors.heartbeats import NodeBeat
 from herdbook.reactors.membership import decide_approve, decide_delete, decide_reject
 from herdbook.reactors.runner import Context, DecideRunner
 from herdbook.reactors.sweeper import Sweeper
+from herdbook.text import clip
 
 PAGE_BYTES = 700_000          # replies stay well under NATS's 1 MB max_payload
 APPROVALS = ("PENDING", "APPROVED", "REJECTED")
@@ -207,9 +208,10 @@ class NodeRoutes:
         view: NodeView = resolve(self.projector.nodes, req.id, "node")
         beat = self.sweeper.beats.get(view.id)
         heartbeat = None if beat is None or not beat.boot_id else Heartbeat(
-            boot_id=beat.boot_id, seq=beat.seq, agent_sent_at=beat.sent_at,
+            boot_id=clip(beat.boot_id, MAX_TEXT), seq=beat.seq, agent_sent_at=beat.sent_at,
             gpu_count=beat.gpu_count, running_allocs=beat.running_allocs,
-            reattaching=beat.reattaching, fingerprint=beat.fingerprint, interval=beat.interval)
+            reattaching=beat.reattaching, fingerprint=shown(beat.fingerprint),
+            interval=beat.interval)
         resources: dict[str, Any] | None
         try:
             msg = await self.nc.jetstream().get_last_msg(

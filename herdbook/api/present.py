@@ -4,6 +4,16 @@
 readers that merge them into a larger object (time travel, the simulator's checks);
 ``NodeJsonCache`` the node replies as JSON bytes, built once per view version
 (``node.list``).
+
+What a node says about itself (hostname, labels, GPUs, boot checks, wipe steps) and the
+reasons on its events are stored as they came: an agent may send a megabyte of them. A
+reply carries them bounded, so that one node's reply stays far below NATS's 1 MB
+max_payload (which would otherwise cut it, and `herd node describe` and `herd node list`
+fail to decode for the whole fleet): a text over ``MAX_TEXT`` characters is cut and
+ends in ``... (N chars)``, a label key over ``MAX_LABEL_KEY`` likewise; at most
+``MAX_ENTRIES`` labels, boot checks or wipe steps and ``MAX_GPUS`` GPUs are shown, the
+rest counted under the key ``...`` (or, for GPUs, by ``gpus``, which counts them all).
+The event log keeps them whole (``herd events tail -o json``).
 """
 
 from __future__ import annotations
@@ -28,6 +38,33 @@ from herdbook.projector.alloc_view import AllocView
 from herdbook.projector.eval_view import EvalView
 from herdbook.projector.instance_view import InstanceView
 from herdbook.projector.node_view import NodeView
+from herdbook.text import clip
+
+MAX_TEXT = 4096
+"""The most characters of one text field a reply carries (the rest is counted)."""
+MAX_LABEL_KEY = 256
+MAX_ENTRIES = 128
+"""The most labels, boot checks or wipe steps one node's reply carries."""
+MAX_GPUS = 256
+OMITTED_KEY = "..."
+"""The key that counts the entries of a map a reply left out."""
+
+
+def shown(text: str | None) -> str | None:
+    """``text`` as a reply carries it: at most ``MAX_TEXT`` characters, its length said."""
+    return None if text is None else clip(text, MAX_TEXT)
+
+
+def shown_map(entries: dict[str, str]) -> dict[str, str]:
+    """A map of an agent's (labels, boot checks, wipe steps) as a reply carries it."""
+    if len(entries) <= MAX_ENTRIES and all(
+            len(k) <= MAX_LABEL_KEY and len(v) <= MAX_TEXT for k, v in entries.items()):
+        return dict(entries)
+    out = {clip(k, MAX_LABEL_KEY): clip(v, MAX_TEXT)
+           for k, v in list(entries.items())[:MAX_ENTRIES]}
+    if len(entries) > MAX_ENTRIES:
+        out[OMITTED_KEY] = f"{len(entries) - MAX_ENTRIES} more not shown"
+    return out
 
 
 def _summary_fields(view: NodeView, heartbeat_age: float | None, heartbeat_timeout: float,
@@ -41,39 +78,43 @@ def _summary_fields(view: NodeView, heartbeat_age: float | None, heartbeat_timeo
         "id": view.id, "type": view.type, "node_class": info.node_class,
         "approval": view.approval, "lifecycle": view.lifecycle, "health": view.health,
         "intent": view.intent, "state": view.state, "schedulable": view.schedulable,
-        "labels": dict(info.labels), "pool": info.labels.get("pool"),
+        "labels": shown_map(info.labels), "pool": shown(info.labels.get("pool")),
         "last_heartbeat": last_hb,
         "heartbeat_age": None if heartbeat_age is None else round(heartbeat_age, 3),
         "heartbeating": heartbeat_age is not None and heartbeat_age < heartbeat_timeout,
         "allocations": allocations, "gpus": len(info.gpus),
         "fingerprint_group": (view.fingerprint[:12] + (" DRIFT" if view.drift else ""))
         if view.fingerprint else None,
-        "claimed_by": view.claimed_by,
+        "claimed_by": shown(view.claimed_by),
     }
 
 
 def _detail_fields(view: NodeView) -> dict[str, Any]:
     info = view.info
+    text = shown
     return {
-        "hostname": info.hostname, "arch": info.arch, "os": info.os, "cpus": info.cpus,
-        "memory_bytes": info.memory_bytes,
-        "gpu_devices": [GpuDevice(index=g.index, uuid=g.uuid, name=g.name,
-                                  memory_bytes=g.memory_bytes) for g in info.gpus],
-        "agent_version": info.agent_version, "instance_id": info.instance_id,
-        "boot_id": view.boot_id, "registered_at": iso(view.registered_at),
-        "updated_at": iso(view.updated_at), "approval_reason": view.approval_reason,
-        "approval_actor": view.approval_actor, "approval_at": iso(view.approval_at),
-        "lifecycle_reason": view.lifecycle_reason, "lifecycle_at": iso(view.lifecycle_at),
-        "intent_reason": view.intent_reason, "intent_actor": view.intent_actor,
+        "hostname": text(info.hostname), "arch": text(info.arch), "os": text(info.os),
+        "cpus": info.cpus, "memory_bytes": info.memory_bytes,
+        "gpu_devices": [GpuDevice(index=g.index, uuid=clip(g.uuid, MAX_LABEL_KEY),
+                                  name=clip(g.name, MAX_LABEL_KEY),
+                                  memory_bytes=g.memory_bytes) for g in info.gpus[:MAX_GPUS]],
+        "agent_version": text(info.agent_version), "instance_id": text(info.instance_id),
+        "boot_id": text(view.boot_id), "registered_at": iso(view.registered_at),
+        "updated_at": iso(view.updated_at), "approval_reason": text(view.approval_reason),
+        "approval_actor": text(view.approval_actor), "approval_at": iso(view.approval_at),
+        "lifecycle_reason": text(view.lifecycle_reason),
+        "lifecycle_at": iso(view.lifecycle_at),
+        "intent_reason": text(view.intent_reason), "intent_actor": text(view.intent_actor),
         "intent_at": iso(view.intent_at), "drain_urgent": view.drain_urgent,
         "drain_deadline": iso(view.drain_deadline), "boot_failures": view.boot_failures,
-        "health_reason": view.health_reason, "notification_error": view.notification_error,
-        "boot_checks": dict(view.boot_checks), "last_event": view.last_event,
-        "fingerprint": view.fingerprint or None,
-        "fingerprint_expected": view.fingerprint_expected or None, "drift": view.drift,
-        "tenant": view.tenant or None, "claimed_at": iso(view.claimed_at),
+        "health_reason": text(view.health_reason),
+        "notification_error": text(view.notification_error),
+        "boot_checks": shown_map(view.boot_checks), "last_event": view.last_event,
+        "fingerprint": text(view.fingerprint) or None,
+        "fingerprint_expected": text(view.fingerprint_expected) or None, "drift": view.drift,
+        "tenant": text(view.tenant) or None, "claimed_at": iso(view.claimed_at),
         "wipe_status": view.wipe_status or None, "wipe_attempt": view.wipe_attempt,
-        "wipe_steps": dict(view.wipe_steps), "version": view.version,
+        "wipe_steps": shown_map(view.wipe_steps), "version": view.version,
     }
 
 

@@ -174,6 +174,7 @@ def act(ctx: typer.Context, route: str, chosen: Selection, reason: str, *,
     def make(node_id: str) -> Any:
         return (kind or NodeCommand)(id=node_id, reason=reason, actor=who, **extra)
 
+    client.check_request(make(ids[0]))    # a reason too long: exit 2 before any is sent
     outcomes = client.run(server(ctx), lambda nc: send_all(nc, route, ids, make))
     refused = sum(o.refused for o in outcomes)
     verb = route.removeprefix("node.")

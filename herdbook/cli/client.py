@@ -299,13 +299,40 @@ async def request(nc: Any, route: str, payload: msgspec.Struct | dict[str, Any],
         raise fail(err.message, err.code) from None
 
 
+def bad_request(payload: msgspec.Struct | dict[str, Any]) -> str | None:
+    """Why the control plane would refuse a request Struct as ``bad_request`` (a field
+    over its ``Meta`` bounds: a reason too long, too many labels), or None. A Struct
+    built in Python is not checked against its ``Meta``; decoding its JSON is, as the
+    server does."""
+    if not isinstance(payload, msgspec.Struct):
+        return None
+    try:
+        msgspec.json.decode(msgspec.json.encode(payload), type=type(payload))
+    except msgspec.ValidationError as err:
+        import re
+        what, _, where = str(err).partition(" - at `$.")
+        field = re.match(r"\w+", where)
+        return f"{field[0]}: {what}" if field else str(err)
+    return None
+
+
+def check_request(payload: msgspec.Struct | dict[str, Any]) -> None:
+    """Exit 2 with one line if the control plane would refuse ``payload`` as malformed."""
+    why = bad_request(payload)
+    if why is not None:
+        raise fail(why, EXIT_USAGE)
+
+
 async def attempt(nc: Any, route: str, payload: msgspec.Struct | dict[str, Any],
                   reply: type[R] | None = None, *, timeout: float = 15.0) -> R | Any:
     """``request`` raising ``RequestFailed`` instead of exiting, for a command over many
-    objects that reports each one's refusal and goes on."""
+    objects that reports each one's refusal and goes on. A request that breaks its
+    Struct's bounds is refused here, before it is sent (exit 2)."""
     import nats.errors
 
     from herdbook.api.messages import Envelope
+    if (why := bad_request(payload)) is not None:
+        raise RequestFailed(why, EXIT_USAGE)
     subject = api_subject(route)
     try:
         msg = await _send(nc, subject, msgspec.json.encode(payload), timeout)
@@ -360,6 +387,7 @@ def call(server: str, route: str, payload: msgspec.Struct | dict[str, Any],
 
 def call(server: str, route: str, payload: msgspec.Struct | dict[str, Any],
          reply: type[R] | None = None) -> R | Any:
+    check_request(payload)     # before connecting: a usage error needs no control plane
     return run(server, lambda nc: request(nc, route, payload, reply))
 
 

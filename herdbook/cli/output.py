@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import csv
 import json
-import re
 import sys
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
+
+from herdbook.text import CONTROL, escape
 
 if TYPE_CHECKING:
     import typer
@@ -66,15 +67,15 @@ else:
         globals()["Output"] = option
         return option
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_CONTROL = CONTROL
 
 
 def safe(text: str) -> str:
-    """``text`` with its C0 and C1 control characters and DEL written as escapes
-    (ESC -> ``\\x1b``, newline -> ``\\n``): nothing it holds moves the cursor, recolours
-    the terminal or splits a line."""
-    return _CONTROL.sub(lambda m: _NAMED.get(m[0]) or f"\\x{ord(m[0]):02x}", text)
+    """``text`` with its C0 and C1 control characters, DEL, line separators and bidi
+    controls written as escapes (ESC -> ``\\x1b``, newline -> ``\\n``, U+202E ->
+    ``\\u202e``, ``herdbook.text``): nothing it holds moves the cursor, recolours the
+    terminal, reorders what it shows or splits a line."""
+    return escape(text)
 
 
 def echo(text: str) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -82,8 +81,8 @@ def sim_command(
         usable_dir(data_dir, "--data-dir")
     if report is not None:
         writable_file(report, "--report")
-    logging.basicConfig(level=log_level.upper(),
-                        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
+    from herdbook.logs import setup_logging
+    setup_logging(log_level)
     if chaos:
         if scenario is not None:
             raise client.fail("--chaos takes no SCENARIO", client.EXIT_USAGE)

@@ -232,9 +232,10 @@ def log_level_option(help: str = "debug, info, warning or error.") -> Any:
 
 
 def setup_logging(level: str) -> None:
-    """The log of a long-running command (`herd up`, `herd agent`): one line per record."""
-    logging.basicConfig(level=level.upper(),
-                        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
+    """The log of a long-running command (`herd up`, `herd agent`): one line per record,
+    its text escaped (``herdbook.logs``)."""
+    from herdbook.logs import setup_logging as setup
+    setup(level)
 
 
 def port(value: int, option: str) -> int:
