@@ -85,14 +85,17 @@ class KvPosition:
         return self._kv
 
     async def _entry(self) -> Any:
-        kv = await self._bucket()
-        try:
-            return await kv.get(self.key)
-        except KeyNotFoundError:   # KeyDeletedError too
-            return None
-        except Exception:
-            self._kv = None    # the bucket may be gone: opened (or created) again next time
-            raise
+        for again in (True, False):
+            kv = await self._bucket()
+            try:
+                return await kv.get(self.key)
+            except KeyNotFoundError:   # KeyDeletedError too
+                return None
+            except Exception:
+                self._kv = None    # the bucket may be gone: opened (or created) again
+                if not again:
+                    raise
+        return None
 
     async def read(self) -> int | None:
         """The committed sequence; None where none was ever committed."""

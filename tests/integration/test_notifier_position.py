@@ -26,7 +26,7 @@ from herdbook.events.node import (
     NodeRegistered,
     NodeUncordoned,
 )
-from herdbook.events.positions import NOTIFIER_KEY, KvPosition
+from herdbook.events.positions import NOTIFIER_KEY, POSITIONS_STREAM, KvPosition
 from herdbook.events.store import EventStore
 from herdbook.projector.runner import ProjectorRunner
 from herdbook.reactors.notifier import Notifier
@@ -203,3 +203,20 @@ async def test_a_commit_never_moves_the_position_back(nc: Any) -> None:
     assert await b.read() == 10
     assert await b.commit(12) == 12
     assert await a.read() == 12
+
+
+async def test_a_bucket_deleted_from_outside_is_created_again(nc: Any) -> None:
+    position = KvPosition(nc, NOTIFIER_KEY, holder="cp", clock=SYSTEM_CLOCK)
+    await position.commit(7)
+    await nc.jetstream().delete_stream(POSITIONS_STREAM)
+    assert await position.read() is None     # the bucket created again, the key lost
+
+    async def committed() -> bool:
+        # the server may answer "no responders" for a moment after the stream came back
+        # (the notifier's commit loop tries again, as here)
+        try:
+            return await position.commit(9) == 9
+        except Exception:  # noqa: BLE001
+            return False
+    await until(committed, what="a commit into the bucket created again")
+    assert await position.read() == 9
