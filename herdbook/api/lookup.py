@@ -32,7 +32,10 @@ def _decoder(kind: type[Any]) -> msgspec.json.Decoder[Any]:
 def decode(data: bytes, kind: type[R], *, empty: bool = False) -> R:
     """``data`` as the route's request Struct (msgspec raises naming the field);
     ``empty``: a route whose every field has a default takes no body as ``{}``."""
-    decoded: R = _decoder(kind).decode(data or (b"{}" if empty else data))
+    try:
+        decoded: R = _decoder(kind).decode(data or (b"{}" if empty else data))
+    except RecursionError:   # a 50k-deep [[[… in a field of any JSON (a job's spec)
+        raise msgspec.DecodeError("body: JSON nested too deeply") from None
     return decoded
 
 

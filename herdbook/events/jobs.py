@@ -46,10 +46,46 @@ class JobSpecError(ValueError):
     pass
 
 
+MAX_NESTING = 32
+"""How deeply a job spec's brackets may nest: a spec needs 3 (constraints.labels); the
+YAML parser recurses per level and a 50k-deep ``[[[…`` crashed the process."""
+
+
+def flow_nesting(text: str) -> int:
+    """The deepest nesting of flow brackets (``[`` ``{``) outside quotes and comments."""
+    if text.count("[") + text.count("{") <= MAX_NESTING:
+        return 0   # cannot be deeper: no scan
+    deepest = depth = 0
+    quote = ""
+    comment = False
+    previous = "\n"
+    for char in text:
+        if comment:
+            comment = char != "\n"
+        elif quote:
+            if char == quote and not (quote == '"' and previous == "\\"):
+                quote = ""
+        elif char in "\"'":
+            quote = char
+        elif char == "#" and previous in " \t\n":
+            comment = True
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth = max(0, depth - 1)
+        previous = "" if previous == "\\" and char == "\\" else char
+    return deepest
+
+
 def parse_job_spec(text: bytes | str, source: str = "job") -> JobSpec:
     """Decode and check a job spec; a bad one is refused with the key path and reason."""
     import msgspec.yaml
 
+    shown = text if isinstance(text, str) else text.decode("utf-8", "replace")
+    if (deepest := flow_nesting(shown)) > MAX_NESTING:
+        raise JobSpecError(f"{source}: nested {deepest} levels deep; a job spec nests at "
+                           f"most {MAX_NESTING}")
     try:
         spec = msgspec.yaml.decode(text, type=JobSpec)
     except msgspec.ValidationError as err:

@@ -44,6 +44,7 @@ from herdbook.web.auth import (
     is_loopback,
     same_origin,
 )
+from herdbook.web.client_errors import ClientErrorLog
 from herdbook.web.openapi import READS, ROUTES, STATUS_OF_CODE, document, http_path
 
 log = logging.getLogger(__name__)
@@ -148,7 +149,8 @@ class WebServer:
         if why is not None:
             raise ValueError(why)
         self.closing.clear()
-        self._runner = web.AppRunner(self.app(), access_log=None, shutdown_timeout=1.0)
+        self._runner = web.AppRunner(self.app(), access_log=None, shutdown_timeout=1.0,
+                                     logger=ClientErrorLog(self.clock))
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
         try:
@@ -284,6 +286,8 @@ class WebServer:
             fields = msgspec.json.decode(raw or b"{}")
         except msgspec.DecodeError as err:
             return error_response(400, "bad_request", f"body: {err}")
+        except RecursionError:   # a 50k-deep [[[…: a bad body, not a server error
+            return error_response(400, "bad_request", "body: JSON nested too deeply")
         if not isinstance(fields, dict):
             return error_response(400, "bad_request", "body: expected a JSON object")
         return await self.call(request, route, _encode({**fields,
