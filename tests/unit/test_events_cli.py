@@ -21,6 +21,8 @@ from tests.conftest import HERD, herd
 async def append(nc: Any, node: str, kind: str, reason: str = "") -> int:
     body = {"type": f"node.{kind}", "at": datetime.now(UTC).isoformat(), "actor": "test",
             "node_id": node, "reason": reason}
+    if kind == "conformance_changed":     # a body that lacks it is shown as refused
+        body["fingerprint"] = "fp-1"
     ack = await nc.jetstream().publish(f"herd.node.{node}.{kind}", json.dumps(body).encode())
     return int(ack.seq)
 
