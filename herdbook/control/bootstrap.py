@@ -281,7 +281,7 @@ def bootstrap(config: Config, *, clock: Clock, demo: int = 0,
     if web_server is not None:
         parts.append(Service("http server", serving_http(web_server), web_server.stop))
     if demo:
-        parts.append(DemoAgents(nc, url, data_dir / "demo", demo))
+        parts.append(DemoAgents(nc, url, data_dir / "demo", demo, known=projector.nodes))
     return ControlPlane(
         config=cfg, clock=clock, node_id=node_id, data_dir=data_dir, url=url, nc=nc,
         store=store, runner=runner, projector=projector, sweeper=sweeper, approver=approver,

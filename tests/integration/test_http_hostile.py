@@ -68,3 +68,4 @@ async def test_request_lines_over_8_kib_are_refused_with_one_log_line_now_and_th
     assert "\n" not in said and "answered 400 (LineTooLong)" in said and "aaaa" not in said
     status = (await raw_request(port, b"GET /v1/status HTTP/1.1")).split(b"\r\n", 1)[0]
     assert status == b"HTTP/1.1 200 OK"
+

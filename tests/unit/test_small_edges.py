@@ -59,3 +59,17 @@ def test_other_errors_keep_aiohttps_traceback(caplog) -> None:  # type: ignore[n
         ClientErrorLog(FakeClock()).exception("Unhandled exception", exc_info=err)
     (record,) = caplog.records
     assert record.name == "aiohttp.server" and record.exc_info
+
+
+def test_demo_nodes_beyond_the_demo_count_are_named() -> None:
+    from pathlib import Path
+
+    from herdbook.control.demo import stale_demo_nodes, stale_warning
+    known = [f"demo-{i:03d}" for i in range(20)] + ["gpu-1", "demo-x"]
+    stale = stale_demo_nodes(known, 5)
+    assert stale == [f"demo-{i:03d}" for i in range(5, 20)]
+    assert stale_demo_nodes(known, 20) == []
+    said = stale_warning(stale, 5, Path(".herd"))
+    assert said.startswith("--demo 5: 15 demo node(s) of an earlier run in this data dir "
+                           "(demo-005 … demo-019) are not simulated now and will go DEGRADED")
+    assert "fresh --data-dir" in said and "\n" not in said
