@@ -14,6 +14,7 @@ from typing import Any
 
 import nats
 import pytest
+import yaml
 
 from herdbook.control.plane import ControlPlane
 from herdbook.events.codec import encode
@@ -90,6 +91,10 @@ async def test_refused_bodies_are_listed_and_break_no_chain_nor_the_tail(
     assert "actor" not in by_seq[seqs[0]] and by_seq[seqs[0]]["refused"]
     assert [r["type"] for r in as_json if r["subject"].startswith("herd.node.n1.")
             and r["seq"] not in seqs] == ["node.registered", "node.cordoned"]
+    as_yaml = await cli("events", "tail", "-o", "yaml", "--subject", "herd.node.n1.>")
+    assert as_yaml.returncode == 0, as_yaml.stderr
+    assert [d["type"] for d in yaml.safe_load_all(as_yaml.stdout)] == [
+        "node.registered", "refused", "refused", "refused", "node.cordoned"]
 
 
 async def test_a_vouched_event_that_vanished_still_breaks_the_chain(
