@@ -39,6 +39,16 @@ def positions_bucket(replicas: int = 1) -> KeyValueConfig:
                           replicas=replicas)
 
 
+async def open_bucket(nc: NATS, replicas: int = 1) -> Any:
+    """The bucket, created if it is missing (the first start with a notifier, or deleted
+    from outside: what the streams guard calls to bring it back)."""
+    js = nc.jetstream()
+    try:
+        return await js.key_value(POSITIONS_BUCKET)
+    except Exception:  # noqa: BLE001 - not there (yet, or any more): create it
+        return await js.create_key_value(positions_bucket(replicas))
+
+
 class Position(msgspec.Struct, frozen=True, kw_only=True):
     seq: int
     """Every HERD_EVENTS sequence up to this one was acted on (or called for nothing)."""
@@ -77,11 +87,7 @@ class KvPosition:
 
     async def _bucket(self) -> Any:
         if self._kv is None:
-            js = self.nc.jetstream()
-            try:
-                self._kv = await js.key_value(POSITIONS_BUCKET)
-            except Exception:  # noqa: BLE001 - not there (yet, or any more): create it
-                self._kv = await js.create_key_value(positions_bucket(self.replicas))
+            self._kv = await open_bucket(self.nc, self.replicas)
         return self._kv
 
     async def _entry(self) -> Any:
