@@ -152,6 +152,7 @@ class Notifier:
         self._last: dict[str, asyncio.Task[Any]] = {}
         """Per node, its latest notification: the next one waits for it (order)."""
         self._commit_now = asyncio.Event()
+        self._commit_failing = False
         self._background: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
@@ -316,10 +317,15 @@ class Notifier:
             else:
                 self.committed = max(seq, await self.position.commit(seq))
         except Exception as err:
-            log.warning("cannot commit the notifier's position %d (a new leader would "
-                        "notify again what came after %d): %s", seq, self.committed,
-                        printable(str(err)))
+            if not self._commit_failing:   # once while it lasts (NATS away: every round)
+                log.warning("cannot commit the notifier's position %d (a new leader would "
+                            "notify again what came after %d; retrying): %s", seq,
+                            self.committed, printable(str(err)))
+            self._commit_failing = True
             raise
+        if self._commit_failing:
+            self._commit_failing = False
+            log.warning("the notifier's position is committed again (%d)", self.committed)
 
     async def notify(self, action: str, node_id: str, reason: str, *, key: str = "",
                      seq: int = 0) -> bool:
