@@ -68,6 +68,7 @@ from herdbook.natsd.http_tokens import HttpTokens
 from herdbook.natsd.server import EmbeddedNats
 from herdbook.natsd.storage_watch import StorageWatch
 from herdbook.natsd.users import UserRegistry
+from herdbook.projector import integrity
 from herdbook.projector.integrity import ViewError
 from herdbook.projector.runner import ProjectorRunner
 from herdbook.reactors.allocations import AllocationReactor
@@ -136,8 +137,13 @@ def bootstrap(config: Config, *, clock: Clock, demo: int = 0,
 
         storage = StorageWatch(embedded.store_dir, restart_server)
         parts += [server, supervisor, Service("storage watch", storage.start, storage.stop)]
+    def view_folded(stream: str) -> int:
+        """How far the view on disk folded ``stream``: a lost one is created after it."""
+        return (integrity.checkpoint_of(data_dir / "view.db", stream)
+                if stream == EVENTS_STREAM else 0)
+
     parts.append(NatsConnection(nc, url, connection_auth(auth, users),
-                                f"herd-control:{node_id}", streams_of(cfg)))
+                                f"herd-control:{node_id}", streams_of(cfg), view_folded))
     # One node id, one live control plane: a second one is refused before it does anything.
     claim = ReplicaClaim(nc, node_id, ttl=float(cfg.leader_ttl), replicas=cfg.nats.replicas,
                          data_dir=data_dir)

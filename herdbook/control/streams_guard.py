@@ -64,6 +64,8 @@ class StreamsGuard:
         self.created: dict[str, str] = {}
         """When each stream there now was created (a change: it was created again)."""
         self.recreated = 0
+        self.checks = 0
+        """Checks done (the first one at start)."""
         self._wake = asyncio.Event()
         self._sub: Any = None
         self._task: asyncio.Task[None] | None = None
@@ -121,12 +123,13 @@ class StreamsGuard:
             try:
                 await self.js.stream_info(name)
             except NotFoundError:
-                # Not at start: the lease and the settings start after this guard and
-                # make their buckets themselves.
-                if self._task is not None and await self._recreate_bucket(name, recreate):
+                # Not at the first check (start): the lease and the settings start after
+                # this guard and make their buckets themselves.
+                if self.checks and await self._recreate_bucket(name, recreate):
                     missing.append(name)
                 continue
             self.buckets_seen.add(name)
+        self.checks += 1
         return missing
 
     def _seen(self, name: str, created: str, first_seq: int) -> None:

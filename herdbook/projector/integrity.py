@@ -100,6 +100,24 @@ async def recorded_created(db: aiosqlite.Connection, stream: str) -> str | None:
     return str(row[0]) if row else None
 
 
+def checkpoint_of(path: Path, stream: str) -> int:
+    """The sequence through which the view file at ``path`` folded ``stream``, read before
+    anything opens it (the start creates a missing stream after it); 0 for no view, or
+    one that cannot be read (folded again from sequence 1 anyway)."""
+    if not path.exists():
+        return 0
+    try:
+        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=1.0)
+        try:
+            row = db.execute("SELECT seq FROM checkpoints WHERE stream = ?",
+                             (stream,)).fetchone()
+        finally:
+            db.close()
+    except sqlite3.Error:
+        return 0
+    return int(row[0]) if row and isinstance(row[0], int) else 0
+
+
 def move_aside(path: str, kind: str) -> Path:
     """Rename the view and its WAL files to ``<path>.<kind>-<UTC time>``, kept for a look."""
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())

@@ -475,6 +475,14 @@ class ProjectorRunner:
         """``stream`` was lost and created again from ``first_seq`` (``streams_guard``):
         every version below it is 0 from now on (``projector.rebase``), committed with the
         next batch, so the aggregates the lost events named can be decided on again."""
+        if self.folded_seq >= first_seq:
+            # Another replica created it again from what it knew, behind this view: the
+            # new events at sequences up to ours would be taken for folded ones.
+            log.error("%s was created again from sequence %d, but this view folded up to "
+                      "%d: new events %d-%d will be missing from it; restart this replica "
+                      "with its view moved aside (it restores the leader's newest view "
+                      "snapshot, with view.snapshots on)", self.stream, first_seq,
+                      self.folded_seq, first_seq, self.folded_seq)
         changed = rebase_versions(self.model, first_seq)
         if changed:
             self._pending += 1   # what makes the next flush commit the rebased rows

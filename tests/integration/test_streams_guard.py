@@ -4,6 +4,7 @@ line naming it), the API keeps answering, and new registrations and appends land
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -12,11 +13,14 @@ from typing import Any
 
 import nats
 import pytest
+from nats.js.api import KeyValueConfig
 
 from herdbook.agent.main import Agent, AgentOptions
 from herdbook.control.plane import ControlPlane
+from herdbook.control.streams_guard import StreamsGuard
 from herdbook.events.node import NodeRegistered
 from herdbook.events.store import EventStore
+from herdbook.events.streams import all_streams
 from herdbook.events.subjects import EVENTS_STREAM, HEARTBEATS_STREAM
 from tests.conftest import free_port
 from tests.integration.conftest import running_plane
@@ -96,3 +100,33 @@ async def test_deleted_streams_are_recreated_and_the_api_answers(
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
         await nc.close()
+
+
+async def test_every_guard_hears_of_a_stream_created_again_and_a_bucket_comes_back(
+        nc: Any) -> None:
+    """Another replica's guard (or anyone) created HERD_EVENTS again: this guard finds it
+    by its creation time and says from which sequence; a bucket it saw, deleted, is made
+    again by its owner's coroutine, one not there at the first check is left to its owner.
+    (``check`` called by hand: a running guard would race the test to recreate it.)"""
+    js = nc.jetstream()
+    heard: list[tuple[str, int]] = []
+    made: list[str] = []
+
+    async def make_bucket() -> None:
+        made.append("herd_test")
+        await js.create_key_value(KeyValueConfig(bucket="herd_test", history=1))
+
+    guard = StreamsGuard(nc, all_streams(), buckets={"KV_herd_test": make_bucket},
+                         on_recreated=lambda stream, first: heard.append((stream, first)))
+    assert await guard.check() == [] and made == []   # the first check: its owner makes it
+    await make_bucket()
+    assert await guard.check() == [] and heard == []
+
+    config = (await js.stream_info(EVENTS_STREAM)).config
+    await js.delete_stream(EVENTS_STREAM)
+    await js.add_stream(dataclasses.replace(config, first_seq=40))
+    await js.delete_stream("KV_herd_test")
+    assert await guard.check() == ["KV_herd_test"]
+    assert heard == [(EVENTS_STREAM, 40)] and len(made) == 2
+    await js.stream_info("KV_herd_test")
+    assert await guard.check() == [] and heard == [(EVENTS_STREAM, 40)]

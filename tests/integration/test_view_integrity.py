@@ -1,7 +1,7 @@
-"""The view never silently disagrees with the stream: a view ahead of the stream (the NATS
-store wiped, the old view kept), one folded from another history of the stream, and a
-corrupt view file are each found at start, moved aside and rebuilt from sequence 1, with
-one log line saying why; a stream the streams guard recreated after a loss keeps it."""
+"""The view never silently disagrees with the stream: one folded from another history of
+the stream and a corrupt view file are each found at start, moved aside and rebuilt from
+sequence 1, with one log line saying why; a stream the streams guard recreated after a
+loss, or the start created again after the view (the NATS store wiped), keeps it."""
 
 from __future__ import annotations
 
@@ -68,35 +68,44 @@ async def run_plane(cfg: Config, step: Callable[[ControlPlane, Any], Any]) -> An
         await plane.stop()
 
 
-async def test_a_wiped_nats_store_rebuilds_the_view_and_new_events_are_folded(
+async def test_a_wiped_nats_store_keeps_the_view_and_every_node_is_commandable(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     # given: a control plane that folded a few nodes, stopped
     cfg = config(tmp_path, free_port())
 
-    async def add_old(plane: ControlPlane, nc: Any) -> None:
+    async def add_old(plane: ControlPlane, nc: Any) -> int:
         for node in ("old-1", "old-2", "old-3"):
             await api(nc, "node.add", {"id": node})
+        return plane.projector.committed_seq
 
-    await run_plane(cfg, add_old)
+    checkpoint = await run_plane(cfg, add_old)
     # when: the NATS store is wiped and the view kept
     shutil.rmtree(tmp_path / "d" / "nats" / "jetstream")
 
     async def after_wipe(plane: ControlPlane, nc: Any) -> dict[str, Any]:
+        first = (await nc.jetstream().stream_info(EVENTS_STREAM)).config.first_seq
+        assert first == checkpoint + 1, "created again after the view, not from 1"
         added = await api(nc, "node.add", {"id": "new-1"})
         assert added["node"] is not None, "the new event was taken for one already folded"
-        assert await node_ids(nc) == {"cp-view", "new-1"}
+        # a node the lost events made is commanded: its version was rebased
+        cordoned = await nc.request("herd.api.v1.node.cordon",
+                                    json.dumps({"id": "old-1"}).encode(), timeout=10)
+        assert json.loads(cordoned.data)["ok"], cordoned.data
+        assert await node_ids(nc) == {"cp-view", "old-1", "old-2", "old-3", "new-1"}
         status: dict[str, Any] = await api(nc, "status", {})
         return status
 
     with caplog.at_level(logging.WARNING):
         status = await run_plane(cfg, after_wipe)
 
-    # then: rebuilt at start, one line saying why; new events folded; the lag is true
-    lines = rebuild_lines(caplog)
-    assert len(lines) == 1 and f"but {EVENTS_STREAM} ends at 0" in lines[0], lines
+    # then: nothing rebuilt, one ERROR line saying what was lost; new events folded
+    assert rebuild_lines(caplog) == []
+    lost = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR
+            and r.name == "herdbook.control.nats_parts"]
+    assert len(lost) == 1 and f"stream {EVENTS_STREAM} was missing" in lost[0], lost
     assert status["projector_lag"] == 0
-    assert status["projector_seq"] == status["stream_last_seq"] > 0
-    assert len(list((tmp_path / "d").glob("view.db.stale-*"))) == 1
+    assert status["projector_seq"] == status["stream_last_seq"] > checkpoint
+    assert not list((tmp_path / "d").glob("view.db.stale-*"))
 
 
 async def test_garbage_in_the_view_file_is_moved_aside_and_rebuilt(
@@ -168,16 +177,36 @@ async def test_a_stream_the_guard_recreated_after_a_loss_keeps_the_view(
     config = (await js.stream_info(EVENTS_STREAM)).config
     await js.delete_stream(EVENTS_STREAM)
     await js.add_stream(dataclasses.replace(config, first_seq=4))
+    await ensure_streams(nc, 1, 3600.0)   # what every herd up does at start: keeps first_seq
     await declare(nc, "d")
     with caplog.at_level(logging.WARNING):
         runner = await fold(nc, db)
     # then: what the view folded before stays; nothing is rebuilt; the next start is quiet
     assert rebuild_lines(caplog) == []
     assert set(runner.nodes) == {"a", "b", "c", "d"}
+    # the versions the lost events gave are the new stream's (none): rebased to 0
+    assert {n: v.version for n, v in runner.nodes.items()} == {"a": 0, "b": 0, "c": 0, "d": 4}
     caplog.clear()
     with caplog.at_level(logging.WARNING):
         await fold(nc, db)
     assert not [r for r in caplog.records if r.name.startswith("herdbook.projector")]
+
+
+async def test_a_view_catches_up_at_once_with_a_stream_created_again_empty(
+        nc: Any, tmp_path: Path) -> None:
+    """An empty stream created from 7 says last_seq 6, which no message holds: the
+    catch-up every start waits for returned only after its 60 s timeout, as ``Error:``."""
+    await declare(nc, "a", "b", "c")
+    js = nc.jetstream()
+    config = (await js.stream_info(EVENTS_STREAM)).config
+    await js.delete_stream(EVENTS_STREAM)
+    await js.add_stream(dataclasses.replace(config, first_seq=7))
+    runner = ProjectorRunner(nc, str(tmp_path / "view.db"), batch_interval=0.01)
+    await runner.start()
+    try:
+        await runner.catch_up(timeout=2.0)
+    finally:
+        await runner.stop()
 
 
 async def test_a_truncated_view_file_is_rebuilt(
