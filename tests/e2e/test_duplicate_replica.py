@@ -10,13 +10,13 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.conftest import herd, wait_until
-from tests.e2e.test_replicas import CONFIG, Replicas, replicas  # noqa: F401
+from tests.e2e.test_replicas import CONFIG, Replicas
 
 pytestmark = pytest.mark.e2e
 
@@ -25,6 +25,18 @@ def plane_as(r: Replicas, name: str, node_id: str) -> subprocess.Popen[bytes]:
     (r.tmp / "herd.yaml").write_text(CONFIG)
     return r.spawn(name, "up", "--nats-url", r.url, "--config", str(r.tmp / "herd.yaml"),
                    "--data-dir", str(r.tmp / name), "--node-id", node_id)
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Replicas]:
+    """A nats-server of its own, and the `herd up` processes each test starts on it."""
+    r = Replicas(tmp_path)
+    r.server.start()
+    r.url = r.server.url
+    try:
+        yield r
+    finally:
+        r.stop()
 
 
 def leading(url: str) -> bool:
@@ -37,8 +49,8 @@ def log_of(r: Replicas, name: str) -> str:
     return (r.tmp / f"{name}.log").read_text()
 
 
-def test_a_second_control_plane_with_the_same_node_id_is_refused(replicas: Any) -> None:
-    r: Replicas = replicas
+def test_a_second_control_plane_with_the_same_node_id_is_refused(cluster: Replicas) -> None:
+    r = cluster
     first = plane_as(r, "first", "cp")
     wait_until(lambda: leading(r.url), timeout=60,
                what="the first replica to lead")
@@ -58,8 +70,8 @@ def test_a_second_control_plane_with_the_same_node_id_is_refused(replicas: Any) 
     assert log_of(r, "first").count("is the leader") == 1
 
 
-def test_a_replica_restarted_on_its_data_dir_takes_its_node_id_back(replicas: Any) -> None:
-    r: Replicas = replicas
+def test_a_replica_restarted_on_its_data_dir_takes_its_node_id_back(cluster: Replicas) -> None:
+    r = cluster
     first = plane_as(r, "first", "cp")
     wait_until(lambda: leading(r.url), timeout=60,
                what="the first replica to lead")
@@ -72,9 +84,9 @@ def test_a_replica_restarted_on_its_data_dir_takes_its_node_id_back(replicas: An
     assert "watching it" not in log_of(r, "first")
 
 
-def test_a_dead_replica_of_another_data_dir_is_waited_out(replicas: Any, tmp_path: Path) -> None:
+def test_a_dead_replica_of_another_data_dir_is_waited_out(cluster: Replicas) -> None:
     """Its key is not renewed: the newcomer takes the node id within a TTL and a half."""
-    r: Replicas = replicas
+    r = cluster
     first = plane_as(r, "first", "cp")
     wait_until(lambda: leading(r.url), timeout=60,
                what="the first replica to lead")
