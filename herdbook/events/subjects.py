@@ -55,6 +55,11 @@ def resources_subject(node_id: str) -> str:
     return f"herd.res.{validate_id(node_id)}"
 
 
+def telemetry_subject(node_id: str) -> str:
+    """A node's latest per-GPU telemetry (``events.telemetry``), in HERD_HEARTBEATS."""
+    return f"herd.gpu.{validate_id(node_id)}"
+
+
 def health_subject(node_id: str) -> str:
     return f"herd.health.{validate_id(node_id)}"
 
