@@ -304,12 +304,16 @@ class NodeDescription(NodeDetail, frozen=True, kw_only=True):
 
 
 class CommandResult(_Reply, frozen=True, kw_only=True):
-    """A node command: the event it appended and the node once the view holds it."""
+    """A node command: the event it appended and the node once the view holds it; or,
+    where the command's goal already held, nothing appended (``event``, ``event_id``
+    empty, ``seq`` the node's version) and ``unchanged`` saying so with the state."""
 
     event: str
     event_id: str
     seq: int
     node: NodeDetail | None
+    unchanged: str = ""
+    """E.g. ``node gpu-1 already cordoned (state CORDONED)``: a success, exit 0."""
 
 
 class InstanceReply(_Reply, frozen=True, kw_only=True):

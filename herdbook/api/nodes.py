@@ -47,6 +47,7 @@ from herdbook.projector.runner import ProjectorRunner
 from herdbook.reactors import intents
 from herdbook.reactors.heartbeats import NodeBeat
 from herdbook.reactors.membership import decide_approve, decide_delete, decide_reject
+from herdbook.reactors.refused import AlreadyDone
 from herdbook.reactors.runner import Context, DecideRunner
 from herdbook.reactors.sweeper import Sweeper
 from herdbook.text import clip
@@ -259,7 +260,13 @@ class NodeRoutes:
                 return on_node(self.projector.nodes.get(req.id), req.id,
                                lambda view: decide(view, req), context)
 
-            appended = await self.runner.run("node", req.id, decision)
+            try:
+                appended = await self.runner.run("node", req.id, decision)
+            except AlreadyDone as done:   # the goal already holds: a success, nothing appended
+                view = self.projector.nodes.get(req.id)
+                return CommandResult(event="", event_id="", unchanged=str(done),
+                                     seq=0 if view is None else view.version,
+                                     node=None if view is None else self.detail(view))
             return self._result(req.id, appended.events[0], appended.seq)
         return handler
 

@@ -114,6 +114,8 @@ class Outcome:
 
 
 def done_line(node_id: str, result: Any) -> str:
+    if result.unchanged:   # the goal already held: done, nothing appended
+        return f"{node_id}: {result.unchanged.removeprefix(f'node {node_id} ')}"
     what = result.event.removeprefix("node.").replace("_", " ")
     return f"{node_id}: {what}" + (f", now {result.node.state}" if result.node else "")
 

@@ -45,7 +45,8 @@ def send_command(ctx: typer.Context, route: str, node_id: str, reason: str,
     client.check_id(node_id)
     request = (kind or NodeCommand)(id=node_id, reason=reason, actor=client.actor(), **extra)
     result = client.call(server(ctx), route, request, CommandResult)
-    console.print("Ok")
+    # The goal already held (kubectl's "already cordoned"): a success naming the state.
+    console.print(safe(f"Ok: {result.unchanged}") if result.unchanged else "Ok", markup=False)
     warn_if_stale(result.node)
 
 

@@ -1,6 +1,9 @@
 """Operator command deciders: cordon, uncordon, drain, undrain, disable, enable, reboot,
 add. Pure: the view and what the control plane knows of the node's heartbeats come in,
-an event or ``CommandRefused`` comes out. The state machine tables decide what is allowed."""
+an event or ``CommandRefused`` comes out. The state machine tables decide what is allowed.
+A command whose goal already holds raises ``AlreadyDone`` (a success with nothing
+appended, naming the state): cordon, uncordon, drain, undrain, disable, enable, claim
+by the claimant, release; reboot and wipe are actions, never no-ops."""
 
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ from herdbook.events.node import (
 )
 from herdbook.events.states import Health, Intent, NodeClass
 from herdbook.projector.node_view import NodeView
-from herdbook.reactors.refused import CommandRefused
+from herdbook.reactors.refused import AlreadyDone, CommandRefused
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,8 @@ def _intent(view: NodeView, command: Command) -> None:
 
 
 def decide_cordon(view: NodeView, actor: str, reason: str) -> NodeEvent:
+    if view.intent is Intent.CORDONED:
+        raise AlreadyDone(f"node {view.id} already cordoned (state {view.state})")
     _intent(view, Command.CORDON)
     return NodeCordoned(node_id=view.id, actor=actor, reason=reason)
 
@@ -54,6 +59,9 @@ def decide_cordon(view: NodeView, actor: str, reason: str) -> NodeEvent:
 def decide_uncordon(view: NodeView, actor: str, reason: str) -> NodeEvent:
     """Uncordon also clears a sticky UNHEALTHY or a (held) DEGRADED verdict; refused when
     none applies."""
+    if view.intent is Intent.ELIGIBLE and view.health not in (Health.UNHEALTHY,
+                                                               Health.DEGRADED):
+        raise AlreadyDone(f"node {view.id} already uncordoned (state {view.state})")
     if view.intent is not Intent.CORDONED and view.health not in (Health.UNHEALTHY,
                                                                    Health.DEGRADED):
         raise CommandRefused(f"cannot uncordon node {view.id}: it is neither cordoned nor unhealthy "
@@ -63,6 +71,13 @@ def decide_uncordon(view: NodeView, actor: str, reason: str) -> NodeEvent:
 
 def decide_drain(view: NodeView, actor: str, reason: str, urgent: bool = False,
                  deadline_s: float | None = None) -> NodeEvent:
+    """Draining or drained already is a no-op, unless this drain asks for more (urgent
+    where it was not, a deadline): then it is refused, as before."""
+    if view.intent is Intent.DRAINED or (
+            view.intent is Intent.DRAINING and (view.drain_urgent or not urgent)
+            and deadline_s is None):
+        raise AlreadyDone(f"node {view.id} already {view.intent.value.lower()} "
+                          f"(state {view.state})")
     _intent(view, Command.DRAIN)
     return NodeDrainStarted(node_id=view.id, actor=actor, reason=reason, urgent=urgent,
                             deadline_s=deadline_s)
@@ -71,6 +86,8 @@ def decide_drain(view: NodeView, actor: str, reason: str, urgent: bool = False,
 def decide_undrain(view: NodeView, actor: str, reason: str, live: HeartbeatFacts) -> NodeEvent:
     """Back to scheduling only if the node passes the health check of Lattice: a recent
     heartbeat, its GPU count equal to its capabilities, a conformance fingerprint."""
+    if view.intent is Intent.ELIGIBLE:
+        raise AlreadyDone(f"node {view.id} already undrained (state {view.state})")
     _intent(view, Command.UNDRAIN)
     if not live.recent:
         raise CommandRefused(f"cannot undrain node {view.id}: no recent heartbeat")
@@ -84,6 +101,8 @@ def decide_undrain(view: NodeView, actor: str, reason: str, live: HeartbeatFacts
 
 
 def decide_disable(view: NodeView, actor: str, reason: str) -> NodeEvent:
+    if view.intent is Intent.DISABLED:
+        raise AlreadyDone(f"node {view.id} already disabled (state {view.state})")
     _intent(view, Command.DISABLE)
     if next_lifecycle(view.lifecycle, LifecycleTrigger.DISABLE) is None:
         raise CommandRefused(f"cannot disable node {view.id}: it is {view.lifecycle.value}")
@@ -93,7 +112,7 @@ def decide_disable(view: NodeView, actor: str, reason: str) -> NodeEvent:
 def decide_enable(view: NodeView, actor: str, reason: str, live: HeartbeatFacts,
                   force: bool = False) -> NodeEvent:
     if view.intent is not Intent.DISABLED:
-        raise CommandRefused(f"cannot enable node {view.id}: it is not disabled (state {view.state})")
+        raise AlreadyDone(f"node {view.id} already enabled (state {view.state})")
     if not live.recent and not force:
         raise CommandRefused(f"cannot enable node {view.id}: no recent heartbeat (use --force)")
     return NodeEnabled(node_id=view.id, actor=actor, reason=reason, forced=force)
@@ -113,6 +132,9 @@ def decide_claim(view: NodeView, actor: str, user: str, tenant: str,
                  reason: str = "") -> NodeEvent:
     """A user claims a sensitive node explicitly. Appended with the node's version: of two
     concurrent claims the first wins and the other, deciding again, is refused here."""
+    if view.claimed_by and view.claimed_by == user:
+        raise AlreadyDone(f"node {view.id} already claimed by {user}"
+                          + (f" (tenant {view.tenant})" if view.tenant else ""))
     if view.claimed_by:
         raise CommandRefused(f"node {view.id} is already claimed by {view.claimed_by}"
                       + (f" (tenant {view.tenant})" if view.tenant else ""))
@@ -128,7 +150,7 @@ def decide_claim(view: NodeView, actor: str, user: str, tenant: str,
 
 def decide_release(view: NodeView, actor: str, user: str = "", reason: str = "") -> NodeEvent:
     if not view.claimed_by:
-        raise CommandRefused(f"node {view.id} is not claimed")
+        raise AlreadyDone(f"node {view.id} already released (not claimed)")
     return NodeReleased(node_id=view.id, actor=actor, user=user or view.claimed_by,
                         reason=reason)
 

@@ -1,22 +1,24 @@
-"""Membership deciders (Bacalhau): approve, reject, delete, auto-approve. Pure."""
+"""Membership deciders (Bacalhau): approve, reject, delete, auto-approve. Pure. Approving
+an approved node or rejecting a rejected one is ``AlreadyDone`` (a success, nothing
+appended); delete is not idempotent (a node not in the view is not_found)."""
 
 from __future__ import annotations
 
 from herdbook.events.node import NodeApproved, NodeDeleted, NodeEvent, NodeRejected
 from herdbook.events.states import Approval, NodeType
 from herdbook.projector.node_view import NodeView
-from herdbook.reactors.refused import CommandRefused
+from herdbook.reactors.refused import AlreadyDone, CommandRefused
 
 
 def decide_approve(view: NodeView, actor: str, reason: str = "") -> NodeEvent:
     if view.approval is Approval.APPROVED:
-        raise CommandRefused(f"node {view.id} is already APPROVED")
+        raise AlreadyDone(f"node {view.id} already approved")
     return NodeApproved(node_id=view.id, actor=actor, reason=reason)
 
 
 def decide_reject(view: NodeView, actor: str, reason: str = "") -> NodeEvent:
     if view.approval is Approval.REJECTED:
-        raise CommandRefused(f"node {view.id} is already REJECTED")
+        raise AlreadyDone(f"node {view.id} already rejected")
     if view.type is NodeType.REQUESTER:
         raise CommandRefused(f"node {view.id} is a requester (control-plane) node and cannot be "
                              "rejected")

@@ -83,11 +83,19 @@ def test_cordon_from_the_page_lands_as_an_event_with_the_reason(console: Console
     # the reason is shown as text, never as markup
     assert console.js("return document.querySelector('#timeline b b')") is None
 
-    # a refused action shows the server's message
+    # an action whose goal already holds says so, with the state (nothing appended)
     console.driver.find_element("css selector", "[data-action=approve]").click()
+    console.wait_js("return document.querySelector('#notice .good')?.textContent"
+                    ".includes('already approved')", what="the already-approved notice")
+    # a refused action shows the server's message
+    console.driver.find_element("css selector", "[data-action=drain]").click()
+    console.wait_js("return document.querySelector('#node-state').dataset.state === 'DRAINING'"
+                    " || document.querySelector('#node-state').dataset.state === 'DRAINED'",
+                    what="draining on the page")
+    console.driver.find_element("css selector", "[data-action=cordon]").click()
     console.wait_js("return document.querySelector('#notice .bad')", what="the refusal")
     notice = console.driver.find_element("css selector", "#notice .bad").text
-    assert notice.startswith("approve refused (409"), notice
+    assert notice.startswith("cordon refused (409"), notice
 
 
 def test_the_node_page_shows_an_xid_79_cause_chain_and_the_gpu(console: Console) -> None:

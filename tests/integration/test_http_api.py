@@ -83,8 +83,16 @@ async def test_every_route_family_answers_over_http_with_its_status_codes(
                               json={"id": me, "reason": "over http"})
     assert status == 200 and body["node"]["state"] == "CORDONED"
     assert plane.projector.nodes[me].intent_reason == "over http"
+    # again: the goal already holds, a success with nothing appended (kubectl's
+    # "already cordoned"), over HTTP and over NATS alike
+    seq = await plane.store.last_sequence("node", me)
     status, body = await call(session, "POST", url(plane, f"/v1/nodes/{me}/cordon"))
-    assert (status, body["code"]) == (409, "refused")
+    assert status == 200 and body["unchanged"] == f"node {me} already cordoned (state CORDONED)"
+    assert body["event"] == "" and body["node"]["state"] == "CORDONED"
+    reply = json.loads((await plane.nc.request("herd.api.v1.node.cordon", json.dumps(
+        {"id": me}).encode(), timeout=10)).data)
+    assert reply["ok"] and reply["result"]["unchanged"].endswith("already cordoned (state CORDONED)")
+    assert await plane.store.last_sequence("node", me) == seq   # nothing appended
     status, body = await call(session, "POST", url(plane, f"/v1/nodes/{me}/uncordon"),
                               json={"reason": "done"})
     assert status == 200 and body["node"]["state"] == "READY"

@@ -25,7 +25,7 @@ from herdbook.reactors.membership import (
     decide_delete,
     decide_reject,
 )
-from herdbook.reactors.refused import CommandRefused
+from herdbook.reactors.refused import AlreadyDone, CommandRefused
 
 TIMEOUTS = Timeouts(heartbeat_timeout=30, grace_period=60)
 
@@ -234,8 +234,8 @@ def test_approve_a_rejected_node() -> None:
     assert isinstance(decide_approve(node(approval=Approval.REJECTED), "alice"), NodeApproved)
 
 
-def test_approving_an_approved_node_is_refused() -> None:
-    with pytest.raises(CommandRefused, match="already APPROVED"):
+def test_approving_an_approved_node_is_already_done() -> None:
+    with pytest.raises(AlreadyDone, match=r"^node gpu-\d+ already approved$"):
         decide_approve(node(approval=Approval.APPROVED), "alice")
 
 
@@ -246,8 +246,8 @@ def test_reject_a_compute_node(approval: Approval) -> None:
     assert (event.actor, event.reason) == ("bob", "unknown host")
 
 
-def test_rejecting_a_rejected_node_is_refused() -> None:
-    with pytest.raises(CommandRefused, match="already REJECTED"):
+def test_rejecting_a_rejected_node_is_already_done() -> None:
+    with pytest.raises(AlreadyDone, match=r"^node gpu-\d+ already rejected$"):
         decide_reject(node(approval=Approval.REJECTED), "bob")
 
 

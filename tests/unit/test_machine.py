@@ -22,7 +22,7 @@ from herdbook.events.machine import LifecycleTrigger as Trigger
 from herdbook.events.states import Approval, Health, Intent, Lifecycle, NodeType
 from herdbook.projector.node_view import NodeView
 from herdbook.reactors import intents
-from herdbook.reactors.refused import CommandRefused
+from herdbook.reactors.refused import AlreadyDone, CommandRefused
 
 L, I = Lifecycle, Intent  # noqa: E741
 
@@ -149,7 +149,10 @@ STALE = intents.HeartbeatFacts(heartbeat_age=100.0, heartbeat_timeout=30.0, gpu_
 
 @pytest.mark.parametrize("intent", list(Intent))
 def test_cordon_follows_the_table(intent: Intent) -> None:
-    if next_intent(intent, Command.CORDON) is None:
+    if intent is I.CORDONED:   # the goal already holds: a success, nothing appended
+        with pytest.raises(AlreadyDone, match="^node gpu-1 already cordoned \\(state CORDONED\\)$"):
+            intents.decide_cordon(view(intent=intent), "op", "")
+    elif next_intent(intent, Command.CORDON) is None:
         with pytest.raises(CommandRefused, match="cannot cordon"):
             intents.decide_cordon(view(intent=intent), "op", "")
     else:
@@ -159,8 +162,11 @@ def test_cordon_follows_the_table(intent: Intent) -> None:
 def test_uncordon_clears_unhealthy_and_is_refused_otherwise() -> None:
     assert intents.decide_uncordon(view(health=Health.UNHEALTHY), "op", "")
     assert intents.decide_uncordon(view(intent=I.CORDONED), "op", "")
-    with pytest.raises(CommandRefused, match="neither cordoned nor unhealthy"):
+    with pytest.raises(AlreadyDone, match="already uncordoned \\(state READY\\)"):
         intents.decide_uncordon(view(), "op", "")
+    with pytest.raises(CommandRefused, match="neither cordoned nor unhealthy") as err:
+        intents.decide_uncordon(view(intent=I.DRAINING), "op", "")
+    assert not isinstance(err.value, AlreadyDone)
 
 
 @pytest.mark.parametrize(("live", "message"), [
@@ -177,7 +183,7 @@ def test_undrain_needs_the_health_check(live: intents.HeartbeatFacts, message: s
 
 def test_enable_needs_disabled_and_a_recent_heartbeat_unless_forced() -> None:
     disabled = view(lifecycle=L.DOWN, intent=I.DISABLED)
-    with pytest.raises(CommandRefused, match="not disabled"):
+    with pytest.raises(AlreadyDone, match="already enabled \\(state DOWN\\)"):
         intents.decide_enable(view(lifecycle=L.DOWN), "op", "", LIVE)
     with pytest.raises(CommandRefused, match="--force"):
         intents.decide_enable(disabled, "op", "", STALE)
@@ -192,3 +198,31 @@ def test_reboot_takes_down_or_failed(lifecycle: Lifecycle) -> None:
     else:
         with pytest.raises(CommandRefused):
             intents.decide_reboot(view(lifecycle=lifecycle), "op", "")
+
+
+@pytest.mark.parametrize(("decide", "node", "said"), [
+    (lambda v: intents.decide_cordon(v, "op", ""), view(intent=I.CORDONED),
+     "already cordoned (state CORDONED)"),
+    (lambda v: intents.decide_uncordon(v, "op", ""), view(), "already uncordoned (state READY)"),
+    (lambda v: intents.decide_drain(v, "op", ""), view(intent=I.DRAINING),
+     "already draining (state DRAINING)"),
+    (lambda v: intents.decide_drain(v, "op", "", urgent=True), view(intent=I.DRAINED),
+     "already drained (state DRAINED)"),
+    (lambda v: intents.decide_undrain(v, "op", "", LIVE), view(), "already undrained (state READY)"),
+    (lambda v: intents.decide_disable(v, "op", ""), view(lifecycle=L.DOWN, intent=I.DISABLED),
+     "already disabled (state DOWN)"),
+    (lambda v: intents.decide_enable(v, "op", "", STALE), view(intent=I.CORDONED),
+     "already enabled (state CORDONED)"),
+], ids=["cordon", "uncordon", "drain", "drain-drained", "undrain", "disable", "enable"])
+def test_a_command_whose_goal_holds_is_already_done_with_the_state(decide, node, said) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(AlreadyDone) as err:
+        decide(node)
+    assert str(err.value) == f"node gpu-1 {said}"
+
+
+def test_a_drain_asking_for_more_than_the_running_one_is_not_a_no_op() -> None:
+    with pytest.raises(CommandRefused, match="cannot drain") as err:
+        intents.decide_drain(view(intent=I.DRAINING), "op", "", urgent=True)
+    assert not isinstance(err.value, AlreadyDone)
+    with pytest.raises(CommandRefused, match="cannot drain"):
+        intents.decide_drain(view(intent=I.DRAINING), "op", "", deadline_s=60.0)

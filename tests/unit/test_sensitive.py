@@ -20,7 +20,7 @@ from herdbook.events.states import Approval, Intent, Lifecycle, NodeClass, NodeT
 from herdbook.projector.node_view import NodeView, apply
 from herdbook.reactors import intents
 from herdbook.reactors.liveness import Observation, Timeouts, decide, next_deadline
-from herdbook.reactors.refused import CommandRefused
+from herdbook.reactors.refused import AlreadyDone, CommandRefused
 from herdbook.reactors.sensitive import decide_conformance
 
 
@@ -51,8 +51,11 @@ def test_a_free_sensitive_node_is_claimed_and_a_second_claim_is_refused() -> Non
     claimed = fold(node(), event)
     assert (claimed.claimed_by, claimed.tenant) == ("ana", "bio")
     # the loser of a race decides again on the view with the winner's claim
-    with pytest.raises(CommandRefused, match="already claimed by ana \\(tenant bio\\)"):
+    with pytest.raises(CommandRefused, match="already claimed by ana \\(tenant bio\\)") as err:
         intents.decide_claim(claimed, "op", "bob", "chem")
+    assert not isinstance(err.value, AlreadyDone)   # another user: refused
+    with pytest.raises(AlreadyDone, match="already claimed by ana \\(tenant bio\\)"):
+        intents.decide_claim(claimed, "op", "ana", "bio")   # the claimant again: done
 
 
 def test_only_ready_sensitive_nodes_are_claimed() -> None:

@@ -519,8 +519,9 @@ async function act(id, action) {
   const notice = $("#notice");
   try {
     const result = await api(`/v1/nodes/${encodeURIComponent(id)}/${action}`, { method: "POST", body: { reason } });
-    notice.innerHTML = `<div class="notice good">${esc(action)}: ${esc(result?.event ?? "done")}` +
-                       `${result?.seq ? ` (seq ${result.seq})` : ""}</div>`;
+    // unchanged: the goal already held ("node x already cordoned"), nothing appended
+    notice.innerHTML = `<div class="notice good">${esc(action)}: ${esc(result?.unchanged || result?.event || "done")}` +
+                       `${result?.seq && !result?.unchanged ? ` (seq ${result.seq})` : ""}</div>`;
     await loadNode(id, { from: 0, to: Date.now() });
   } catch (err) {
     const text = err instanceof ApiError ? `${action} refused (${err.status} ${err.code}): ${err.message}` : String(err);
