@@ -177,11 +177,11 @@ def bootstrap(config: Config, *, clock: Clock, demo: int = 0,
                 f"{CATCH_UP_TIMEOUT:g}s (folded up to sequence {projector.folded_seq}"
                 f"{'; ' + projector.failed if projector.failed else ''})") from err
 
-    def recreated(stream: str, first_seq: int) -> None:
+    async def recreated(stream: str, first_seq: int, created: str) -> None:
         """HERD_EVENTS lost and created again: what folds it rebases its versions."""
         if stream == EVENTS_STREAM:
-            projector.rebase(first_seq)
             breaker.rebase(first_seq)
+            await projector.recreated(first_seq, created)
 
     liveness = LivenessPublisher(nc, cfg)
     owned: dict[str, Callable[[], Awaitable[None]]] = {

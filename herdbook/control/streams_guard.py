@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 DELETED_ADVISORY = "$JS.EVENT.ADVISORY.STREAM.DELETED.*"
 
 Recreate = Callable[[], Awaitable[None]]
-OnRecreated = Callable[[str, int], None]
+OnRecreated = Callable[[str, int, str], Awaitable[None]]
 
 
 class StreamsGuard:
@@ -49,7 +49,8 @@ class StreamsGuard:
         """``floor(stream)``: a sequence some reader of ``stream`` already reached (the
         projector's); a recreated stream starts after it too. ``buckets``: the stream of
         each bucket herdbook owns and what creates it again. ``on_recreated(stream,
-        first_seq)``: one of ``configs`` was created again (here or by another replica)."""
+        first_seq, created)``: one of ``configs`` was created again (here or by another
+        replica), from ``first_seq``, at ``created``."""
         self.nc = nc
         self.js = nc.jetstream()
         self.configs = configs
@@ -118,7 +119,7 @@ class StreamsGuard:
                     missing.append(name)
                 continue
             self.last_seq[name] = max(self.last_seq.get(name, 0), info.state.last_seq)
-            self._seen(name, str(info.created or ""), int(info.config.first_seq or 1))
+            await self._seen(name, str(info.created or ""), int(info.config.first_seq or 1))
         for name, recreate in self.buckets.items():
             try:
                 await self.js.stream_info(name)
@@ -132,19 +133,19 @@ class StreamsGuard:
         self.checks += 1
         return missing
 
-    def _seen(self, name: str, created: str, first_seq: int) -> None:
+    async def _seen(self, name: str, created: str, first_seq: int) -> None:
         """Record when ``name`` was created; a change means someone created it again."""
         before = self.created.get(name)
         self.created[name] = created
         if before is not None and created and before != created:
             log.warning("stream %s was created again (created %s, from sequence %d)",
                         name, created, first_seq)
-            self._tell(name, first_seq)
+            await self._tell(name, first_seq, created)
 
-    def _tell(self, name: str, first_seq: int) -> None:
+    async def _tell(self, name: str, first_seq: int, created: str) -> None:
         if self.on_recreated is not None:
             try:
-                self.on_recreated(name, first_seq)
+                await self.on_recreated(name, first_seq, created)
             except Exception:
                 log.exception("acting on stream %s created again failed", name)
 
@@ -161,7 +162,7 @@ class StreamsGuard:
         log.error("stream %s was deleted from outside: recreated it empty, from sequence %d; "
                   "what it held is lost", name, after + 1)
         self.created[name] = str(info.created or "")
-        self._tell(name, after + 1)
+        await self._tell(name, after + 1, self.created[name])
         return True
 
     async def _recreate_bucket(self, name: str, recreate: Recreate) -> bool:

@@ -87,10 +87,15 @@ async def disagreement(js: JetStreamContext, stream: str, db: aiosqlite.Connecti
         if on_continued is not None:
             on_continued(int(info.config.first_seq or 1))
     if created and recorded != created:
-        await db.execute("INSERT INTO stream_identity (stream, created) VALUES (?, ?) "
-                         "ON CONFLICT(stream) DO UPDATE SET created = excluded.created",
-                         (stream, created))
+        await record_created(db, stream, created)
     return None
+
+
+async def record_created(db: aiosqlite.Connection, stream: str, created: str) -> None:
+    """Record the ``created`` time of the stream the view folds (committed at once)."""
+    await db.execute("INSERT INTO stream_identity (stream, created) VALUES (?, ?) "
+                     "ON CONFLICT(stream) DO UPDATE SET created = excluded.created",
+                     (stream, created))
 
 
 async def recorded_created(db: aiosqlite.Connection, stream: str) -> str | None:

@@ -491,6 +491,17 @@ class ProjectorRunner:
                         "folded before; %d versions from the lost history set to 0",
                         self.stream, first_seq, changed)
 
+    async def recreated(self, first_seq: int, created: str) -> None:
+        """``stream`` was created again (``streams_guard``), at ``created``: rebase, commit
+        the rebased rows, then record the new stream as the view's. In that order: a view
+        that records the new stream before its rows are rebased would not be rebased by
+        the next start, and its snapshots would not match the stream they follow."""
+        self.rebase(first_seq)
+        await self.flush()
+        async with self._lock:
+            if self._db is not None and not self._fresh and created:
+                await integrity.record_created(self._db, self.stream, created)
+
     @property
     def deadletters(self) -> int:
         return self.dead_letters.count

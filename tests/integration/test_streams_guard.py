@@ -7,6 +7,7 @@ import asyncio
 import dataclasses
 import json
 import logging
+import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -112,12 +113,15 @@ async def test_every_guard_hears_of_a_stream_created_again_and_a_bucket_comes_ba
     heard: list[tuple[str, int]] = []
     made: list[str] = []
 
+    async def recreated(stream: str, first_seq: int, created: str) -> None:
+        heard.append((stream, first_seq))
+
     async def make_bucket() -> None:
         made.append("herd_test")
         await js.create_key_value(KeyValueConfig(bucket="herd_test", history=1))
 
     guard = StreamsGuard(nc, all_streams(), buckets={"KV_herd_test": make_bucket},
-                         on_recreated=lambda stream, first: heard.append((stream, first)))
+                         on_recreated=recreated)
     assert await guard.check() == [] and made == []   # the first check: its owner makes it
     await make_bucket()
     assert await guard.check() == [] and heard == []
@@ -130,3 +134,33 @@ async def test_every_guard_hears_of_a_stream_created_again_and_a_bucket_comes_ba
     assert heard == [(EVENTS_STREAM, 40)] and len(made) == 2
     await js.stream_info("KV_herd_test")
     assert await guard.check() == [] and heard == [(EVENTS_STREAM, 40)]
+
+
+async def test_a_running_view_is_rebased_and_then_follows_the_new_stream(
+        plane: ControlPlane, tmp_path: Path) -> None:
+    """While running: the rebased rows are committed, then the new stream is recorded as
+    the view's, so the view's snapshots match the stream a new replica finds."""
+    nc = await nats.connect(plane.url)
+    js = nc.jetstream()
+    try:
+        assert (await api(nc, "node.add", {"id": "old"}))["ok"]
+        await js.delete_stream(EVENTS_STREAM)
+
+        def recorded() -> tuple[str, int]:
+            db = sqlite3.connect(f"file:{tmp_path / 'd' / 'view.db'}?mode=ro", uri=True)
+            try:
+                created = db.execute("SELECT created FROM stream_identity").fetchone()[0]
+                data = db.execute("SELECT data FROM nodes WHERE id = 'old'").fetchone()[0]
+            finally:
+                db.close()
+            return str(created), int(json.loads(data)["version"])
+
+        async def rebased() -> bool:
+            info = await js.stream_info(EVENTS_STREAM)
+            return recorded() == (str(info.created), 0)
+
+        await eventually(rebased, timeout=10)
+        reply = await api(nc, "node.cordon", {"id": "old"})
+        assert reply["ok"], reply
+    finally:
+        await nc.close()
