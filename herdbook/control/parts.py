@@ -20,6 +20,8 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, Protocol, TypeVar
 
+from herdbook.control.errors import StartupError
+
 log = logging.getLogger(__name__)
 
 
@@ -175,7 +177,14 @@ class Parts:
     async def _start(self, part: Part) -> None:
         log.debug("starting %s", part.name)
         self.started.append(part)
-        await part.start()
+        try:
+            await part.start()
+        except TimeoutError as err:
+            # A bounded wait that ran out (``asyncio.wait_for``: no message, which `herd
+            # up` printed as a bare "Error:"): one line naming what did not start.
+            raise StartupError(f"{part.name} did not start: it timed out"
+                               + (f" ({err})" if str(err) else "")
+                               + "; is NATS answering? (herd status)") from err
 
     async def _stop(self, part: Part) -> None:
         if part not in self.started:

@@ -3,10 +3,12 @@ start order, reverse stop, leader-only parts started and stopped with the lease.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 
 import pytest
 
+from herdbook.control.errors import StartupError
 from herdbook.control.parts import Parts, PerTerm, Service, Subscribed
 
 
@@ -145,6 +147,19 @@ async def test_when_a_part_fails_to_start_then_what_started_stops_in_reverse() -
     log.lines.clear()
     await parts.stop()
     assert log.lines == []
+
+
+async def test_a_start_that_timed_out_is_one_line_naming_the_part() -> None:
+    """``asyncio.wait_for`` raises a TimeoutError with no message: `herd up` said a bare
+    "Error:" after waiting 60 s for a feed on a stream deleted from outside."""
+    async def wait_for_ever() -> None:
+        await asyncio.wait_for(asyncio.Event().wait(), 0.01)
+
+    parts = Parts([Service("circuit breaker", wait_for_ever)])
+    with pytest.raises(StartupError) as raised:
+        await parts.start()
+    assert str(raised.value) == ("circuit breaker did not start: it timed out; is NATS "
+                                 "answering? (herd status)")
 
 
 async def test_when_a_part_fails_to_stop_then_the_rest_stop_all_the_same(
