@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -10,7 +11,9 @@ from herdbook.clock import SYSTEM_CLOCK
 from herdbook.config import Config
 from herdbook.control.bootstrap import bootstrap
 from herdbook.control.errors import ControlPlaneFailed
-from herdbook.signals import stop_on_signals, stopped_by_signal
+from herdbook.signals import STOP_GRACE, stop_on_signals, stopped_by_signal
+
+log = logging.getLogger(__name__)
 
 
 async def run(config: Config, *, demo: int = 0,
@@ -34,6 +37,14 @@ async def run(config: Config, *, demo: int = 0,
     finally:
         try:
             await plane.stop()
+        except asyncio.CancelledError as err:
+            # The signal's grace ran out while parts stopped (a NATS cluster electing a
+            # new leader answers nothing for seconds): the stop that was asked for, not
+            # a failure to print as a traceback.
+            if not stopped_by_signal(stop, err):
+                raise
+            log.warning("stopped before every part did (the signal's %.1f s grace ran out)",
+                        STOP_GRACE)
         finally:
             if plane.failure is not None:
                 # The cause of whatever else went wrong meanwhile: one line, no traceback.

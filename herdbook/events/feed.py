@@ -129,7 +129,7 @@ class StreamFeed:
                     await task
                 except asyncio.CancelledError:
                     pass
-        await self._drop_consumer()
+        await self._drop_consumer(wait=False)
 
     async def unsubscribe(self) -> None:
         """Alias so a feed can stand where a subscription stood."""
@@ -199,7 +199,11 @@ class StreamFeed:
             except Exception:  # noqa: BLE001 - one bad message does not stop the feed
                 log.exception("feed on %s: callback failed on %s", self.stream, msg.subject)
 
-    async def _drop_consumer(self) -> None:
+    async def _drop_consumer(self, wait: bool = True) -> None:
+        """Unsubscribe and delete the consumer. ``wait=False`` (a stop): the delete is
+        sent without waiting for JetStream's answer: on a cluster electing a new leader
+        that answer took the API's 5 s timeout per feed, past a process's 2 s to stop
+        (and the consumer expires by itself: ``inactive_threshold``)."""
         sub, self._sub = self._sub, None
         consumer, self._consumer = self._consumer, None
         if sub is not None:
@@ -211,7 +215,11 @@ class StreamFeed:
                 pass
         if consumer is not None and self.nc.is_connected:
             try:
-                await self.js.delete_consumer(self.stream, consumer)
+                if wait:
+                    await self.js.delete_consumer(self.stream, consumer)
+                else:
+                    await self.nc.publish(f"$JS.API.CONSUMER.DELETE.{self.stream}.{consumer}",
+                                          b"")
             except Exception:  # noqa: BLE001 - it expires by itself (inactive_threshold)
                 pass
 

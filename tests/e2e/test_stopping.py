@@ -135,3 +135,31 @@ def test_herd_sim_whose_server_is_sigstopped_stops_in_time(tmp_path: Path) -> No
             os.kill(nats_pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def test_herd_up_on_a_cluster_that_lost_a_member_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
+    """Ctrl-C on `herd up --nats-url` once one member of its NATS cluster was SIGKILLed:
+    stopped in time, exit 0, no CancelledError traceback (issue 26)."""
+    from herdbook.natsd.cluster import LocalCluster
+
+    cluster = LocalCluster(tmp_path / "cluster", base_port=None)
+    cluster.start()
+    try:
+        proc = spawn(tmp_path, "up", "up", "--nats-url", cluster.url, "--data-dir",
+                     str(tmp_path / "data"), "--node-id", "cp-1", "--http-port", "0")
+        try:
+            wait_until(lambda: "is up" in log_of(tmp_path, "up") or proc.poll() is not None,
+                       timeout=60, what="herd up ready")
+            assert proc.poll() is None, log_of(tmp_path, "up")
+            cluster.kill(0)   # the first URL: the member herd up is connected to
+            time.sleep(3)
+            assert stop_time(proc, signal.SIGINT) < LIMIT, log_of(tmp_path, "up")
+            assert proc.returncode == 0, log_of(tmp_path, "up")
+            assert "Traceback" not in log_of(tmp_path, "up"), log_of(tmp_path, "up")
+            assert "CancelledError" not in log_of(tmp_path, "up")
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    finally:
+        cluster.stop()
