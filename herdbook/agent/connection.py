@@ -11,20 +11,41 @@ from typing import Any
 import nats
 from nats.aio.client import Client as NATS
 
-from herdbook.credentials import NatsAuth, redact
+from herdbook.credentials import CredentialsError, NatsAuth, redact, url_user
 from herdbook.events.base import Event
 from herdbook.events.store import ConflictError, EventStore
 from herdbook.nats_connection import connection_callbacks, quiet_errors, server_list
 
 log = logging.getLogger("herdbook.nats")
 
+AGENT_NAME = "herd-agent:"
+"""How an agent names its connection: ``herd-agent:<node id>`` (``agent.main``)."""
+
+
+def creds_of_another_node(user: str | None, node_id: str) -> str | None:
+    """Why an agent for ``node_id`` cannot work as NATS user ``user`` (an agent user of
+    another node: every publish on its own node's subjects would be a permission
+    violation, retried for ever), or None. Operator and custom users are not judged."""
+    if not user or not user.startswith("agent-") or user == f"agent-{node_id}":
+        return None
+    owner = user.removeprefix("agent-")
+    return (f"these credentials (user {user}) are node {owner}'s, not node {node_id}'s: "
+            f"issue this node its own where herd up runs (herd creds agent {node_id}), "
+            f"or start the agent with --node-id {owner}")
+
 
 async def connect_until_reached(server: str, auth: NatsAuth | None, name: str,
                                 stop: asyncio.Event,
                                 on_reconnect: Callable[[], Any] | None = None) -> NATS:
     """Connect, retrying with back-off until a server answers or ``stop`` is set (then
-    ``CancelledError``); the client reconnects by itself from then on."""
+    ``CancelledError``); the client reconnects by itself from then on. Credentials of
+    another node's agent are a ``CredentialsError`` at once (``creds_of_another_node``)."""
     _, options = (auth or NatsAuth()).resolve(server)
+    if name.startswith(AGENT_NAME):
+        wrong = creds_of_another_node(options.get("user") or url_user(server),
+                                      name.removeprefix(AGENT_NAME))
+        if wrong is not None:
+            raise CredentialsError(wrong)
     delay = 0.5
     while not stop.is_set():
         try:

@@ -132,6 +132,7 @@ def agent(
         kmsg_source=kmsg)
     setup_logging(log_level)
     from herdbook.agent.fence import NodeHeld, NodeTakenOver
+    from herdbook.credentials import CredentialsError
     try:
         asyncio.run(run_agent(options))
     except KeyboardInterrupt:
@@ -139,6 +140,8 @@ def agent(
     except (NodeHeld, NodeTakenOver) as err:
         # One node id, one live agent: the newcomer (or the one replaced) says why.
         raise client.fail(safe(str(err)), client.EXIT_REFUSED) from None
+    except CredentialsError as err:   # another node's creds (agent.connection)
+        raise client.fail(safe(str(err)), client.EXIT_USAGE) from None
 
 
 @agent_app.command("inject")

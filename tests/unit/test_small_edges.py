@@ -73,3 +73,14 @@ def test_demo_nodes_beyond_the_demo_count_are_named() -> None:
     assert said.startswith("--demo 5: 15 demo node(s) of an earlier run in this data dir "
                            "(demo-005 … demo-019) are not simulated now and will go DEGRADED")
     assert "fresh --data-dir" in said and "\n" not in said
+
+
+def test_an_agent_user_of_another_node_is_named_with_the_way_out() -> None:
+    from herdbook.agent.connection import creds_of_another_node
+    assert creds_of_another_node("agent-gpu-2", "gpu-2") is None
+    assert creds_of_another_node("op-alice", "gpu-2") is None    # operators: not judged
+    assert creds_of_another_node(None, "gpu-2") is None
+    said = creds_of_another_node("agent-gpu-1", "gpu-2")
+    assert said == ("these credentials (user agent-gpu-1) are node gpu-1's, not node gpu-2's: "
+                    "issue this node its own where herd up runs (herd creds agent gpu-2), "
+                    "or start the agent with --node-id gpu-1")
