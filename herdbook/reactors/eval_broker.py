@@ -24,6 +24,7 @@ from typing import Any, Protocol
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.errors import NotFoundError
 
 from herdbook.clock import Clock
 from herdbook.config import SchedulerConfig
@@ -76,16 +77,46 @@ class EvalBroker:
         self.processed = 0
 
     async def start(self) -> None:
-        self._js = js = self.nc.jetstream()
+        self._js = self.nc.jetstream()
+        await self._bind()
+        self._advisories = await self.nc.subscribe(advisory_subject(), cb=self._on_advisory)
+        self._loop = asyncio.create_task(self._fetch_loop(), name="scheduler-broker")
+
+    async def _bind(self) -> None:
+        """Create the durable consumer (or find it: the same config is no change) and
+        pull from it."""
         config = ConsumerConfig(
             durable_name=CONSUMER, filter_subjects=BROKER_SUBJECTS,
             ack_policy=AckPolicy.EXPLICIT, deliver_policy=DeliverPolicy.ALL,
             ack_wait=float(self.cfg.nack_timeout), max_deliver=self.cfg.delivery_limit,
             max_ack_pending=1000)
-        await js.add_consumer(EVENTS_STREAM, config)
-        self._sub = await js.pull_subscribe_bind(durable=CONSUMER, stream=EVENTS_STREAM)
-        self._advisories = await self.nc.subscribe(advisory_subject(), cb=self._on_advisory)
-        self._loop = asyncio.create_task(self._fetch_loop(), name="scheduler-broker")
+        await self._js.add_consumer(EVENTS_STREAM, config)
+        self._sub = await self._js.pull_subscribe_bind(durable=CONSUMER, stream=EVENTS_STREAM)
+
+    async def _bind_again_if_gone(self) -> None:
+        """A fetch failed otherwise than finding nothing: if the consumer is gone (its
+        stream was deleted from outside and created again, which takes the consumer with
+        it), create it again; a fetch on it only ever answered "no responders", and no
+        eval was scheduled until a restart."""
+        try:
+            await self._js.consumer_info(EVENTS_STREAM, CONSUMER)
+            return
+        except NotFoundError:
+            pass
+        except Exception:  # noqa: BLE001 - reconnecting: the next failed fetch asks again
+            return
+        old = self._sub
+        try:
+            await self._bind()
+        except Exception as err:  # noqa: BLE001 - the stream not back yet: next time
+            log.debug("the scheduler's consumer cannot be created yet: %s", err)
+            return
+        log.warning("the scheduler's consumer %s on %s was gone (the stream deleted from "
+                    "outside?): created it again", CONSUMER, EVENTS_STREAM)
+        try:
+            await old.unsubscribe()
+        except Exception:  # noqa: BLE001 - its consumer is gone anyway
+            pass
 
     async def stop(self) -> None:
         self._stopping = True
@@ -111,8 +142,12 @@ class EvalBroker:
                 msgs = await self._sub.fetch(batch=self.concurrency, timeout=1.0)
             except asyncio.CancelledError:
                 raise
-            except Exception:  # noqa: BLE001 - timeout (nothing there) or reconnecting
+            except TimeoutError:   # nothing there
                 await asyncio.sleep(0.05)
+                continue
+            except Exception:  # noqa: BLE001 - reconnecting, or the consumer is gone
+                await self._bind_again_if_gone()
+                await asyncio.sleep(0.5)
                 continue
             for msg in msgs:
                 await self._slots.acquire()

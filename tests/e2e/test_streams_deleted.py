@@ -68,6 +68,11 @@ def stream_there(url: str, name: str) -> bool:
     return bool(js_call(url, info))
 
 
+def allocs(fleet: Fleet) -> list[dict[str, Any]]:
+    out = herd("alloc", "list", "-o", "json", server=fleet.url, check=True)
+    return list(json.loads(out.stdout))
+
+
 def describe(fleet: Fleet, node_id: str) -> dict[str, Any]:
     out = herd("node", "describe", node_id, "-o", "json", server=fleet.url, check=True)
     node: dict[str, Any] = json.loads(out.stdout)
@@ -77,9 +82,9 @@ def describe(fleet: Fleet, node_id: str) -> dict[str, Any]:
 def test_herd_events_deleted_while_running_nodes_stay_commandable_and_up_starts_again(
         fleet: Fleet) -> None:
     up = fleet.up(CONFIG)
-    fleet.agent("gpu-1", "--heartbeat-interval", "0.5")
-    fleet.agent("gpu-2", "--heartbeat-interval", "0.5")
-    wait_until(lambda: fleet.state("gpu-1") == "READY" and fleet.state("gpu-2") == "READY",
+    for node in ("gpu-1", "gpu-2", "gpu-3"):
+        fleet.agent(node, "--heartbeat-interval", "0.5")
+    wait_until(lambda: all(fleet.state(n) == "READY" for n in ("gpu-1", "gpu-2", "gpu-3")),
                timeout=30, what="READY")
 
     # when: HERD_EVENTS is deleted from outside
@@ -95,6 +100,13 @@ def test_herd_events_deleted_while_running_nodes_stay_commandable_and_up_starts_
     injected = herd("agent", "inject", "--node", "gpu-2", "xid", "79", server=fleet.url)
     assert injected.returncode == 0, injected.stderr
     wait_until(lambda: fleet.state("gpu-2") == "DOWN", timeout=15, what="gpu-2 DOWN")
+    # ... and a job is placed on the one left, whose agent runs it
+    spec = fleet.tmp / "job.yaml"
+    spec.write_text(JOB)
+    ran = herd("job", "run", str(spec), server=fleet.url)
+    assert ran.returncode == 0, ran.stderr
+    wait_until(lambda: [a["node_id"] for a in allocs(fleet) if a["status"] == "running"]
+               == ["gpu-3"], timeout=30, what="the job running on gpu-3")
 
     # when: herd up is restarted
     up.send_signal(signal.SIGTERM)
@@ -104,7 +116,7 @@ def test_herd_events_deleted_while_running_nodes_stay_commandable_and_up_starts_
     took = time.monotonic() - started
     # then: it starts at once (no 60 s catch-up wait), keeps the fleet and decides on it
     assert up.poll() is None and took < 20, took
-    assert {"gpu-1", "gpu-2"} <= set(fleet.nodes())
+    assert {"gpu-1", "gpu-2", "gpu-3"} <= set(fleet.nodes())
     uncordoned = herd("node", "uncordon", "gpu-1", server=fleet.url)
     assert uncordoned.returncode == 0, uncordoned.stderr
     wait_until(lambda: fleet.state("gpu-1") == "READY", timeout=15, what="gpu-1 READY")
@@ -130,8 +142,7 @@ def test_the_lease_bucket_deleted_while_running_a_job_submitted_afterwards_is_pl
     assert ran.returncode == 0, ran.stderr
 
     def placed() -> bool:
-        out = herd("alloc", "list", "-o", "json", server=fleet.url, check=True)
-        return any(a["node_id"] == "gpu-1" for a in json.loads(out.stdout))
+        return any(a["node_id"] == "gpu-1" for a in allocs(fleet))
 
     wait_until(placed, timeout=30, what="the job placed on gpu-1")
 
