@@ -42,6 +42,10 @@ class Finding:
     reason: str       # "rule: what matched", as in the verdict's reasons
     result: str       # the rule's result (``health_policy.RESULTS``)
     hold: float       # seconds it holds after this occurrence; 0: not held
+    gpu: int = -1     # the GPU it is of (-1: none named), for the GPU's own verdict
+    rule: str = ""
+    kind: str = ""
+    xid: int = 0
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,10 @@ class Held:
     result: str
     last_at: float    # when HERD_HEALTH stored the report of its last occurrence
     until: float      # last_at + its hold
+    gpu: int = -1
+    rule: str = ""
+    kind: str = ""
+    xid: int = 0
 
 
 @dataclass(frozen=True)
@@ -73,7 +81,8 @@ class FaultHolds:
         for finding in findings:
             if finding.hold <= 0:
                 continue
-            held = Held(finding.reason, finding.result, at, at + finding.hold)
+            held = Held(finding.reason, finding.result, at, at + finding.hold, finding.gpu,
+                        finding.rule, finding.kind, finding.xid)
             holds = self._holds.setdefault(node_id, {})
             old = holds.get(finding.key)
             if old is None or held.until >= old.until:

@@ -37,7 +37,7 @@ import msgspec.yaml
 from herdbook.durations import format_duration, parse_duration
 from herdbook.events.health_report import CheckResult, GpuEvent, HealthReport
 from herdbook.fault_history import NO_HISTORY, FaultHistory, NodeHistory
-from herdbook.fault_hold import COUNTER_LIKE, DEFAULT_HOLD, Finding
+from herdbook.fault_hold import COUNTER_LIKE, DEFAULT_HOLD, Finding, Held
 from herdbook.health_policy_navarch import check_fields, describe, event_fields
 
 RESULTS = ("healthy", "degraded", "unhealthy", "critical", "fatal")
@@ -141,6 +141,19 @@ class CompiledRule:
 
 
 @dataclass(frozen=True)
+class GpuFinding:
+    """One health event of a report that names a GPU, as the policy classified it: what
+    the GPU's own verdict is made of (``reactors/gpu_health.py``)."""
+
+    gpu: int
+    result: str                 # one of RESULTS
+    rule: str
+    reason: str                 # "rule: what matched"
+    kind: str
+    xid: int = 0
+
+
+@dataclass(frozen=True)
 class Verdict:
     result: str                 # one of RESULTS
     reasons: tuple[str, ...]    # "rule-name: what matched", worst first
@@ -152,6 +165,10 @@ class Verdict:
     ``FaultHolds``); they keep a DEGRADED node DEGRADED (``reactors/health.py``)."""
     ended: tuple[str, ...] = ()
     """Reasons of holds that ended by this report."""
+    gpu_findings: tuple[GpuFinding, ...] = ()
+    """This report's health events that name a GPU, classified worse than healthy."""
+    holding: tuple[Held, ...] = ()
+    """The holds in effect (``held``, with the GPU each is of), set by the classifier."""
 
     @property
     def fatal(self) -> bool:
@@ -284,16 +301,21 @@ class Policy:
         reasons: list[tuple[int, str]] = []
         gpus: list[int] = []
         findings: list[Finding] = []
+        per_gpu: list[GpuFinding] = []
         items: list[GpuEvent | CheckResult] = [*report.events, *report.checks]
         for item in items:
             if isinstance(item, GpuEvent):
                 result, rule = self.classify_event(event_fields(item, report.sent_at), history)
                 if result in AT_ONCE and item.gpu >= 0 and item.gpu not in gpus:
                     gpus.append(item.gpu)
+                if result != "healthy" and item.gpu >= 0:
+                    per_gpu.append(GpuFinding(item.gpu, result, rule, f"{rule}: {describe(item)}",
+                                              item.kind, item.xid))
                 if result != "healthy" and item.kind in COUNTER_LIKE:
                     findings.append(Finding(f"{rule}/{item.kind}/{item.gpu}",
                                             f"{rule}: {describe(item)}", result,
-                                            self._holds.get(rule, self.hold)))
+                                            self._holds.get(rule, self.hold), item.gpu, rule,
+                                            item.kind, item.xid))
             else:
                 result, rule = self._classify_check(item, history)
             if result != "healthy":
@@ -302,7 +324,7 @@ class Policy:
                 worst = result
         reasons.sort(key=lambda r: -r[0])
         return Verdict(worst, tuple(reason for _, reason in reasons), tuple(gpus),
-                       tuple(f for f in findings if f.hold > 0))
+                       tuple(f for f in findings if f.hold > 0), gpu_findings=tuple(per_gpu))
 
     def classify_with(self, history: FaultHistory, report: HealthReport,
                       serials: Mapping[int, str], at: float | None = None) -> Verdict:

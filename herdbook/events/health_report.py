@@ -46,8 +46,30 @@ class HealthReport(msgspec.Struct, frozen=True, kw_only=True):
     events: tuple[GpuEvent, ...] = ()
 
 
+class GpuVerdict(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One GPU's verdict and its cause, as the classifier decided it (DESIGN §10): the
+    worst result of this GPU's health events on the report, or of a fault of it still
+    held (``fault_hold``). A GPU a node's last verdict names none for is healthy."""
+
+    level: VerdictLevel
+    rule: str = ""             # the policy rule that matched
+    reason: str = ""           # "rule: what matched", as in the node's reason
+    kind: str = ""             # the health event's kind (xid, thermal, ecc_dbe, ...)
+    xid: int = 0
+    since: float = 0.0
+    """When HERD_HEALTH stored the report this verdict was first decided on (epoch
+    seconds, the server's clock); kept while the verdict and its cause stay the same
+    (a counter-like fault's hold included)."""
+
+    def same_as(self, other: GpuVerdict) -> bool:
+        """The same verdict for the same cause (its time aside)."""
+        return (self.level, self.rule, self.kind, self.xid) == (
+            other.level, other.rule, other.kind, other.xid)
+
+
 class NodeHealthChanged(NodeEvent, frozen=True, kw_only=True, tag="node.health_changed"):
-    """The classifier's verdict changed the node's health (DESIGN §4)."""
+    """The classifier's verdict changed the node's health (DESIGN §4), or only one of its
+    GPUs' verdicts (``previous`` equal to ``health``)."""
 
     health: Health
     reason: str = ""
@@ -63,3 +85,16 @@ class NodeHealthChanged(NodeEvent, frozen=True, kw_only=True, tag="node.health_c
     reached), ``critical`` (UNHEALTHY at once, the node stays up) or ``fatal`` (UNHEALTHY
     and DOWN). None on events written before it was recorded (issue 26), when a
     ``critical`` verdict was written as ``fatal: true``."""
+    gpus: dict[int, GpuVerdict] = msgspec.field(default_factory=dict)
+    """Every GPU of the node whose verdict is not healthy, by index, with its cause: the
+    whole map as of this decision (a GPU not named is healthy). Empty on events written
+    before per-GPU verdicts were recorded (issue 27)."""
+    previous: Health | None = None
+    """The node's health before this event. Equal to ``health``: only a GPU's verdict
+    changed (the node's health, reason and time stay; nobody is notified). None on
+    events written before it was recorded."""
+
+    @property
+    def gpus_only(self) -> bool:
+        """Only the GPUs' verdicts changed, not the node's health."""
+        return self.previous is not None and self.previous is self.health

@@ -29,7 +29,8 @@ def label(event: AnyEvent, node_id: str, count: int = 1) -> str:
         # an older event has only ``fatal``, which a critical verdict also set then
         at_once = event.level if event.level in ("critical", "fatal") else (
             "fatal" if event.fatal and event.level is None else None)
-        text += f" ({at_once or event.health.value.lower()})"
+        text += (" (GPUs)" if event.gpus_only
+                 else f" ({at_once or event.health.value.lower()})")
     elif isinstance(event, EvalCreated):
         text += f" {event.triggered_by.value}"
     elif isinstance(event, JobEvent):

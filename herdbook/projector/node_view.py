@@ -16,7 +16,7 @@ from msgspec.structs import replace
 
 from herdbook.events.breaker import NodeActionHeld
 from herdbook.events.codec import AnyNodeEvent
-from herdbook.events.health_report import NodeHealthChanged
+from herdbook.events.health_report import GpuVerdict, NodeHealthChanged
 from herdbook.events.heartbeat import AgentId
 from herdbook.events.machine import LifecycleTrigger as Trigger
 from herdbook.events.machine import next_lifecycle
@@ -107,6 +107,9 @@ class NodeView(msgspec.Struct, frozen=True, kw_only=True):
     held_at: datetime | None = None
     agent: AgentId | None = None
     """The agent process that announced the node's current boot (host, pid, start)."""
+    gpus: dict[int, GpuVerdict] = msgspec.field(default_factory=dict)
+    """Per GPU index, its verdict and cause where not healthy (``node.health_changed``'s
+    ``gpus``, ``reactors/gpu_health.py``); emptied by an operator's uncordon or enable."""
     version: int = 0
 
     @property
@@ -173,7 +176,7 @@ def apply(view: NodeView | None, event: AnyNodeEvent, seq: int) -> NodeView | No
         case NodeFailed(reason=reason):
             return _lifecycle(view, Lifecycle.FAILED, reason, event.at, "")
         case NodeUncordoned(reason=reason):
-            view = _clear_unhealthy(view)
+            view = _clear_unhealthy(replace(view, gpus={}))
             if view.intent is Intent.CORDONED:
                 view = _intent(view, Intent.ELIGIBLE, event, reason)
             return view
@@ -190,7 +193,8 @@ def apply(view: NodeView | None, event: AnyNodeEvent, seq: int) -> NodeView | No
             view = _lifecycle(view, Lifecycle.DOWN, reason or "disabled", event.at, "")
             return _intent(view, Intent.DISABLED, event, reason)
         case NodeEnabled(reason=reason):
-            view = _lifecycle(_clear_unhealthy(view), Lifecycle.READY, reason or "enabled",
+            view = _lifecycle(_clear_unhealthy(replace(view, gpus={})), Lifecycle.READY,
+                              reason or "enabled",
                               event.at, "")
             return _intent(view, Intent.ELIGIBLE, event, reason)
         case NodeClaimed(user=user, tenant=tenant):
@@ -250,8 +254,12 @@ def _liveness(lifecycle: Lifecycle) -> Callable[[NodeView, Any, int], NodeView]:
 
 
 def _health_changed(view: NodeView, event: NodeHealthChanged, seq: int) -> NodeView:
+    if event.gpus_only:     # a GPU's verdict changed, the node's health did not
+        return replace(view, version=seq, updated_at=event.at, last_event=event.event_name,
+                       gpus=event.gpus)
     return replace(view, version=seq, updated_at=event.at, last_event=event.event_name,
-                   health=event.health, health_reason=event.reason, health_at=event.at)
+                   health=event.health, health_reason=event.reason, health_at=event.at,
+                   gpus=event.gpus)
 
 
 def _info_updated(view: NodeView, event: NodeInfoUpdated, seq: int) -> NodeView:

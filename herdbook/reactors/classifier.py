@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from nats.aio.client import Client as NATS
@@ -38,7 +38,7 @@ from herdbook.events.breaker import HeldAction
 from herdbook.events.codec import decode_health_report
 from herdbook.events.deadletters import DeadLetters
 from herdbook.events.feed import StreamFeed, stream_seq
-from herdbook.events.health_report import HealthReport, NodeHealthChanged
+from herdbook.events.health_report import GpuVerdict, HealthReport, NodeHealthChanged
 from herdbook.events.node import NodeEnabled, NodeEvent, NodeUncordoned
 from herdbook.events.states import Health
 from herdbook.events.store import EventStore
@@ -49,6 +49,7 @@ from herdbook.health_policy import Policy, Verdict
 from herdbook.projector.node_view import NodeView
 from herdbook.projector.runner import ProjectorRunner
 from herdbook.reactors.breaker import Gate
+from herdbook.reactors.gpu_health import kept_gpus, report_gpus
 from herdbook.reactors.health import decide_health
 from herdbook.reactors.runner import Context, DecideRunner, Decision
 
@@ -59,22 +60,25 @@ HEALTH_CHANGES = "herd.node.*.health_changed"
 
 def decide_on_report(view: NodeView | None, verdict: Verdict, report: HealthReport, seq: int,
                      unhealthy_in_a_row: int, threshold: int, decided_through: int,
-                     gate: Gate | None = None) -> tuple[Decision[NodeEvent] | None, int]:
+                     gate: Gate | None = None, *, gpus: Mapping[int, GpuVerdict] | None = None,
+                     ) -> tuple[Decision[NodeEvent] | None, int]:
     """The decision on report ``seq`` of a node whose last health change was decided on
     report ``decided_through``, and the new count of consecutive unhealthy reports. A
     report already decided on, or of a node not in the view, decides nothing. ``gate``:
-    the circuit breaker (``reactors/breaker.py``), asked before the node turns UNHEALTHY."""
+    the circuit breaker (``reactors/breaker.py``), asked before the node turns UNHEALTHY.
+    ``gpus``: the report's per-GPU verdicts (``gpu_health.report_gpus``)."""
     if view is None or seq <= decided_through:
         return None, unhealthy_in_a_row
     events, count = decide_health(view, verdict, unhealthy_in_a_row, threshold,
-                                  report.report_id, seq)
+                                  report.report_id, seq, gpus=gpus)
     if gate is not None and any(isinstance(e, NodeHealthChanged) and e.health is Health.UNHEALTHY
                                 for e in events):
         would = " and ".join("UNHEALTHY" if isinstance(e, NodeHealthChanged) else "DOWN"
                              for e in events)
         instead = gate(view, HeldAction.UNHEALTHY, f"{would}: {'; '.join(verdict.reasons)}")
         if instead is not None:
-            events = list(instead)
+            # the node's change is held; what the GPUs' verdicts are is recorded all the same
+            events = kept_gpus(view.gpus, view.health, view.id, events, instead)
     return Decision(view.version, events), count
 
 
@@ -216,7 +220,8 @@ class HealthClassifier:
         self.holds.record(node_id, verdict.findings, when)
         settled = self.holds.settle(node_id, when)
         verdict = replace(verdict, held=tuple(h.reason for h in settled.active),
-                          ended=tuple(h.reason for h in settled.ended))
+                          ended=tuple(h.reason for h in settled.ended), holding=settled.active)
+        gpus = report_gpus(verdict, when)
         counted: list[int] = []
 
         def decide(_: Context) -> Decision[NodeEvent] | None:
@@ -225,7 +230,7 @@ class HealthClassifier:
                 view.info.labels.get("pool", ""), self.threshold)
             decision, count = decide_on_report(
                 view, verdict, report, seq, self.unhealthy_in_a_row.get(node_id, 0), threshold,
-                self.decided.get(node_id, 0), self.gate)
+                self.decided.get(node_id, 0), self.gate, gpus=gpus)
             counted[:] = [count]
             return decision
 

@@ -10,6 +10,10 @@
 - a healthy report of a DEGRADED node whose counter-like fault is still held
   (``fault_hold``): nothing, the node stays DEGRADED until the hold ends.
 
+With ``gpus`` (the report's per-GPU verdicts, ``reactors/gpu_health.py``) every health
+change carries the GPUs' map too, and a change of the map alone is one ``gpus_only``
+health change.
+
 Every health change carries the verdict's ``level``, and its reason starts with it for
 the two at-once levels (``critical: ...``, ``fatal: ...``); ``fatal`` is true only for
 ``fatal``, so a consumer can tell UNHEALTHY-and-up from UNHEALTHY-and-DOWN.
@@ -17,23 +21,38 @@ the two at-once levels (``critical: ...``, ``fatal: ...``); ``fatal`` is true on
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from herdbook.durations import format_duration
-from herdbook.events.health_report import NodeHealthChanged, VerdictLevel
+from herdbook.events.health_report import GpuVerdict, NodeHealthChanged, VerdictLevel
 from herdbook.events.machine import LifecycleTrigger as Trigger
 from herdbook.events.machine import next_lifecycle
 from herdbook.events.node import NodeDown, NodeEvent
 from herdbook.events.states import Health
 from herdbook.health_policy import Verdict
 from herdbook.projector.node_view import NodeView
+from herdbook.reactors.gpu_health import with_gpus
 
 ACTOR = "health-classifier"
 
 
 def decide_health(view: NodeView, verdict: Verdict, unhealthy_in_a_row: int, threshold: int,
-                  report_id: str = "", report_seq: int = 0) -> tuple[list[NodeEvent], int]:
+                  report_id: str = "", report_seq: int = 0, *,
+                  gpus: Mapping[int, GpuVerdict] | None = None) -> tuple[list[NodeEvent], int]:
     """Return the events to append and the new count of consecutive unhealthy reports.
     A health change carries ``report_seq``, the report's HERD_HEALTH sequence: the
-    classifier's position commits with it."""
+    classifier's position commits with it. ``gpus``: the report's per-GPU verdicts
+    (``gpu_health.report_gpus``); None leaves the GPUs' map alone."""
+    events, count = _decide(view, verdict, unhealthy_in_a_row, threshold, report_id,
+                            report_seq)
+    if gpus is None:
+        return events, count
+    return with_gpus(view.gpus, view.health, view.id, events, gpus, report_id,
+                     report_seq), count
+
+
+def _decide(view: NodeView, verdict: Verdict, unhealthy_in_a_row: int, threshold: int,
+            report_id: str, report_seq: int) -> tuple[list[NodeEvent], int]:
     reason = "; ".join(verdict.reasons)
     events: list[NodeEvent] = []
     if verdict.at_once:

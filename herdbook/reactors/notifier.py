@@ -70,7 +70,8 @@ def action_for(event: AnyEvent | NodeEvent) -> str | None:
     or Kubernetes must not either); the operator's ``uncordon`` that clears it uncordons
     it there."""
     if isinstance(event, NodeHealthChanged):
-        return "cordon" if event.health is Health.UNHEALTHY else None
+        # a change of its GPUs' verdicts alone (``gpus_only``) changes nothing to say
+        return "cordon" if event.health is Health.UNHEALTHY and not event.gpus_only else None
     return ACTIONS.get(type(event))
 
 

@@ -42,8 +42,8 @@ def shows_failure(event: Any) -> bool:
     the failure and chose not to act on it."""
     if isinstance(event, NodeDegraded | NodeDown | NodeFailed | NodeWipeFailed | NodeActionHeld):
         return True
-    return isinstance(event, NodeHealthChanged) and event.health in (Health.DEGRADED,
-                                                                      Health.UNHEALTHY)
+    return (isinstance(event, NodeHealthChanged) and not event.gpus_only
+            and event.health in (Health.DEGRADED, Health.UNHEALTHY))
 
 
 @dataclass
