@@ -20,6 +20,8 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, Protocol, TypeVar
 
+import nats.errors
+
 from herdbook.control.errors import StartupError
 
 log = logging.getLogger(__name__)
@@ -185,6 +187,11 @@ class Parts:
             raise StartupError(f"{part.name} did not start: it timed out"
                                + (f" ({err})" if str(err) else "")
                                + "; is NATS answering? (herd status)") from err
+        except nats.errors.Error as err:
+            # What NATS answered (a stream deleted from outside in the middle of the
+            # start: "stream not found"): one line, not a traceback.
+            said = getattr(err, "description", None) or str(err) or type(err).__name__
+            raise StartupError(f"{part.name} did not start: NATS answered: {said}") from err
 
     async def _stop(self, part: Part) -> None:
         if part not in self.started:

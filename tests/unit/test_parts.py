@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 import pytest
+from nats.js.errors import NotFoundError
 
 from herdbook.control.errors import StartupError
 from herdbook.control.parts import Parts, PerTerm, Service, Subscribed
@@ -160,6 +161,16 @@ async def test_a_start_that_timed_out_is_one_line_naming_the_part() -> None:
         await parts.start()
     assert str(raised.value) == ("circuit breaker did not start: it timed out; is NATS "
                                  "answering? (herd status)")
+
+
+async def test_a_start_nats_refused_is_one_line_naming_the_part() -> None:
+    async def stream_gone() -> None:
+        raise NotFoundError(code=404, err_code=10059, description="stream not found")
+
+    parts = Parts([Service("projector", stream_gone)])
+    with pytest.raises(StartupError) as raised:
+        await parts.start()
+    assert str(raised.value) == "projector did not start: NATS answered: stream not found"
 
 
 async def test_when_a_part_fails_to_stop_then_the_rest_stop_all_the_same(
