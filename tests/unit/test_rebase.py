@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from herdbook.events.alloc import AllocPlaced
 from herdbook.events.eval_events import EvalCreated, Trigger
+from herdbook.events.jobs import JobRegistered, JobSpec
 from herdbook.events.node import NodeApproved, NodeDeclared
 from herdbook.projector.rebase import rebase
 from herdbook.projector.tables import ReadModel
@@ -15,6 +16,7 @@ def versions(model: ReadModel) -> dict[str, int]:
     return {**{f"node:{k}": v.version for k, v in model.nodes.items()},
             **{f"alloc:{k}": v.version for k, v in model.allocs.items()},
             **{f"eval:{k}": v.version for k, v in model.evals.items()},
+            **{f"job:{k}": v.version for k, v in model.jobs.items()},
             **{f"allocs-of:{k}": v for k, v in model.alloc_versions.items()}}
 
 
@@ -26,6 +28,7 @@ def test_versions_before_the_new_first_sequence_are_zero_and_later_ones_kept() -
     model.fold(4, EvalCreated(eval_id="e1", job_id="j", triggered_by=Trigger.JOB_REGISTER))
     model.fold(5, AllocPlaced(node_id="old", alloc_id="a1", job_id="j", eval_id="e1", index=0,
                               command=["true"]))
+    model.fold(6, JobRegistered(job_id="j", spec=JobSpec(id="j", command=["true"])))
     # the stream is lost after 5 and created again from 8; "both" gets an event at 8
     model.fold(8, NodeApproved(node_id="both"))
     for table in model.tables():
@@ -34,8 +37,8 @@ def test_versions_before_the_new_first_sequence_are_zero_and_later_ones_kept() -
     changed = rebase(model, first_seq=8)
 
     assert versions(model) == {"node:old": 0, "node:both": 8, "alloc:a1": 0, "eval:e1": 0,
-                               "allocs-of:old": 0}
-    assert changed == 4
+                               "job:j": 0, "allocs-of:old": 0}
+    assert changed == 5
     # every row is kept, and the changed ones are written with the next commit
     assert model.nodes["old"].approval.value == "APPROVED"
     assert model.nodes.take_dirty() == {"old"}
