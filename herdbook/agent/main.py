@@ -15,7 +15,7 @@ from typing import Any
 
 from nats.aio.client import Client as NATS
 
-from herdbook.agent import boot, gpu, kmsg, wipe
+from herdbook.agent import boot, gpu, kmsg, telemetry, wipe
 from herdbook.agent.allocations import AllocationFollower
 from herdbook.agent.connection import append_until_stored, connect_until_reached
 from herdbook.agent.executor import Executor
@@ -48,6 +48,7 @@ from herdbook.events.subjects import (
     fingerprint_subject,
     inject_subject,
     resources_subject,
+    telemetry_subject,
     validate_id,
 )
 from herdbook.projector.alloc_view import AllocView
@@ -96,6 +97,9 @@ class AgentOptions:
     """Where XIDs of the kernel log come from (``agent.kmsg``): /dev/kmsg, file:PATH,
     journalctl or off (``herd agent`` defaults to /dev/kmsg without --fake-gpus)."""
     kmsg_poll_interval: float = 0.25
+    telemetry_interval: float | None = 15.0
+    """Between per-GPU telemetry samples on ``herd.gpu.<node>`` (``agent.telemetry``);
+    None: off. A node without GPUs publishes none."""
 
 
 class Agent:
@@ -119,6 +123,9 @@ class Agent:
         elif nvml is None:
             nvml = gpu.real_nvml()
         self.nvml = nvml
+        self._hostname = socket.gethostname()
+        self.telemetry_sent = 0
+        """Telemetry samples published (tests, and a glance in a debugger)."""
         self.info: NodeInfo | None = None
         self.wipe_steps = wipe.load_steps(options.wipe_config, options.fake_gpus is not None)
         self._wiping: asyncio.Task[None] | None = None
@@ -200,6 +207,8 @@ class Agent:
             asyncio.create_task(self.allocations.follow(self.nc)),
             asyncio.create_task(every(options.fingerprint_interval,
                                       self.reports.refresh_fingerprint, first=False)),
+            *([asyncio.create_task(every(options.telemetry_interval, self.send_telemetry))]
+              if options.telemetry_interval is not None and self.nvml is not None else []),
         ]
         try:
             await self._stop.wait()
@@ -368,6 +377,19 @@ class Agent:
         total = len(self.info.gpus) if self.info else 0
         await self.nc.publish(resources_subject(self.node_id),
                               encode(resources(self.node_id, self.options.state_dir, total)))
+
+    async def send_telemetry(self) -> None:
+        """One sample of every GPU on ``herd.gpu.<node>``: core publish, like the
+        heartbeat (fire and forget; the stream keeps the last one, a lost sample is
+        replaced by the next). Sampled in a thread: real NVML takes milliseconds per
+        call, a few hundred calls for 8 GPUs, and the heartbeat must not wait for them."""
+        assert self.nc is not None and self.nvml is not None
+        sample = await asyncio.to_thread(telemetry.sample, self.nvml, self.node_id,
+                                         self.boot_id, time.time(), self._hostname)
+        if not sample.gpus:   # NVML cannot count them: the GPU check reports that
+            return
+        await self.nc.publish(telemetry_subject(self.node_id), encode(sample))
+        self.telemetry_sent += 1
 
     async def _info_update(self, store: EventStore) -> None:
         """Every info_interval: re-read node info and append it when it changed."""

@@ -65,6 +65,10 @@ def agent(
     fingerprint_interval: Annotated[float, duration_option(
         "--fingerprint-interval", help="Recompute the conformance fingerprint this often; "
         "also on request.", default="6h", positive=True)] = 6 * 3600.0,
+    telemetry_interval: Annotated[float | None, duration_option(
+        "--telemetry-interval", help="Between per-GPU telemetry samples (temperature, power, "
+        "clocks, ECC, PCIe, NVLink, ... on herd.gpu.<node-id>; docs/gpus.md); off: none.",
+        default="15s", minimum=0.05, off=True)] = 15.0,
     wipe_config: Annotated[str | None, typer.Option(
         "--wipe-config", help="YAML with the wipe steps of a sensitive node: steps: "
         "[{name, command, timeout}] (default: GPU memory clear, NVMe secure erase, RAM scrub, "
@@ -129,7 +133,7 @@ def agent(
         instance_id=instance_id, boot_retry_interval=boot_retry_interval,
         fake_allocs=fake_allocs, health_interval=health_interval, state_file=state_file,
         fingerprint_interval=fingerprint_interval, wipe_config=wipe_config, auth=auth,
-        kmsg_source=kmsg)
+        kmsg_source=kmsg, telemetry_interval=telemetry_interval)
     setup_logging(log_level)
     from herdbook.agent.fence import NodeHeld, NodeTakenOver
     from herdbook.credentials import CredentialsError
@@ -193,3 +197,37 @@ def inject(
         raise client.fail(safe(reply.error), client.EXIT_REFUSED)
     echo(f"Ok: {reply.result}")
 
+
+
+@agent_app.command("sample")
+def sample(
+    fake_gpus: Annotated[int | None, typer.Option(
+        "--fake-gpus", min=0, help="Sample N fake GPUs (the agent's --fake-gpus backend) "
+        "instead of this node's NVML.")] = None,
+    node_id: Annotated[str | None, typer.Option(
+        "--node-id", help="The node id it names (and seeds the fake GPUs) [default: "
+        "hostname].")] = None,
+) -> None:
+    """Print one telemetry sample of every GPU of this node as JSON, exactly what
+    `herd agent` publishes on herd.gpu.<node-id> (docs/gpus.md): a check of what NVML
+    answers here, field by field; a field NVML lacks on a GPU is absent. Needs no NATS."""
+    import sys
+    import time
+
+    import msgspec
+
+    from herdbook.agent import gpu, telemetry
+    from herdbook.agent.main import default_node_id
+    nid = client.check_id(node_id or default_node_id())
+    nvml = gpu.FakeNvml(count=fake_gpus, seed=nid) if fake_gpus is not None else gpu.real_nvml()
+    if nvml is None:
+        raise client.fail("no NVML here: pynvml is not installed or no NVIDIA driver answers "
+                          "(use --fake-gpus N to see the fake backend's sample)",
+                          client.EXIT_REFUSED)
+    # "sample": not an agent boot; the agent's samples carry its boot id.
+    reading = telemetry.sample(nvml, nid, "sample", time.time())
+    if not reading.gpus:
+        raise client.fail("NVML answered but counted no GPU", client.EXIT_REFUSED)
+    text = msgspec.json.format(msgspec.json.encode(reading), indent=2).decode()
+    # NVML's strings (model, serial) are escaped like every other untrusted text.
+    sys.stdout.write("".join(safe(line) + "\n" for line in text.splitlines()))

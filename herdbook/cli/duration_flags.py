@@ -12,11 +12,14 @@ import typer
 from herdbook.durations import format_duration, parse_duration
 
 
-def duration_parser(minimum: float = 0.0, *, positive: bool = False) -> Callable[[Any], float]:
+def duration_parser(minimum: float = 0.0, *, positive: bool = False,
+                    off: bool = False) -> Callable[[Any], float | None]:
     """Seconds from a duration string; below ``minimum`` (or zero when ``positive``) is
-    refused."""
+    refused. With ``off``, the word ``off`` is None (the periodic thing is not done)."""
 
-    def parse(value: Any) -> float:
+    def parse(value: Any) -> float | None:
+        if off and isinstance(value, str) and value.strip().lower() == "off":
+            return None
         try:
             seconds = float(parse_duration(value))
         except ValueError as err:
@@ -30,10 +33,11 @@ def duration_parser(minimum: float = 0.0, *, positive: bool = False) -> Callable
 
 
 def duration_option(*names: str, help: str, default: str | None = None,
-                    minimum: float = 0.0, positive: bool = False) -> Any:
+                    minimum: float = 0.0, positive: bool = False, off: bool = False) -> Any:
     """A ``typer.Option`` whose value is seconds, written as a duration; ``default`` is how
-    the help shows the default (the parameter's own default is in seconds)."""
+    the help shows the default (the parameter's own default is in seconds). With ``off``,
+    ``off`` is accepted and is None."""
     shown = f" (default: {default})" if default else ""
-    return typer.Option(*names, parser=duration_parser(minimum, positive=positive),
-                        metavar="DURATION", show_default=False,
+    return typer.Option(*names, parser=duration_parser(minimum, positive=positive, off=off),
+                        metavar="DURATION|off" if off else "DURATION", show_default=False,
                         help=f"{help}{shown}")

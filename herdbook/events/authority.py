@@ -26,6 +26,8 @@ from functools import cached_property
 from operator import attrgetter
 from typing import Any, NamedTuple
 
+import msgspec
+
 from herdbook.events import codec
 from herdbook.events.alloc import (
     AllocCompleted,
@@ -62,6 +64,7 @@ from herdbook.events.subjects import (
     printable,
     validate_id,
 )
+from herdbook.events.telemetry import GpuTelemetry
 
 
 class Publisher(StrEnum):
@@ -119,6 +122,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("breaker", EVENTS_STREAM, ("breaker",), BreakerEvent),
     Family("hb", HEARTBEATS_STREAM, ("node_id",), Heartbeat, agent_types=(Heartbeat,)),
     Family("res", HEARTBEATS_STREAM, ("node_id",), NodeResources, agent_types=(NodeResources,)),
+    Family("gpu", HEARTBEATS_STREAM, ("node_id",), GpuTelemetry, agent_types=(GpuTelemetry,)),
     Family("health", HEALTH_STREAM, ("node_id",), HealthReport, agent_types=(HealthReport,)),
 )
 """Every subject family herdbook stores, what it carries and who may write it. A type
@@ -284,3 +288,32 @@ def bind_node_report(subject: str, node_id: str) -> None:
         raise Unvouched(printable(str(err))) from None
     if node_id != parts[2]:
         raise Unvouched(f"body names node {printable(node_id, 120)!r}, its subject {parts[2]!r}")
+
+
+_telemetry_decoder = msgspec.json.Decoder(GpuTelemetry)
+
+
+def bind_telemetry(subject: str, data: bytes | bytearray) -> GpuTelemetry:
+    """The per-GPU telemetry stored on ``herd.gpu.<id>``, if the subject vouches for it;
+    else ``Unvouched`` with the reason. It must decode as ``GpuTelemetry``, name the
+    subject's node and a valid boot id, and carry at least one GPU, each index once: the
+    agent publishes none for a node without GPUs, so a body of another type (a heartbeat,
+    a resource report, an event: none has a top-level ``gpus``) is refused here rather
+    than taken for a node whose GPUs vanished."""
+    family = family_of(subject)
+    if family is None or family.base is not GpuTelemetry:
+        raise Unvouched(f"subject {printable(subject, 120)!r} carries no GPU telemetry")
+    try:
+        telemetry = _telemetry_decoder.decode(data)
+    except (msgspec.DecodeError, RecursionError) as err:
+        raise Unvouched(f"undecodable: {printable(str(err))}") from None
+    bind_node_report(subject, telemetry.node_id)
+    check_ids(telemetry)
+    if not telemetry.boot_id:
+        raise Unvouched("telemetry names no boot id")
+    indexes = [reading.index for reading in telemetry.gpus]
+    if not indexes:
+        raise Unvouched("telemetry of no GPU (a body of another type?)")
+    if len(set(indexes)) != len(indexes) or min(indexes) < 0:
+        raise Unvouched(f"GPU indexes {printable(str(indexes), 120)} are not distinct and >= 0")
+    return telemetry

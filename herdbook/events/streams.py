@@ -35,11 +35,12 @@ def heartbeats_stream(replicas: int = 1, max_age_s: float = DAY) -> StreamConfig
     lets the subjects of nodes that stopped heartbeating (dead, deleted, made up) expire,
     so they neither pile up nor are read again at every start; it must stay well above
     every heartbeat timeout + grace period, which ``config`` checks."""
-    # herd.res.<id> (latest resource report) and the clock probe share the
+    # herd.res.<id> (latest resource report), herd.gpu.<id> (latest per-GPU telemetry,
+    # docs/gpus.md "Where telemetry flows") and the clock probe share the
     # last-value-per-subject semantics of heartbeats.
     return StreamConfig(
         name=HEARTBEATS_STREAM,
-        subjects=["herd.hb.*", "herd.res.*", "herd.clock.probe"],
+        subjects=["herd.hb.*", "herd.res.*", "herd.gpu.*", "herd.clock.probe"],
         retention=RetentionPolicy.LIMITS,
         storage=StorageType.FILE,
         max_msgs_per_subject=1,

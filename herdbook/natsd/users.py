@@ -156,7 +156,7 @@ def operator_permissions(name: str) -> dict[str, Any]:
     subscribe = [
         "_INBOX.>", "herd.node.>", "herd.instance.>", "herd.job.>", "herd.eval.>",
         "herd.alloc.>", "herd.pool.>", "herd.breaker.>", "herd.hb.>", "herd.health.>",
-        "herd.res.>", "herd.deadletter.>",
+        "herd.res.>", "herd.gpu.>", "herd.deadletter.>",
     ]
     return {"publish": {"allow": publish, "deny": _consumer_denials() + _snapshot_denials()},
             "subscribe": {"allow": subscribe}, "allow_responses": True}

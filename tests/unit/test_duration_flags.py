@@ -139,3 +139,11 @@ def test_the_interval_rule() -> None:
     over = interval_warning(30.0, 30.0)
     assert over is not None and "not shorter than the heartbeat timeout 30s" in over
     assert "\n" not in over
+
+
+def test_off_is_none_where_a_flag_allows_it_and_refused_elsewhere() -> None:
+    assert duration_parser(0.05, off=True)("off") is None
+    assert duration_parser(0.05, off=True)(" OFF ") is None
+    assert duration_parser(0.05, off=True)("15s") == 15.0
+    with pytest.raises(typer.BadParameter, match="invalid duration 'off'"):
+        duration_parser(0.05)("off")
