@@ -164,3 +164,30 @@ async def test_a_running_view_is_rebased_and_then_follows_the_new_stream(
         assert reply["ok"], reply
     finally:
         await nc.close()
+
+
+async def test_a_view_rebuild_after_a_loss_is_refused_with_the_way_to_an_empty_fleet(
+        plane: ControlPlane) -> None:
+    """A view folded from a stream created again after a loss would forget every node
+    the lost events made; `herd view rebuild` refuses it in one line, naming what to do
+    for an empty fleet (and never waits for the empty stream's last sequence)."""
+    nc = await nats.connect(plane.url)
+    js = nc.jetstream()
+    try:
+        assert (await api(nc, "node.add", {"id": "old"}))["ok"]
+        await js.delete_stream(EVENTS_STREAM)
+
+        async def back() -> bool:
+            return bool((await js.stream_info(EVENTS_STREAM)).config.first_seq)
+
+        await eventually(back, timeout=10)
+        reply = await api(nc, "view.rebuild", {})
+        assert not reply["ok"] and reply["code"] == "refused", reply
+        assert "move " in reply["error"] and "view.db" in reply["error"], reply
+        assert await listed(nc, "old")
+        # the rebuild the control plane starts itself (a view ahead after its server
+        # restarted) is not refused, and returns at once on the empty stream
+        done = await asyncio.wait_for(plane.rebuild_view(after_loss=True), 30)
+        assert done["nodes"] == 0
+    finally:
+        await nc.close()
