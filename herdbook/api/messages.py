@@ -83,6 +83,30 @@ class ListNodes(_Request, frozen=True, kw_only=True):
     next_token: str | None = None
 
 
+GPU_HEALTH = ("healthy", "degraded", "unhealthy", "critical", "fatal", "unknown")
+"""A GPU's health: its verdict's level (``events.health_report.VerdictLevel``), or
+``unknown`` before its node's first verdict."""
+
+
+class ListGpus(_Request, frozen=True, kw_only=True):
+    """``gpu.list``: every GPU of the fleet, or those of nodes with these labels, of one
+    node (id or unique prefix), with one of these healths (``GPU_HEALTH``)."""
+
+    labels: Labels = {}
+    health: list[str] = []
+    node_id: str = ""
+    limit: Annotated[int, Meta(ge=1)] = MAX_PAGE_ITEMS
+    next_token: str | None = None
+    """``<node id>/<index>`` of the last GPU of the previous page."""
+
+
+class GpuById(_Request, frozen=True, kw_only=True):
+    """``gpu.describe``: one GPU by its node (id or unique prefix) and index."""
+
+    node_id: Id
+    index: Annotated[int, Meta(ge=0, le=1023)]
+
+
 class ListInstances(_Request, frozen=True, kw_only=True):
     pool: str = ""
 
@@ -276,6 +300,80 @@ class NodeDetail(NodeSummary, frozen=True, kw_only=True):
     version: int
 
 
+class GpuSummary(_Reply, frozen=True, kw_only=True):
+    """A GPU in ``gpu.list``: identity, health with its cause (the classifier's verdict,
+    ``NodeView.gpus``), its node's state, and the main readings of its latest telemetry
+    sample (None: not measured, or no sample yet)."""
+
+    node_id: str
+    index: int
+    uuid: str | None
+    serial: str | None
+    model: str | None
+    hostname: str | None
+    health: str
+    """One of ``GPU_HEALTH``."""
+    cause: str | None
+    """The verdict's reason ("rule: what matched"), None for a healthy GPU."""
+    since: str | None
+    """When the verdict was first decided (the report's stored time)."""
+    node_state: str
+    node_health: Health
+    pool: str | None
+    temperature_c: float | None
+    power_w: float | None
+    gpu_util_pct: float | None
+    fb_used_mib: float | None
+    fb_total_mib: float | None
+    sampled_at: str | None
+    """When the agent sampled the readings (its clock)."""
+
+
+class GpuFault(_Reply, frozen=True, kw_only=True):
+    at: str
+    kind: str
+    xid: int | None
+
+
+class GpuPull(_Reply, frozen=True, kw_only=True):
+    """The GPU (by serial) took a node out: a critical or fatal verdict on one of its
+    events, once per node and boot."""
+
+    at: str
+    node_id: str
+    boot_id: str
+
+
+class GpuVerdictReply(_Reply, frozen=True, kw_only=True):
+    level: str
+    rule: str
+    reason: str
+    kind: str
+    xid: int | None
+    since: str | None
+
+
+class GpuDetail(GpuSummary, frozen=True, kw_only=True):
+    """``gpu.describe``: the summary, every reading of the latest sample, the verdict
+    with its cause, the GPU's recent faults and their counts (the classifier's fault
+    history: HERD_HEALTH's reports of the last 7 days), and the serial's history
+    across nodes: when it took a node out, and which nodes list it now."""
+
+    pci_bus_id: str | None
+    driver_version: str | None
+    readings: dict[str, Any] | None
+    received_at: str | None
+    verdict: GpuVerdictReply | None
+    node_health_reason: str
+    faults: list[GpuFault]
+    """The newest first, at most ``MAX_FAULTS``."""
+    fault_counts: dict[str, dict[str, int]]
+    """``{"24h": {kind: n}, "7d": {kind: n}}``; an XID counts as ``xid <code>``."""
+    serial_pulls: list[GpuPull]
+    serial_seen_on: list[str]
+    """Node ids whose info or telemetry lists this GPU's UUID or serial now."""
+
+
 class Heartbeat(_Reply, frozen=True, kw_only=True):
     boot_id: str
     seq: int
@@ -301,6 +399,8 @@ class NodeDescription(NodeDetail, frozen=True, kw_only=True):
     """The agent process that announced the node's current boot: host, pid, since when."""
     agent_conflict: str | None = None
     """Set while two agents heartbeat for this node id (one must be stopped)."""
+    gpu_health: list[GpuSummary] = []
+    """Every GPU of the node with its health, cause and main readings (``gpu.list``)."""
 
 
 class CommandResult(_Reply, frozen=True, kw_only=True):

@@ -24,6 +24,7 @@ from herdbook.api.messages import (
     CommandResult,
     DrainNode,
     EnableNode,
+    GpuSummary,
     Heartbeat,
     ListNodes,
     NodeCommand,
@@ -76,6 +77,8 @@ class NodeRoutes:
         self._ids_set: set[str] = set()
         self._ids_rows: Mapping[str, NodeView] = {}
         self._ids_mark = (-1, -1)
+        self.gpu_rows: Callable[[NodeView], list[GpuSummary]] | None = None
+        """A node's GPUs with their health and readings (``api/gpus.py``), for describe."""
 
     def routes(self) -> dict[str, Handler]:
         wipe_timeout = float(self.config.sensitive.wipe_timeout)
@@ -229,7 +232,8 @@ class NodeRoutes:
                                heartbeat_warning=None if interval is None
                                else interval_warning(interval, timeout),
                                agent=_agent_text(view, beat),
-                               agent_conflict=self.sweeper.agent_conflict(view))
+                               agent_conflict=self.sweeper.agent_conflict(view),
+                               gpu_health=[] if self.gpu_rows is None else self.gpu_rows(view))
 
     async def node_conformance(self, data: bytes) -> Page[dict[str, Any]]:
         """The fleet grouped by conformance fingerprint, per pool, with what drifted."""

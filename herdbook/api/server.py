@@ -26,6 +26,7 @@ from herdbook.api.admin import AdminRoutes
 from herdbook.api.allocs import AllocRoutes
 from herdbook.api.breaker import BreakerRoutes
 from herdbook.api.caller import CALLER
+from herdbook.api.gpus import GpuRoutes, NoTelemetry, Telemetry
 from herdbook.api.history_routes import HistoryRoutes
 from herdbook.api.jobs import JobRoutes
 from herdbook.api.lookup import ApiError
@@ -37,6 +38,7 @@ from herdbook.config import Config
 from herdbook.events.jobs import JobSpecError
 from herdbook.events.store import EventStore, StorageFullError
 from herdbook.events.subjects import API_PREFIX, InvalidIdError, validate_id
+from herdbook.fault_history import FaultHistory
 from herdbook.projector.runner import ProjectorRunner
 from herdbook.reactors.breaker import Breaker
 from herdbook.reactors.refused import CommandRefused
@@ -62,7 +64,10 @@ class Api:
                  sweeper: Sweeper, rebuild: Callable[[], Awaitable[dict[str, Any]]],
                  instance: str, config: Config | None = None,
                  metrics: Metrics | None = None, *, clock: Clock = SYSTEM_CLOCK,
-                 breaker: Breaker | None = None, runner: DecideRunner | None = None) -> None:
+                 breaker: Breaker | None = None, runner: DecideRunner | None = None,
+                 telemetry: Telemetry | None = None, faults: FaultHistory | None = None) -> None:
+        """``telemetry``: the latest GPU readings (``reactors/telemetry_intake``);
+        ``faults``: the classifier's fault history, for ``gpu.describe``."""
         self.config = config or Config()
         self.is_leader: Callable[[], bool] = lambda: True
         """Whether this replica holds the leader lease (set by the control plane)."""
@@ -73,8 +78,12 @@ class Api:
         self.clock = clock
         self.runner = runner or DecideRunner(store, projector, clock)
         self.service: Any = None
+        self.gpus = GpuRoutes(lambda: projector.nodes, telemetry or NoTelemetry(), faults, clock)
+        nodes = NodeRoutes(nc, store, projector, sweeper, self.runner, self.config)
+        nodes.gpu_rows = self.gpus.node_rows
         self.routes: dict[str, Handler] = {
-            **NodeRoutes(nc, store, projector, sweeper, self.runner, self.config).routes(),
+            **nodes.routes(),
+            **self.gpus.routes(),
             **JobRoutes(projector, self.runner).routes(),
             **AllocRoutes(projector, self.runner).routes(),
             **PoolRoutes(store, projector, self.runner, self.config).routes(),

@@ -26,6 +26,7 @@ LAZY: dict[str, tuple[str, str, str]] = {
     "sim": ("herdbook.cli.sim", "sim_command", OPERATE),
     "agent": ("herdbook.cli.agent", "agent_app", START),
     "node": ("herdbook.cli.node", "node_app", FLEET),
+    "gpu": ("herdbook.cli.gpu", "gpu_app", FLEET),
     "pool": ("herdbook.cli.fleet", "pool_app", FLEET),
     "instance": ("herdbook.cli.fleet", "instance_app", FLEET),
     "health": ("herdbook.cli.health", "health_app", FLEET),

@@ -35,6 +35,7 @@ from herdbook.control.agent_sync import AgentSync
 from herdbook.control.data_dir import DataDirLock
 from herdbook.control.demo import DemoAgents
 from herdbook.control.errors import StartupError
+from herdbook.control.gpu_metrics import GpuExposition, HealthCollector, parse_shard
 from herdbook.control.instances import InstanceManager
 from herdbook.control.leader import BUCKET as LEASES_BUCKET
 from herdbook.control.leader import LeaderLease
@@ -43,6 +44,7 @@ from herdbook.control.metrics import (
     ControlPlaneCollector,
     Metrics,
     MetricsServer,
+    Page,
     scrape,
 )
 from herdbook.control.nats_parts import EmbeddedServer, NatsConnection, ServerSupervisor
@@ -80,6 +82,7 @@ from herdbook.reactors.runner import DecideRunner
 from herdbook.reactors.scheduler import Scheduler
 from herdbook.reactors.sensitive import SensitiveReactor
 from herdbook.reactors.sweeper import Sweeper
+from herdbook.reactors.telemetry_intake import TelemetryIntake
 from herdbook.reactors.tracking import node_events
 from herdbook.web.auth import check_bind
 from herdbook.web.server import WebServer
@@ -225,6 +228,8 @@ def bootstrap(config: Config, *, clock: Clock, demo: int = 0,
                                                    for name, pool in cfg.pools.items()},
                                   clock=clock, gate=breaker.gate, runner=runner)
     fake_provider = FakeProvider(nc, data_dir)
+    # Every replica keeps the latest GPU telemetry of each node: any of them answers gpu.*.
+    telemetry = TelemetryIntake(nc, projector.nodes, clock)
     parts += [RequesterNode(nc, runner, projector.nodes, requester, this_host(),
                             interval=interval),
               Service("sweeper", sweeper.start, sweeper.stop),
@@ -233,6 +238,9 @@ def bootstrap(config: Config, *, clock: Clock, demo: int = 0,
               Subscribed("breaker counting",
                          lambda: projector.nodes.subscribe(breaker.on_node_event)),
               Service("health classifier", classifier.start, classifier.stop),
+              Subscribed("telemetry forgetting",
+                         lambda: telemetry.subscribe_to(projector.nodes)),
+              Service("telemetry intake", telemetry.start, telemetry.stop),
               Service("fake provider", stop=fake_provider.stop_all)]
 
     # What must not run twice runs on the leader only (control/leader.py), built afresh
@@ -269,7 +277,8 @@ def bootstrap(config: Config, *, clock: Clock, demo: int = 0,
             replicas=cfg.nats.replicas)))
 
     api = Api(nc, store, projector, sweeper, rebuild_view, node_id, cfg, metrics=metrics,
-              clock=clock, breaker=breaker, runner=runner)
+              clock=clock, breaker=breaker, runner=runner, telemetry=telemetry,
+              faults=classifier.history)
     api.is_leader = lambda: lease.leader
 
     async def start_api() -> None:
@@ -281,7 +290,7 @@ def bootstrap(config: Config, *, clock: Clock, demo: int = 0,
     parts.append(Service("api", start_api, api.stop))
     metrics_server: MetricsServer | None = None
     if metrics is not None:
-        metrics_server = metrics_endpoint(cfg, metrics, projector, sweeper, nc)
+        metrics_server = metrics_endpoint(cfg, metrics, projector, sweeper, nc, telemetry)
         parts.append(Service("metrics server", serving(metrics_server), metrics_server.stop))
     web_server = http_endpoint(cfg, api, sweeper, nc, clock, http_best_effort)
     if web_server is not None:
@@ -314,14 +323,24 @@ def connection_auth(auth: NatsAuth, users: UserRegistry | None) -> Callable[[], 
 
 
 def metrics_endpoint(cfg: Config, metrics: Metrics, projector: ProjectorRunner,
-                     sweeper: Sweeper, nc: NATS) -> MetricsServer:
+                     sweeper: Sweeper, nc: NATS,
+                     telemetry: TelemetryIntake | None = None) -> MetricsServer:
     """``GET /metrics`` on ``metrics.host:port``, collected from the view and the
-    sweeper at scrape time."""
+    sweeper at scrape time; with ``telemetry``, the node and GPU health series there
+    and every GPU's readings on ``/metrics/gpus`` (``control/gpu_metrics.py``)."""
     collector = ControlPlaneCollector(metrics, projector, sweeper)
     metrics.registry.register(collector)
     js = nc.jetstream()
+    pages: dict[str, Page] = {}
+    if telemetry is not None:
+        metrics.registry.register(HealthCollector(lambda: projector.nodes, telemetry))
+        gpus = GpuExposition(lambda: projector.nodes, telemetry)
+
+        async def gpu_page(query: dict[str, str]) -> bytes:
+            return gpus.render(*parse_shard(query))
+        pages["/metrics/gpus"] = gpu_page
     return MetricsServer(cfg.metrics.host, cfg.metrics.port,
-                         lambda: scrape(metrics.registry, collector, js))
+                         lambda: scrape(metrics.registry, collector, js), pages)
 
 
 def serving(server: MetricsServer) -> Callable[[], Awaitable[None]]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import urllib.parse
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 
@@ -187,14 +188,21 @@ async def scrape(registry: CollectorRegistry, collector: ControlPlaneCollector,
     return generate_latest(registry)
 
 
-class MetricsServer:
-    """``GET /metrics`` answers ``scrape()``; anything else is a 404. One request per
-    connection (``Connection: close``)."""
+Page = Callable[[dict[str, str]], Awaitable[bytes]]
+"""Another path's exposition, from the request's query (``/metrics/gpus``); a
+ValueError is a 400 with its message."""
 
-    def __init__(self, host: str, port: int, scrape: Callable[[], Awaitable[bytes]]) -> None:
+
+class MetricsServer:
+    """``GET /metrics`` answers ``scrape()``, the paths of ``pages`` theirs; anything else
+    is a 404. One request per connection (``Connection: close``)."""
+
+    def __init__(self, host: str, port: int, scrape: Callable[[], Awaitable[bytes]],
+                 pages: dict[str, Page] | None = None) -> None:
         self.host = host
         self.port = port
         self.scrape = scrape
+        self.pages = pages or {}
         self._server: asyncio.Server | None = None
 
     @property
@@ -215,8 +223,17 @@ class MetricsServer:
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), REQUEST_TIMEOUT)
             method, _, rest = head.split(b"\r\n", 1)[0].decode("latin-1").partition(" ")
-            path = rest.split(" ", 1)[0].split("?", 1)[0]
-            if method == "GET" and path == "/metrics":
+            path, _, query = rest.split(" ", 1)[0].partition("?")
+            if method == "GET" and path in self.pages:
+                try:
+                    status, body = "200 OK", await self.pages[path](
+                        dict(urllib.parse.parse_qsl(query)))
+                except ValueError as err:
+                    status, body = "400 Bad Request", f"{err}\n".encode()
+                except Exception as err:
+                    log.exception("metrics scrape of %s failed", path)
+                    status, body = "500 Internal Server Error", f"{err!r}\n".encode()
+            elif method == "GET" and path == "/metrics":
                 try:
                     status, body = "200 OK", await self.scrape()
                 except Exception as err:

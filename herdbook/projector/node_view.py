@@ -84,6 +84,9 @@ class NodeView(msgspec.Struct, frozen=True, kw_only=True):
     intent_actor: str = ""
     intent_at: datetime | None = None
     health_reason: str = ""
+    health_level: str = ""
+    """The level of the verdict that set ``health`` (``node.health_changed``'s ``level``:
+    healthy ... fatal); empty where the event did not record one."""
     notification_error: str = ""
     health_at: datetime | None = None
     drain_urgent: bool = False
@@ -259,7 +262,7 @@ def _health_changed(view: NodeView, event: NodeHealthChanged, seq: int) -> NodeV
                        gpus=event.gpus)
     return replace(view, version=seq, updated_at=event.at, last_event=event.event_name,
                    health=event.health, health_reason=event.reason, health_at=event.at,
-                   gpus=event.gpus)
+                   health_level=event.level or "", gpus=event.gpus)
 
 
 def _info_updated(view: NodeView, event: NodeInfoUpdated, seq: int) -> NodeView:
@@ -291,7 +294,7 @@ def _clear_unhealthy(view: NodeView) -> NodeView:
     DEGRADED verdict too (one a counter-like fault's hold keeps: ``fault_hold``): the
     next report decides again from UNKNOWN, and a hold never makes a node DEGRADED."""
     if view.health in (Health.UNHEALTHY, Health.DEGRADED):
-        return replace(view, health=Health.UNKNOWN)
+        return replace(view, health=Health.UNKNOWN, health_level="")
     return view
 
 

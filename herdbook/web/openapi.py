@@ -38,11 +38,15 @@ from herdbook.api.messages import (
     EnableNode,
     EvalChain,
     EvalReply,
+    GpuById,
+    GpuDetail,
+    GpuSummary,
     InstanceReply,
     JobReply,
     JobSummary,
     ListAllocs,
     ListEvals,
+    ListGpus,
     ListInstances,
     ListJobs,
     ListNodes,
@@ -121,14 +125,24 @@ ROUTES: dict[str, Route] = {
     "audit.verify": Route(AuditVerify, ChainReport),
     "breaker.status": Route(None, Json),
     "breaker.reset": Route(ResetBreaker, Json),
+    "gpu.list": Route(ListGpus, Page[GpuSummary]),
+    "gpu.describe": Route(GpuById, GpuDetail),
 }
 
 READS = frozenset({
     "node.list", "node.describe", "node.conformance", "node.history", "node.list_at",
     "node.describe_at", "job.list", "job.status", "eval.list", "eval.status", "alloc.list",
     "alloc.status", "instance.list", "instance.describe", "pool.list", "pool.status",
-    "status", "audit.list", "audit.verify", "breaker.status",
+    "status", "audit.list", "audit.verify", "breaker.status", "gpu.list", "gpu.describe",
 })
+
+GET_ALIASES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "/v1/gpus": ("gpu.list", ()),
+    "/v1/nodes/{node_id}/gpus": ("gpu.list", ("node_id",)),
+    "/v1/gpus/{node_id}/{index}": ("gpu.describe", ("node_id", "index")),
+}
+"""REST-ish GET paths documented beside the route paths: path -> (route, the request
+fields its path parameters fill). The server routes them (``web/server.py``)."""
 
 STATUS_OF_CODE = {
     "not_found": 404, "bad_request": 400, "invalid": 400, "refused": 409, "conflict": 409,
@@ -214,6 +228,16 @@ def document(extra_paths: dict[str, Any] | None = None,
                            "parameters": _query_parameters(route.request)
                            if route.request is not None else []}
         paths[http_path(name)] = item
+    for path, (name, in_path) in GET_ALIASES.items():
+        get = paths.get(http_path(name), {}).get("get")
+        if get is None:
+            continue
+        params = [{**p, "in": "path", "required": True} if p["name"] in in_path else p
+                  for p in get["parameters"]]
+        paths[path] = {"get": {**get, "operationId": path.strip("/").replace("/", "_")
+                               .replace("{", "").replace("}", ""),
+                               "summary": f"{get['summary']} (GET {path})",
+                               "parameters": params}}
     paths.update(extra_paths or {})
     return {
         "openapi": "3.1.0",

@@ -198,6 +198,9 @@ class WebServer:
         get("/v1/pools", self._alias("pool.list"))
         get("/v1/pools/{pool}", self._alias("pool.status"))
         get("/v1/audit", self._alias("audit.list", renames={"node": "node_id"}))
+        get("/v1/gpus", self._alias("gpu.list", renames=GPU_FILTERS))
+        get("/v1/nodes/{node_id}/gpus", self._alias("gpu.list", renames=GPU_FILTERS))
+        get("/v1/gpus/{node_id}/{index}", self._alias("gpu.describe"))
         get("/v1/{route:.+}", self._route_get)
         post("/v1/{route:.+}", self._route_post)
         try:
@@ -352,6 +355,7 @@ class WebServer:
 
 
 NODE_FILTERS = {"state": "filter_state", "approval": "filter_approval", "label": "labels"}
+GPU_FILTERS = {"node": "node_id", "label": "labels"}
 
 
 def _round(age: float | None) -> float | None:

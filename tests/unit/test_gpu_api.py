@@ -1,0 +1,136 @@
+"""The GPU health API (issue 27 item 3) over views and samples in memory: ``gpu.list``
+filters and pages, ``gpu.describe`` says the verdict's cause, the faults with XIDs and
+times, their counts and the serial's history across nodes; the OpenAPI document names
+GET /v1/gpus and /v1/nodes/{id}/gpus. Pure apart from msgspec."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import msgspec
+import pytest
+
+from herdbook.api.gpus import GpuRoutes, node_gpus
+from herdbook.api.lookup import ApiError
+from herdbook.api.messages import GpuDetail
+from herdbook.events.health_report import GpuEvent, GpuVerdict, HealthReport
+from herdbook.events.node import GpuInfo, NodeInfo
+from herdbook.events.states import Approval, Health, Lifecycle, NodeType
+from herdbook.events.telemetry import GpuReading, GpuTelemetry
+from herdbook.fault_history import FaultHistory
+from herdbook.projector.node_view import NodeView
+from herdbook.reactors.telemetry_intake import Sample
+from herdbook.web.openapi import document
+from tests.fakes import FakeClock
+
+T0 = 1_800_000_000.0
+CLOCK = FakeClock(datetime.fromtimestamp(T0 + 3600, UTC))
+
+
+def node(node_id: str, gpus: int, pool: str, health: Health = Health.HEALTHY,
+         verdicts: dict[int, GpuVerdict] | None = None) -> NodeView:
+    return NodeView(id=node_id, type=NodeType.COMPUTE, approval=Approval.APPROVED,
+                    lifecycle=Lifecycle.READY, health=health,
+                    info=NodeInfo(hostname=f"host-{node_id}", labels={"pool": pool},
+                                  gpus=[GpuInfo(index=i, uuid=f"GPU-{node_id}-{i}",
+                                                name="NVIDIA H100") for i in range(gpus)]),
+                    gpus=verdicts or {})
+
+
+XID48 = GpuVerdict(level="critical", rule="critical-xid", reason="critical-xid: XID 48 on GPU 3",
+                   kind="xid", xid=48, since=T0)
+
+
+class Samples:
+    def __init__(self) -> None:
+        self.by_node: dict[str, Sample] = {}
+
+    def of(self, node_id: str) -> Sample | None:
+        return self.by_node.get(node_id)
+
+
+def world() -> tuple[GpuRoutes, dict[str, NodeView], Samples, FaultHistory]:
+    nodes = {"a1": node("a1", 4, "a100", Health.UNHEALTHY, {3: XID48}),
+             "a2": node("a2", 4, "a100"), "h1": node("h1", 8, "h100")}
+    samples = Samples()
+    samples.by_node["a1"] = Sample(GpuTelemetry(
+        node_id="a1", boot_id="b", sampled_at=T0, hostname="host-a1",
+        gpus=(GpuReading(index=3, uuid="GPU-a1-3", serial="1650921000123",
+                         temperature_c=71.0, power_w=402.5, gpu_util_pct=97.0,
+                         fb_used_mib=61000.0, fb_total_mib=81559.0, sm_clock_mhz=1980),)),
+        T0 + 1, live=True)
+    faults = FaultHistory(CLOCK)
+    for at, xid in ((T0 - 3 * 86400, 13), (T0 - 60, 13), (T0, 48)):
+        faults.record(HealthReport(report_id="r", node_id="a1", boot_id="b",
+                                   events=(GpuEvent(kind="xid", gpu=3, xid=xid),)), at)
+    faults.record_pull("GPU-a1-3", HealthReport(report_id="r", node_id="x9", boot_id="old"),
+                       T0 - 86400)
+    return GpuRoutes(lambda: nodes, samples, faults, CLOCK), nodes, samples, faults
+
+
+async def listed(routes: GpuRoutes, **query: object) -> tuple[list[dict[str, object]], str | None]:
+    raw = await routes.gpu_list(msgspec.json.encode(query))
+    page = msgspec.json.decode(bytes(raw))
+    return page["items"], page["next_token"]
+
+
+async def test_every_gpu_of_the_fleet_lists_with_health_cause_and_readings() -> None:
+    routes, *_ = world()
+    items, token = await listed(routes)
+    assert token is None and len(items) == 16
+    assert [(i["node_id"], i["index"]) for i in items[:5]] == [
+        ("a1", 0), ("a1", 1), ("a1", 2), ("a1", 3), ("a2", 0)]
+    bad = items[3]
+    assert (bad["health"], bad["cause"], bad["node_health"]) == (
+        "critical", "critical-xid: XID 48 on GPU 3", "UNHEALTHY")
+    assert (bad["temperature_c"], bad["power_w"], bad["serial"]) == (71.0, 402.5, "1650921000123")
+    assert items[0]["health"] == "healthy" and items[0]["temperature_c"] is None
+
+
+async def test_filters_by_selector_health_and_node_and_pages_in_order() -> None:
+    routes, *_ = world()
+    assert len((await listed(routes, labels={"pool": "h100"}))[0]) == 8
+    crit, _ = await listed(routes, health=["critical"])
+    assert [(i["node_id"], i["index"]) for i in crit] == [("a1", 3)]
+    assert len((await listed(routes, node_id="a2"))[0]) == 4
+    seen: list[tuple[object, object]] = []
+    token = None
+    while True:
+        items, token = await listed(routes, limit=5, **({"next_token": token} if token else {}))
+        seen += [(i["node_id"], i["index"]) for i in items]
+        if token is None:
+            break
+    assert len(seen) == 16 and len(set(seen)) == 16
+    with pytest.raises(ApiError, match="unknown GPU health 'sick'"):
+        await listed(routes, health=["sick"])
+
+
+async def test_describe_names_the_cause_the_faults_their_counts_and_the_serial() -> None:
+    routes, *_ = world()
+    detail = await routes.gpu_describe(msgspec.json.encode({"node_id": "a1", "index": 3}))
+    assert isinstance(detail, GpuDetail)
+    assert detail.verdict is not None and (detail.verdict.rule, detail.verdict.xid) == (
+        "critical-xid", 48)
+    assert [(f.kind, f.xid) for f in detail.faults] == [("xid", 48), ("xid", 13), ("xid", 13)]
+    assert detail.faults[0].at.startswith("2027-01-15")
+    assert detail.fault_counts == {"24h": {"xid 13": 1, "xid 48": 1},
+                                   "7d": {"xid 13": 2, "xid 48": 1}}
+    assert [(p.node_id, p.boot_id) for p in detail.serial_pulls] == [("x9", "old")]
+    assert detail.serial_seen_on == ["a1"]
+    assert detail.readings is not None and detail.readings["sm_clock_mhz"] == 1980
+    with pytest.raises(ApiError, match="node a2 has no GPU 9"):
+        await routes.gpu_describe(msgspec.json.encode({"node_id": "a2", "index": 9}))
+
+
+def test_a_node_without_a_verdict_yet_has_gpus_of_unknown_health() -> None:
+    fresh = node("n", 2, "p", Health.UNKNOWN)
+    assert [g.health for g in node_gpus(fresh, None)] == ["unknown", "unknown"]
+
+
+def test_the_openapi_document_has_the_gpu_routes_and_rest_paths() -> None:
+    paths = document()["paths"]
+    for path in ("/v1/gpu/list", "/v1/gpu/describe", "/v1/gpus", "/v1/nodes/{node_id}/gpus",
+                 "/v1/gpus/{node_id}/{index}"):
+        assert "get" in paths[path], path
+    params = {p["name"]: p["in"] for p in paths["/v1/nodes/{node_id}/gpus"]["get"]["parameters"]}
+    assert params["node_id"] == "path" and params["health"] == "query"
