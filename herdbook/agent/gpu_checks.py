@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from herdbook.agent import gpu
@@ -16,6 +17,13 @@ from herdbook.events.health_report import CheckResult, GpuEvent, HealthReport
 log = logging.getLogger(__name__)
 
 THERMAL_REPORT_C = 85   # temperatures from here on are health events for the policy
+
+
+def lacks(err: BaseException) -> bool:
+    """Whether NVML's error says the GPU lacks the reading (NOT_SUPPORTED, or a driver
+    without the function), not that the call failed."""
+    return getattr(err, "value", None) in (gpu.NVML_ERROR_NOT_SUPPORTED,
+                                           gpu.NVML_ERROR_FUNCTION_NOT_FOUND)
 
 
 class KernelXids(Protocol):
@@ -54,14 +62,22 @@ class HealthMonitor:
         try:
             for i in range(self.nvml.nvmlDeviceGetCount()):
                 handle = self.nvml.nvmlDeviceGetHandleByIndex(i)
-                memory = self.nvml.nvmlDeviceGetMemoryInfo(handle)
-                metrics[str(i)] = {
-                    "temperature_c": self.nvml.nvmlDeviceGetTemperature(
-                        handle, gpu.NVML_TEMPERATURE_GPU),
-                    "power_w": round(self.nvml.nvmlDeviceGetPowerUsage(handle) / 1000, 1),
-                    "utilization": self.nvml.nvmlDeviceGetUtilizationRates(handle).gpu,
-                    "memory_used_bytes": int(memory.used),
-                }
+                readings = metrics[str(i)] = {}
+                for name, read in (
+                        ("temperature_c", lambda h: self.nvml.nvmlDeviceGetTemperature(
+                            h, gpu.NVML_TEMPERATURE_GPU)),
+                        ("power_w", lambda h: round(self.nvml.nvmlDeviceGetPowerUsage(h) / 1000,
+                                                    1)),
+                        ("utilization", lambda h: self.nvml.nvmlDeviceGetUtilizationRates(h).gpu),
+                        ("memory_used_bytes", lambda h: int(
+                            self.nvml.nvmlDeviceGetMemoryInfo(h).used))):
+                    try:
+                        readings[name] = read(handle)
+                    except Exception as err:  # noqa: BLE001 - sorted just below
+                        if not lacks(err):
+                            raise
+                        # This GPU has no such reading (a card without a power sensor):
+                        # absent, not a failed check.
         except Exception as err:  # noqa: BLE001 - NVML failing is the finding
             return CheckResult(name="gpu", status="unhealthy",
                                message=f"NVML call failed: {err}", metrics=metrics)
@@ -72,24 +88,31 @@ class HealthMonitor:
             return []
         events = []
         try:
-            for i in range(self.nvml.nvmlDeviceGetCount()):
-                handle = self.nvml.nvmlDeviceGetHandleByIndex(i)
-                readings = {
-                    "ecc_sbe": self.nvml.nvmlDeviceGetTotalEccErrors(
-                        handle, gpu.NVML_MEMORY_ERROR_TYPE_CORRECTED, gpu.NVML_VOLATILE_ECC),
-                    "ecc_dbe": self.nvml.nvmlDeviceGetTotalEccErrors(
-                        handle, gpu.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, gpu.NVML_VOLATILE_ECC),
-                    "pcie": self.nvml.nvmlDeviceGetPcieReplayCounter(handle),
-                    "nvlink": self.nvml.nvmlDeviceGetNvLinkErrorCounter(
-                        handle, 0, gpu.NVML_NVLINK_ERROR_DL_REPLAY),
-                }
-                for kind, value in readings.items():
-                    before = self._counters.get((kind, i))
-                    self._counters[(kind, i)] = int(value)
-                    if before is not None and value > before:
-                        events.append(GpuEvent(kind=kind, gpu=i, value=float(value - before)))
-        except Exception as err:  # noqa: BLE001 - unsupported counters are skipped
+            count = self.nvml.nvmlDeviceGetCount()
+        except Exception as err:  # noqa: BLE001 - the GPU check reports it
             log.debug("counter read failed: %s", err)
+            return []
+        counters: tuple[tuple[str, Callable[[Any], Any]], ...] = (
+            ("ecc_sbe", lambda h: self.nvml.nvmlDeviceGetTotalEccErrors(
+                h, gpu.NVML_MEMORY_ERROR_TYPE_CORRECTED, gpu.NVML_VOLATILE_ECC)),
+            ("ecc_dbe", lambda h: self.nvml.nvmlDeviceGetTotalEccErrors(
+                h, gpu.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, gpu.NVML_VOLATILE_ECC)),
+            ("pcie", lambda h: self.nvml.nvmlDeviceGetPcieReplayCounter(h)),
+            ("nvlink", lambda h: self.nvml.nvmlDeviceGetNvLinkErrorCounter(
+                h, 0, gpu.NVML_NVLINK_ERROR_DL_REPLAY)))
+        for i in range(count):
+            for kind, read in counters:
+                # Each counter on its own: a PCIe card has no NVLink counter, a consumer
+                # card no ECC; one missing must not hide the others (nor other GPUs').
+                try:
+                    value = read(self.nvml.nvmlDeviceGetHandleByIndex(i))
+                except Exception as err:  # noqa: BLE001 - unsupported counters are skipped
+                    log.debug("GPU %d: %s counter not read: %s", i, kind, err)
+                    continue
+                before = self._counters.get((kind, i))
+                self._counters[(kind, i)] = int(value)
+                if before is not None and value > before:
+                    events.append(GpuEvent(kind=kind, gpu=i, value=float(value - before)))
         return events
 
     def xid_events(self) -> list[GpuEvent]:

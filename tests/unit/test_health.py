@@ -122,3 +122,22 @@ def test_the_agent_monitor_reports_injected_faults_once() -> None:
     assert monitor.totals() == (120, 0)
     with pytest.raises(ValueError, match="unknown fault"):
         nvml.inject("meltdown")
+
+
+def test_a_reading_a_gpu_lacks_is_skipped_not_a_failed_check_nor_hiding_the_others() -> None:
+    # GPU 0: a PCIe card without NVLink, ECC or a power sensor (NVML: NOT_SUPPORTED)
+    nvml = FakeNvml(count=3, seed="n")
+    nvml.gpus[0].unsupported = {"nvmlDeviceGetNvLinkErrorCounter", "nvmlDeviceGetTotalEccErrors",
+                                "nvmlDeviceGetPowerUsage"}
+    monitor = HealthMonitor(nvml)
+    nvml.inject("pcie", 0, 3)
+    nvml.inject("ecc-sbe", 1, 5)
+    nvml.inject("nvlink", 2, 1)
+    report = monitor.report("n", "b", 0.0)
+    assert sorted((e.kind, e.gpu) for e in report.events) == [
+        ("ecc_sbe", 1), ("nvlink", 2), ("pcie", 0)]
+    check = report.checks[0]
+    assert check.status == "healthy", check.message
+    assert "power_w" not in check.metrics["0"] and "temperature_c" in check.metrics["0"]
+    assert check.metrics["1"]["power_w"] > 0
+    assert POLICY.classify(report).result != "fatal"

@@ -179,3 +179,24 @@ def test_the_fake_mirrors_pynvml_names_and_codes() -> None:
 def test_eight_gpus_fit_well_under_a_max_payload() -> None:
     size = len(encode(take(FakeNvml(count=8, seed="gpu-0001"), "gpu-0001")))
     assert 4_000 < size < 16_000   # docs/gpus.md "Where telemetry flows" quotes ~7.3 KB
+
+
+def test_herd_agent_sample_prints_what_the_agent_would_publish(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from herdbook.cli.main import app
+    from herdbook.events.telemetry import GpuTelemetry
+
+    result = CliRunner().invoke(app, ["agent", "sample", "--fake-gpus", "8", "--node-id", "n1"],
+                                env={"HERD_SERVER": None, "HERD_CREDS": None})
+    assert result.exit_code == 0, result.output
+    printed = msgspec.json.decode(result.stdout, type=GpuTelemetry)
+    expected = sample(FakeNvml(count=8, seed="n1"), "n1", "sample", printed.sampled_at,
+                      printed.hostname)
+    assert printed == expected and len(printed.gpus) == 8
+    # no NVIDIA driver here: one line, exit 1
+    monkeypatch.setattr(gpu, "real_nvml", lambda: None)
+    result = CliRunner().invoke(app, ["agent", "sample"], env={"HERD_SERVER": None})
+    assert result.exit_code == 1 and result.stdout == ""
+    assert result.stderr.count("\n") == 1 and "no NVML here" in result.stderr
