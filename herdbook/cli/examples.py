@@ -9,6 +9,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "agent": ("herd agent --node-id gpu-017 --server nats://cp:4222",
               "herd agent --node-id dev-1 --fake-gpus 8 --heartbeat-interval 2s"),
     "agent inject": ("herd agent inject --node gpu-017 xid 79",),
+    "agent sample": ("herd agent sample", "herd agent sample --fake-gpus 8 --node-id dev-1"),
     "status": ("herd status", "herd status -o json"),
     "top": ("herd top", "herd top --once"),
     # nodes and the fleet
