@@ -260,6 +260,7 @@ SERVER_ROOMS = _sub("control", "reactors", "projector", "agent")
 RUNS_A_PROCESS = {
     (f"{PACKAGE}.cli.up", "up"): "runs the control plane",
     (f"{PACKAGE}.cli.agent", "agent"): "runs the node agent",
+    (f"{PACKAGE}.cli.agent", "sample"): "reads this node's GPUs as the agent does",
     (f"{PACKAGE}.cli.cluster", "cluster"): "runs local nats-servers",
     (f"{PACKAGE}.cli.sim", "sim_command"): "runs a simulated fleet",
     (f"{PACKAGE}.cli.sim", "_chaos"): "runs a simulated fleet (herd sim --chaos)",
