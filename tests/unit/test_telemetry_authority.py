@@ -5,7 +5,10 @@ or of another type, is refused."""
 
 from __future__ import annotations
 
+import msgspec
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from herdbook.agent.gpu import FakeNvml
 from herdbook.agent.telemetry import sample
@@ -86,3 +89,18 @@ def test_a_body_its_subject_does_not_vouch_for_is_refused(subject: str, body: by
                                                            reason: str) -> None:
     with pytest.raises(Unvouched, match=reason.replace("[", r"\[")):
         bind_telemetry(subject, body)
+
+
+@given(st.binary(max_size=2000) | st.text(max_size=500).map(str.encode)
+       | st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+                      lambda inner: st.lists(inner, max_size=4)
+                      | st.dictionaries(st.sampled_from(["node_id", "boot_id", "gpus", "index",
+                                                         "uuid", "temperature_c", "x"]),
+                                        inner, max_size=5),
+                      max_leaves=20).map(msgspec.json.encode))
+def test_any_body_binds_or_is_refused_never_raises_anything_else(body: bytes) -> None:
+    try:
+        bound = bind_telemetry("herd.gpu.n1", body)
+    except Unvouched:
+        return
+    assert bound.node_id == "n1" and bound.gpus

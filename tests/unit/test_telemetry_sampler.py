@@ -200,3 +200,28 @@ def test_herd_agent_sample_prints_what_the_agent_would_publish(
     result = CliRunner().invoke(app, ["agent", "sample"], env={"HERD_SERVER": None})
     assert result.exit_code == 1 and result.stdout == ""
     assert result.stderr.count("\n") == 1 and "no NVML here" in result.stderr
+
+
+@pytest.mark.parametrize(("flag", "interval"), [([], 15.0), (["--telemetry-interval", "off"], None),
+                                                (["--telemetry-interval", "1m"], 60.0)])
+def test_herd_agent_passes_its_telemetry_interval(flag: list[str], interval: float | None,
+                                                  monkeypatch: pytest.MonkeyPatch,
+                                                  tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    import herdbook.agent.main
+    from herdbook.cli import client
+    from herdbook.cli.main import app
+
+    seen: list[Any] = []
+
+    async def run_agent(options: Any) -> None:
+        seen.append(options)
+
+    monkeypatch.setattr(client, "check_server", lambda server: None)
+    monkeypatch.setattr(herdbook.agent.main, "run_agent", run_agent)
+    result = CliRunner().invoke(app, ["agent", "--node-id", "n1", "--fake-gpus", "2",
+                                      "--state-dir", str(tmp_path / "a"), *flag],
+                                env={"HERD_SERVER": None, "HERD_CREDS": None})
+    assert result.exit_code == 0, result.output
+    assert [o.telemetry_interval for o in seen] == [interval]
