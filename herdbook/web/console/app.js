@@ -398,21 +398,15 @@ function table(rows, columns) {
          `</table>`;
 }
 
-// Each GPU's last health, read from the node's health verdicts: a verdict whose reason
-// names "GPU n" colours GPU n; an all-clear verdict colours every GPU.
-export function gpuHealth(count, history) {
-  const health = Array.from({ length: count }, () => "HEALTHY");
-  const reasons = Array.from({ length: count }, () => "");
-  const verdicts = history.filter(item => item.event === "health_changed" || item.event === "node.health_changed");
-  for (const item of verdicts) {
-    const level = /fatal|unhealthy/i.test(item.reason) ? "UNHEALTHY" : "DEGRADED";
-    const gpus = [...item.reason.matchAll(/GPU (\d+)/gi)].map(m => Number(m[1]));
-    if (!gpus.length && /all checks pass/i.test(item.reason)) health.fill("HEALTHY");
-    for (const g of gpus) {
-      if (g < count) { health[g] = level; reasons[g] = item.reason; }
-    }
-  }
-  return { health, reasons };
+// Each GPU's health as the API says it (node describe's gpu_health: the classifier's
+// per-GPU verdict with its cause, never read from reason text), as the grid's colours.
+const GPU_COLOR_KEY = { healthy: "HEALTHY", degraded: "DEGRADED", unhealthy: "UNHEALTHY",
+                        critical: "UNHEALTHY", fatal: "UNHEALTHY", unknown: "UNKNOWN" };
+export function gpuHealth(rows) {
+  return {
+    health: rows.map(g => GPU_COLOR_KEY[g.health] || "UNKNOWN"),
+    reasons: rows.map(g => [g.health, g.cause].filter(Boolean).join(": ")),
+  };
 }
 
 async function nodePage(id) {
@@ -471,11 +465,11 @@ async function loadNode(id, range) {
     ["heartbeat warning", node.heartbeat_warning], ["last event", node.last_event], ["version", node.version],
   ]);
   const items = history?.items ?? [];
-  const devices = node.gpu_devices ?? [];
-  const { health, reasons } = gpuHealth(devices.length || node.gpus || 0, items);
+  const rows = node.gpu_health ?? [];
+  const { health, reasons } = gpuHealth(rows);
   $("#gpus").innerHTML = health.map((h, i) =>
-    `<div class="gpu" data-gpu="${i}" data-health="${h}" style="background: ${HEALTH_COLOR[h]}" ` +
-    `title="${esc(devices[i]?.name ?? "")} ${esc(devices[i]?.uuid ?? "")} ${esc(reasons[i])}">GPU ${i}<br>${h}</div>`
+    `<div class="gpu" data-gpu="${rows[i].index}" data-health="${h}" style="background: ${HEALTH_COLOR[h]}" ` +
+    `title="${esc(rows[i].model ?? "")} ${esc(rows[i].uuid ?? "")} ${esc(reasons[i])}">GPU ${rows[i].index}<br>${h}</div>`
   ).join("") || `<p class="muted">no GPUs</p>`;
   const short = (text, n) => (text && text.length > n ? `${text.slice(0, n - 1)}…` : text);
   $("#allocs").innerHTML = table(items_(allocs).map(a => ({ id: a.id.slice(0, 12), job: a.job_id,
