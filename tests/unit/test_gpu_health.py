@@ -135,3 +135,15 @@ async def test_a_second_gpu_on_a_degraded_node_is_recorded_and_not_notified() ->
     appended = len(world.store.appended)
     await world.send(report(GpuEvent(kind="thermal", gpu=2, value=89)), T0 + 60)
     assert len(world.store.appended) == appended
+
+
+async def test_a_second_gpu_of_an_unhealthy_node_cordons_nothing_again() -> None:
+    world = World().ready()
+    await world.send(report(GpuEvent(kind="xid", gpu=3, xid=48)), T0)
+    first = world.changes()[-1]
+    assert first.health is Health.UNHEALTHY and action_for(first) == "cordon"
+    await world.send(report(GpuEvent(kind="xid", gpu=1, xid=63)), T0 + 30)
+    last = world.changes()[-1]
+    assert last.gpus_only and last.health is Health.UNHEALTHY
+    assert sorted(view(world).gpus) == [1, 3] and view(world).health_reason == first.reason
+    assert action_for(last) is None       # the node was cordoned once, on its own change
