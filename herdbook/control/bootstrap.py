@@ -56,7 +56,7 @@ from herdbook.control.requester import RequesterNode, default_requester_id, this
 from herdbook.control.settings import LivenessPublisher
 from herdbook.control.snapshots import SNAPSHOTS_STREAM, SnapshotWriter, restore
 from herdbook.control.snapshots import create_bucket as create_snapshots_bucket
-from herdbook.control.streams_guard import StreamsGuard
+from herdbook.control.streams_guard import StreamsGuard, unreached_seq
 from herdbook.control.view_rebuild import ViewRebuild
 from herdbook.credentials import CredsFile, NatsAuth, write_creds
 from herdbook.events.liveness import SETTINGS_STREAM
@@ -140,13 +140,16 @@ def bootstrap(config: Config, *, clock: Clock, demo: int = 0,
 
         storage = StorageWatch(embedded.store_dir, restart_server)
         parts += [server, supervisor, Service("storage watch", storage.start, storage.stop)]
-    def view_folded(stream: str) -> int:
-        """How far the view on disk folded ``stream``: a lost one is created after it."""
-        return (integrity.checkpoint_of(data_dir / "view.db", stream)
-                if stream == EVENTS_STREAM else 0)
+    def lost_stream_start(stream: str) -> int:
+        """Where a stream missing at start begins: when the view on disk has a fleet it
+        was lost, and begins after what was read (``streams_guard``); else 0, new."""
+        checkpoint = integrity.checkpoint_of(data_dir / "view.db", EVENTS_STREAM)
+        if not checkpoint:
+            return 0
+        return checkpoint + 1 if stream == EVENTS_STREAM else unreached_seq(clock.now())
 
     parts.append(NatsConnection(nc, url, connection_auth(auth, users),
-                                f"herd-control:{node_id}", streams_of(cfg), view_folded))
+                                f"herd-control:{node_id}", streams_of(cfg), lost_stream_start))
     # One node id, one live control plane: a second one is refused before it does anything.
     claim = ReplicaClaim(nc, node_id, ttl=float(cfg.leader_ttl), replicas=cfg.nats.replicas,
                          data_dir=data_dir)
@@ -195,7 +198,7 @@ def bootstrap(config: Config, *, clock: Clock, demo: int = 0,
             await create_snapshots_bucket(nc.jetstream(), replicas=cfg.nats.replicas)
         owned[SNAPSHOTS_STREAM] = snapshots_bucket
     streams_guard = StreamsGuard(nc, streams_of(cfg), floor=folded, buckets=owned,
-                                 on_recreated=recreated)
+                                 on_recreated=recreated, exact={EVENTS_STREAM}, clock=clock)
     agent_sync = AgentSync(nc)
     if cfg.view.snapshots:
         # A view that is missing or unusable starts from the newest usable snapshot.

@@ -45,25 +45,25 @@ def check_server_version(version: str) -> None:
 
 
 async def create_or_update(nc: NATS, configs: list[StreamConfig],
-                           floor: Callable[[str], int] = lambda stream: 0) -> None:
+                           first_seq: Callable[[str], int] = lambda stream: 0) -> None:
     """Safe on every start: a stream is created if missing, its config updated if not.
-    ``floor(stream)``: the sequence through which this control plane's view folded it; a
-    missing stream with a floor was lost (deleted, or the NATS store wiped, while no
-    herd up ran) and is created again after it, as the streams guard does while running,
-    so the view is kept (``projector/rebase.py``) and no sequence is handed out twice."""
+    ``first_seq(stream)``: where a missing stream starts, when it was lost (deleted, or
+    the NATS store wiped, while no herd up ran: this data dir's view has a fleet) rather
+    than never made (0): after what its readers read, as the streams guard does while
+    running, so the view is kept (``projector/rebase.py``) and no reader takes a new
+    message for one it had."""
     js = nc.jetstream()
     for config in configs:
         try:
             info = await js.stream_info(str(config.name))
         except NotFoundError:
-            after = floor(str(config.name))
-            await js.add_stream(dataclasses.replace(config, first_seq=after + 1)
-                                if after else config)
-            if after:
+            start = first_seq(str(config.name))
+            await js.add_stream(dataclasses.replace(config, first_seq=start)
+                                if start > 1 else config)
+            if start > 1:
                 log.error("stream %s was missing (deleted, or the NATS store wiped, while "
-                          "no herd up ran): created it again from sequence %d, after the "
-                          "view's; what it held is lost, the view keeps what it folded",
-                          config.name, after + 1)
+                          "no herd up ran): created it again from sequence %d; what it "
+                          "held is lost, the view keeps what it folded", config.name, start)
             continue
         if info.config.first_seq:
             # A stream the streams guard created again after a loss starts after what was
@@ -166,13 +166,13 @@ class NatsConnection:
 
     def __init__(self, nc: NATS, url: str, auth: Callable[[], NatsAuth], client_name: str,
                  streams: list[StreamConfig],
-                 floor: Callable[[str], int] = lambda stream: 0) -> None:
+                 first_seq: Callable[[str], int] = lambda stream: 0) -> None:
         self.nc = nc
         self.url = url
         self.auth = auth
         self.client_name = client_name
         self.streams = streams
-        self.floor = floor
+        self.first_seq = first_seq
 
     async def start(self) -> None:
         try:
@@ -188,7 +188,7 @@ class NatsConnection:
             raise StartupError(f"cannot connect to NATS at {redact(self.url)}: {err}") from err
         check_server_version(nats_private.server_version(self.nc))
         await nats_private.self_check(self.nc, sid_routes)   # one WARNING, public path if not
-        await create_or_update(self.nc, self.streams, self.floor)
+        await create_or_update(self.nc, self.streams, self.first_seq)
 
     async def stop(self) -> None:
         try:

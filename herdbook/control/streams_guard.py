@@ -9,7 +9,12 @@ missing one with the configuration it was started with.
 What the stream held is lost; the recreated stream starts after the last sequence this
 control plane knew of (what it saw, what its projector folded), so the feeds that resume
 from their last sequence + 1 read the new messages instead of waiting for sequences the
-server hands out a second time.
+server hands out a second time. A stream whose readers keep positions this guard cannot
+see (the health classifier decides only on a report after the last one it decided on,
+another replica's feeds read past what this guard saw 2 s ago) starts at
+``unreached_seq``: the time in microseconds, beyond any sequence a stream can have
+reached; only HERD_EVENTS (``exact``), whose sequences the projector's lag is counted
+in, starts right after what was folded.
 
 Every replica's guard also notices a stream created again by anyone (its ``created`` time
 changed) and tells ``on_recreated``: the projector rebases the view's versions on it
@@ -26,18 +31,28 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
+from datetime import datetime
 from typing import Any
 
 from nats.aio.client import Client as NATS
 from nats.js.api import StreamConfig
 from nats.js.errors import NotFoundError
 
+from herdbook.clock import SYSTEM_CLOCK, Clock
+
 log = logging.getLogger(__name__)
 
 DELETED_ADVISORY = "$JS.EVENT.ADVISORY.STREAM.DELETED.*"
 
 Recreate = Callable[[], Awaitable[None]]
+
+
+def unreached_seq(now: datetime) -> int:
+    """A first sequence no reader of a lost stream can have reached: ``now`` in
+    microseconds since 1970 (no stream stores a message a microsecond over its life)."""
+    return int(now.timestamp() * 1_000_000)
+
 OnRecreated = Callable[[str, int, str], Awaitable[None]]
 
 
@@ -45,12 +60,14 @@ class StreamsGuard:
     def __init__(self, nc: NATS, configs: list[StreamConfig], *, interval: float = 2.0,
                  floor: Callable[[str], int] = lambda stream: 0,
                  buckets: dict[str, Recreate] | None = None,
-                 on_recreated: OnRecreated | None = None) -> None:
+                 on_recreated: OnRecreated | None = None, exact: Collection[str] = (),
+                 clock: Clock = SYSTEM_CLOCK) -> None:
         """``floor(stream)``: a sequence some reader of ``stream`` already reached (the
         projector's); a recreated stream starts after it too. ``buckets``: the stream of
         each bucket herdbook owns and what creates it again. ``on_recreated(stream,
         first_seq, created)``: one of ``configs`` was created again (here or by another
-        replica), from ``first_seq``, at ``created``."""
+        replica), from ``first_seq``, at ``created``. ``exact``: the streams that start
+        right after what was read (the others at ``unreached_seq``)."""
         self.nc = nc
         self.js = nc.jetstream()
         self.configs = configs
@@ -58,6 +75,8 @@ class StreamsGuard:
         self.floor = floor
         self.buckets = dict(buckets or {})
         self.on_recreated = on_recreated
+        self.exact = frozenset(exact)
+        self.clock = clock
         self.last_seq: dict[str, int] = {}
         """The last sequence seen in each stream."""
         self.buckets_seen: set[str] = set()
@@ -151,8 +170,10 @@ class StreamsGuard:
 
     async def _recreate(self, config: StreamConfig) -> bool:
         name = str(config.name)
-        after = max(self.last_seq.get(name, 0), self.floor(name))
-        fresh = dataclasses.replace(config, first_seq=after + 1) if after else config
+        first = max(self.last_seq.get(name, 0), self.floor(name)) + 1
+        if name not in self.exact:
+            first = max(first, unreached_seq(self.clock.now()))
+        fresh = dataclasses.replace(config, first_seq=first) if first > 1 else config
         try:
             info = await self.js.add_stream(fresh)
         except Exception as err:  # noqa: BLE001 - e.g. another replica recreated it first
@@ -160,9 +181,9 @@ class StreamsGuard:
             return False
         self.recreated += 1
         log.error("stream %s was deleted from outside: recreated it empty, from sequence %d; "
-                  "what it held is lost", name, after + 1)
+                  "what it held is lost", name, first)
         self.created[name] = str(info.created or "")
-        await self._tell(name, after + 1, self.created[name])
+        await self._tell(name, first, self.created[name])
         return True
 
     async def _recreate_bucket(self, name: str, recreate: Recreate) -> bool:

@@ -1,8 +1,9 @@
 """Streams and buckets deleted from outside a running `herd up` (issue 26, item 6), with
 the nats-py JetStream management API, as someone holding the server's rights would:
 HERD_EVENTS comes back and every node stays commandable, the next `herd up` starts (no
-60 s hang, no bare "Error:"); the leader lease and the settings buckets come back and
-the plane leads again without a restart."""
+60 s hang, no bare "Error:"); the health and heartbeat streams come back and a fatal XID
+is acted on; the leader lease and the settings buckets come back and the plane leads
+again without a restart."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from nats.js.errors import NotFoundError
 
 from herdbook.control.leader import BUCKET as LEASES_BUCKET
 from herdbook.events.liveness import LIVENESS_KEY, SETTINGS_BUCKET, SETTINGS_STREAM
-from herdbook.events.subjects import EVENTS_STREAM
+from herdbook.events.subjects import EVENTS_STREAM, HEALTH_STREAM, HEARTBEATS_STREAM
 from tests.conftest import herd, wait_until
 from tests.e2e.conftest import Fleet
 
@@ -167,3 +168,23 @@ def test_the_settings_bucket_deleted_while_running_comes_back_with_its_key(
     settings = wait_until(lambda: js_call(fleet.url, liveness), timeout=10,
                           what="the liveness settings written again")
     assert settings["heartbeat_timeout"]["standard"] == 2.0
+
+
+def test_the_health_and_heartbeat_streams_deleted_a_fatal_xid_is_still_acted_on(
+        fleet: Fleet) -> None:
+    """The classifier decides only on a report after the last one it decided on: a
+    health stream created again from sequence 1 had every new report ignored."""
+    fleet.up(CONFIG)
+    fleet.agent("gpu-1", "--heartbeat-interval", "0.5")
+    wait_until(lambda: fleet.state("gpu-1") == "READY", timeout=30, what="READY")
+
+    for stream in (HEALTH_STREAM, HEARTBEATS_STREAM):
+        delete_stream(fleet.url, stream)
+    wait_until(lambda: all(stream_there(fleet.url, s) for s in (HEALTH_STREAM,
+                                                                 HEARTBEATS_STREAM)),
+               timeout=10, what="both streams recreated")
+
+    # at once: the first reports of the new stream are the ones a reused sequence hid
+    injected = herd("agent", "inject", "--node", "gpu-1", "xid", "79", server=fleet.url)
+    assert injected.returncode == 0, injected.stderr
+    wait_until(lambda: fleet.state("gpu-1") == "DOWN", timeout=15, what="gpu-1 DOWN")

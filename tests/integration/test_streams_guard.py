@@ -9,6 +9,7 @@ import json
 import logging
 import sqlite3
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +19,13 @@ from nats.js.api import KeyValueConfig
 
 from herdbook.agent.main import Agent, AgentOptions
 from herdbook.control.plane import ControlPlane
-from herdbook.control.streams_guard import StreamsGuard
+from herdbook.control.streams_guard import StreamsGuard, unreached_seq
 from herdbook.events.node import NodeRegistered
 from herdbook.events.store import EventStore
 from herdbook.events.streams import all_streams
-from herdbook.events.subjects import EVENTS_STREAM, HEARTBEATS_STREAM
+from herdbook.events.subjects import EVENTS_STREAM, HEALTH_STREAM, HEARTBEATS_STREAM
 from tests.conftest import free_port
+from tests.fakes import FakeClock
 from tests.integration.conftest import running_plane
 from tests.integration.test_agent_and_control import eventually
 
@@ -33,6 +35,9 @@ async def plane(tmp_path: Path) -> AsyncIterator[ControlPlane]:
     async with running_plane(f"nats: {{port: {free_port()}}}\ndata_dir: '{tmp_path / 'd'}'\n"
                              "node_id: cp-guard\nlifecycle: {heartbeat_timeout: 5s}\n") as control:
         yield control
+
+
+T0 = datetime.fromtimestamp(1_795_000_000, UTC)
 
 
 async def api(nc: Any, route: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -121,7 +126,7 @@ async def test_every_guard_hears_of_a_stream_created_again_and_a_bucket_comes_ba
         await js.create_key_value(KeyValueConfig(bucket="herd_test", history=1))
 
     guard = StreamsGuard(nc, all_streams(), buckets={"KV_herd_test": make_bucket},
-                         on_recreated=recreated)
+                         on_recreated=recreated, exact={EVENTS_STREAM}, clock=FakeClock(T0))
     assert await guard.check() == [] and made == []   # the first check: its owner makes it
     await make_bucket()
     assert await guard.check() == [] and heard == []
@@ -134,6 +139,19 @@ async def test_every_guard_hears_of_a_stream_created_again_and_a_bucket_comes_ba
     assert heard == [(EVENTS_STREAM, 40)] and len(made) == 2
     await js.stream_info("KV_herd_test")
     assert await guard.check() == [] and heard == [(EVENTS_STREAM, 40)]
+
+    # a stream whose readers' positions it cannot see starts beyond any of them
+    await js.publish("herd.health.n1", b"{}")
+    await guard.check()
+    await js.delete_stream(HEALTH_STREAM)
+    assert await guard.check() == [HEALTH_STREAM]
+    assert heard[-1] == (HEALTH_STREAM, unreached_seq(T0))
+    assert (await js.stream_info(HEALTH_STREAM)).config.first_seq == unreached_seq(T0)
+
+
+def test_a_lost_stream_starts_beyond_any_sequence_a_reader_reached() -> None:
+    assert unreached_seq(T0) == 1_795_000_000_000_000
+    assert unreached_seq(T0 + timedelta(microseconds=1)) == unreached_seq(T0) + 1
 
 
 async def test_a_running_view_is_rebased_and_then_follows_the_new_stream(

@@ -28,7 +28,7 @@ from herdbook.control.nats_parts import ensure_streams
 from herdbook.control.plane import ControlPlane
 from herdbook.events.node import NodeDeclared
 from herdbook.events.store import EventStore, stream_last_seq
-from herdbook.events.subjects import EVENTS_STREAM
+from herdbook.events.subjects import EVENTS_STREAM, HEALTH_STREAM, HEARTBEATS_STREAM
 from herdbook.projector.runner import ProjectorRunner
 from tests.conftest import free_port, wait_until
 
@@ -83,8 +83,12 @@ async def test_a_wiped_nats_store_keeps_the_view_and_every_node_is_commandable(
     shutil.rmtree(tmp_path / "d" / "nats" / "jetstream")
 
     async def after_wipe(plane: ControlPlane, nc: Any) -> dict[str, Any]:
-        first = (await nc.jetstream().stream_info(EVENTS_STREAM)).config.first_seq
+        js = nc.jetstream()
+        first = (await js.stream_info(EVENTS_STREAM)).config.first_seq
         assert first == checkpoint + 1, "created again after the view, not from 1"
+        # the health classifier decides only on reports after those it decided on (their
+        # sequences are in HERD_EVENTS): the lost health stream starts beyond any of them
+        assert (await js.stream_info(HEALTH_STREAM)).config.first_seq > 10**15
         added = await api(nc, "node.add", {"id": "new-1"})
         assert added["node"] is not None, "the new event was taken for one already folded"
         # a node the lost events made is commanded: its version was rebased
@@ -100,9 +104,10 @@ async def test_a_wiped_nats_store_keeps_the_view_and_every_node_is_commandable(
 
     # then: nothing rebuilt, one ERROR line saying what was lost; new events folded
     assert rebuild_lines(caplog) == []
-    lost = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR
-            and r.name == "herdbook.control.nats_parts"]
-    assert len(lost) == 1 and f"stream {EVENTS_STREAM} was missing" in lost[0], lost
+    lost = sorted(r.getMessage().split()[1] for r in caplog.records
+                  if r.levelno == logging.ERROR and r.name == "herdbook.control.nats_parts"
+                  and "was missing" in r.getMessage())
+    assert lost == sorted([EVENTS_STREAM, HEALTH_STREAM, HEARTBEATS_STREAM]), lost
     assert status["projector_lag"] == 0
     assert status["projector_seq"] == status["stream_last_seq"] > checkpoint
     assert not list((tmp_path / "d").glob("view.db.stale-*"))
