@@ -60,7 +60,12 @@ from herdbook.control.streams_guard import StreamsGuard, unreached_seq
 from herdbook.control.view_rebuild import ViewRebuild
 from herdbook.credentials import CredsFile, NatsAuth, write_creds
 from herdbook.events.liveness import SETTINGS_STREAM
-from herdbook.events.positions import NOTIFIER_KEY, KvPosition
+from herdbook.events.positions import (
+    NOTIFIER_KEY,
+    POSITIONS_STREAM,
+    KvPosition,
+    positions_bucket,
+)
 from herdbook.events.store import EventStore
 from herdbook.events.streams import all_streams
 from herdbook.events.subjects import EVENTS_STREAM, validate_id
@@ -190,9 +195,13 @@ def bootstrap(config: Config, *, clock: Clock, demo: int = 0,
             await projector.recreated(first_seq, created)
 
     liveness = LivenessPublisher(nc, cfg)
+
+    async def positions() -> None:
+        await nc.jetstream().create_key_value(positions_bucket(cfg.nats.replicas))
+
     owned: dict[str, Callable[[], Awaitable[None]]] = {
         f"KV_{LEASES_BUCKET}": lambda: lease.open_bucket(),
-        SETTINGS_STREAM: liveness.publish}
+        SETTINGS_STREAM: liveness.publish, POSITIONS_STREAM: positions}
     if cfg.view.snapshots:
         async def snapshots_bucket() -> None:
             await create_snapshots_bucket(nc.jetstream(), replicas=cfg.nats.replicas)

@@ -20,6 +20,7 @@ from nats.js.errors import NotFoundError
 
 from herdbook.control.leader import BUCKET as LEASES_BUCKET
 from herdbook.events.liveness import LIVENESS_KEY, SETTINGS_BUCKET, SETTINGS_STREAM
+from herdbook.events.positions import POSITIONS_STREAM
 from herdbook.events.subjects import EVENTS_STREAM, HEALTH_STREAM, HEARTBEATS_STREAM
 from tests.conftest import herd, wait_until
 from tests.e2e.conftest import Fleet
@@ -148,7 +149,7 @@ def test_the_lease_bucket_deleted_while_running_a_job_submitted_afterwards_is_pl
     wait_until(placed, timeout=30, what="the job placed on gpu-1")
 
 
-def test_the_settings_bucket_deleted_while_running_comes_back_with_its_key(
+def test_the_settings_and_positions_buckets_deleted_while_running_come_back(
         fleet: Fleet) -> None:
     fleet.up(CONFIG)
     wait_until(lambda: stream_there(fleet.url, SETTINGS_STREAM), timeout=10,
@@ -168,6 +169,13 @@ def test_the_settings_bucket_deleted_while_running_comes_back_with_its_key(
     settings = wait_until(lambda: js_call(fleet.url, liveness), timeout=10,
                           what="the liveness settings written again")
     assert settings["heartbeat_timeout"]["standard"] == 2.0
+
+    # the notifier's positions bucket too (made by the guard, not only at its next commit)
+    wait_until(lambda: stream_there(fleet.url, POSITIONS_STREAM), timeout=10,
+               what="the positions bucket")
+    delete_stream(fleet.url, POSITIONS_STREAM)
+    wait_until(lambda: stream_there(fleet.url, POSITIONS_STREAM), timeout=10,
+               what="the positions bucket recreated")
 
 
 def test_the_health_and_heartbeat_streams_deleted_a_fatal_xid_is_still_acted_on(
