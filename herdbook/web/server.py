@@ -45,13 +45,12 @@ from herdbook.web.auth import (
     same_origin,
 )
 from herdbook.web.client_errors import ClientErrorLog
+from herdbook.web.fleet import FLEET_COLUMNS, gpu_numbers, live_allocs, static_row
 from herdbook.web.openapi import READS, ROUTES, STATUS_OF_CODE, document, http_path
 
 log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 8641
-FLEET_COLUMNS = ("id", "state", "health", "pool", "class", "labels", "schedulable", "gpus",
-                 "last_heartbeat_age")
 _NOT_HEARTBEATING = frozenset({Lifecycle.DOWN, Lifecycle.TERMINATED})
 _encode = msgspec.json.encode
 PRINCIPAL = web.RequestKey("principal", Principal)
@@ -134,6 +133,7 @@ class WebServer:
         self.closing = asyncio.Event()
         self._runner: web.AppRunner | None = None
         self._fleet: tuple[int, list[list[Any]]] | None = None
+        self._gpu_numbers: dict[str, tuple[Any, tuple[float | None, float | None]]] = {}
 
     @property
     def serving(self) -> bool:
@@ -316,19 +316,28 @@ class WebServer:
         return await sse.stream(request, self.nc.jetstream(), self.closing)
 
     def fleet(self) -> dict[str, Any]:
-        """The grid's rows, built once per view position (the heartbeat age per request)."""
+        """The console's rows (``web/fleet.py``): the event-log columns built once per view
+        position; the heartbeat age and the GPU numbers per request, the GPU numbers
+        computed once per telemetry sample (80k readings are not re-read each time)."""
         projector = self.api.projector
         if self._fleet is None or self._fleet[0] != projector.folded_seq:
-            rows = []
-            for node_id, view in sorted(projector.nodes.items()):
-                info = view.info
-                rows.append([node_id, view.state, view.health, info.labels.get("pool"),
-                             info.node_class, dict(info.labels), view.schedulable,
-                             len(info.gpus)])
+            allocs = live_allocs(projector.allocs.values())
+            rows = [static_row(view, allocs) for _, view in sorted(projector.nodes.items())]
             self._fleet = (projector.folded_seq, rows)
         age = self.heartbeats.heartbeat_age
-        return {"version": projector.committed_seq, "columns": FLEET_COLUMNS,
-                "rows": [[*row, _round(age(str(row[0])))] for row in self._fleet[1]]}
+        telemetry = self.api.gpus.telemetry
+        out = []
+        for row in self._fleet[1]:
+            node_id = str(row[0])
+            sample = telemetry.of(node_id)
+            cached = self._gpu_numbers.get(node_id)
+            if cached is None or cached[0] is not sample:
+                cached = self._gpu_numbers[node_id] = (sample, gpu_numbers(sample))
+            out.append([*row, _round(age(node_id)), *cached[1]])
+        if len(self._gpu_numbers) > len(out):     # deleted nodes: their numbers go
+            ids = {str(row[0]) for row in out}
+            self._gpu_numbers = {k: v for k, v in self._gpu_numbers.items() if k in ids}
+        return {"version": projector.committed_seq, "columns": FLEET_COLUMNS, "rows": out}
 
     async def _fleet_reply(self, request: web.Request) -> web.Response:
         authorize(request[PRINCIPAL], False)

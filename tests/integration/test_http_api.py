@@ -125,6 +125,11 @@ async def test_fleet_and_openapi(plane: ControlPlane, session: aiohttp.ClientSes
     assert fleet["columns"][:3] == ["id", "state", "health"]
     row = dict(zip(fleet["columns"], fleet["rows"][0], strict=True))
     assert row["id"] == plane.node_id and row["state"] == "READY"
+    # the console table's columns (issue 28 item 1): approval, intent, the last event, and
+    # the GPU numbers (none: the requester node sends no telemetry; null, never 0)
+    assert (row["approval"], row["intent"], row["allocs"]) == ("APPROVED", "ELIGIBLE", 0)
+    assert row["last_event"] and row["last_event_at"]
+    assert (row["gpu_temp_max"], row["gpu_util"]) == (None, None)
     assert fleet["version"] == plane.projector.committed_seq
     status, doc = await call(session, "GET", url(plane, "/openapi.json"))
     assert status == 200 and doc["openapi"].startswith("3.")
