@@ -11,6 +11,7 @@ import asyncio
 import json
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from herdbook.events.positions import POSITIONS_STREAM
 from herdbook.events.subjects import EVENTS_STREAM, HEALTH_STREAM, HEARTBEATS_STREAM
 from tests.conftest import herd, wait_until
 from tests.e2e.conftest import Fleet
+from tests.e2e.test_replicas import Replicas
 
 pytestmark = pytest.mark.e2e
 
@@ -196,3 +198,37 @@ def test_the_health_and_heartbeat_streams_deleted_a_fatal_xid_is_still_acted_on(
     injected = herd("agent", "inject", "--node", "gpu-1", "xid", "79", server=fleet.url)
     assert injected.returncode == 0, injected.stderr
     wait_until(lambda: fleet.state("gpu-1") == "DOWN", timeout=15, what="gpu-1 DOWN")
+
+
+@pytest.fixture
+def replicas(tmp_path: Path) -> Iterator[Replicas]:
+    """Two `herd up --nats-url` on a nats-server of their own (``test_replicas``)."""
+    fleet = Replicas(tmp_path)
+    fleet.server.start()
+    fleet.url = fleet.server.url
+    try:
+        yield fleet
+    finally:
+        fleet.stop()
+
+
+def test_two_replicas_both_rebase_and_every_command_lands_whichever_answers(
+        replicas: Replicas) -> None:
+    """The replica whose guard did not create HERD_EVENTS again hears of it by the
+    stream's creation time and rebases its own view: commands spread by the API's queue
+    group over both replicas all land (one left stale answered "kept changing")."""
+    for name in ("cp-a", "cp-b"):
+        replicas.plane(name)
+    wait_until(lambda: herd("node", "list", server=replicas.url).returncode == 0, timeout=30)
+    replicas.agent("gpu-1", "--heartbeat-interval", "0.5")
+    wait_until(lambda: replicas.state("gpu-1") == "READY", timeout=30, what="READY")
+
+    delete_stream(replicas.url, EVENTS_STREAM)
+    wait_until(lambda: all("versions from the lost history set to 0"
+                           in (replicas.tmp / f"{name}.log").read_text()
+                           for name in ("cp-a", "cp-b")), timeout=15,
+               what="both replicas rebased")
+    for _ in range(4):   # the queue group spreads them over both replicas
+        for command in ("cordon", "uncordon"):
+            done = herd("node", command, "gpu-1", server=replicas.url)
+            assert done.returncode == 0, done.stderr
