@@ -60,12 +60,7 @@ from herdbook.control.streams_guard import StreamsGuard, unreached_seq
 from herdbook.control.view_rebuild import ViewRebuild
 from herdbook.credentials import CredsFile, NatsAuth, write_creds
 from herdbook.events.liveness import SETTINGS_STREAM
-from herdbook.events.positions import (
-    NOTIFIER_KEY,
-    POSITIONS_STREAM,
-    KvPosition,
-    positions_bucket,
-)
+from herdbook.events.positions import NOTIFIER_KEY, POSITIONS_STREAM, KvPosition, open_bucket
 from herdbook.events.store import EventStore
 from herdbook.events.streams import all_streams
 from herdbook.events.subjects import EVENTS_STREAM, validate_id
@@ -197,7 +192,7 @@ def bootstrap(config: Config, *, clock: Clock, demo: int = 0,
     liveness = LivenessPublisher(nc, cfg)
 
     async def positions() -> None:
-        await nc.jetstream().create_key_value(positions_bucket(cfg.nats.replicas))
+        await open_bucket(nc, cfg.nats.replicas)
 
     owned: dict[str, Callable[[], Awaitable[None]]] = {
         f"KV_{LEASES_BUCKET}": lambda: lease.open_bucket(),
