@@ -72,11 +72,16 @@ class AllocRunning(AllocEvent, frozen=True, kw_only=True, tag="alloc.running"):
 
 class AllocCompleted(AllocEvent, frozen=True, kw_only=True, tag="alloc.completed"):
     exit_code: int = 0
+    output: str = ""
+    """The tail of the workload's output, kept for a node validation only (its job
+    ``node-validation``): the verdict's evidence (docs/remediation.md#validation)."""
 
 
 class AllocFailed(AllocEvent, frozen=True, kw_only=True, tag="alloc.failed"):
     exit_code: int | None = None
     reason: str = ""
+    output: str = ""
+    """As ``alloc.completed``'s: a node validation's output tail."""
 
 
 class AllocStopRequested(AllocEvent, frozen=True, kw_only=True, tag="alloc.stop_requested"):

@@ -61,6 +61,9 @@ from herdbook.events.node import (
     NodeTerminated,
     NodeUncordoned,
     NodeUndrained,
+    NodeValidated,
+    NodeValidationFailed,
+    NodeValidationStarted,
     NodeWiped,
     NodeWipeFailed,
     NodeWipeStarted,
@@ -76,7 +79,7 @@ AnyNodeEvent = (
     | NodeDisabled | NodeEnabled | NodeHealthChanged | NodeTerminated
     | NodeNotificationFailed | NodeClaimed | NodeReleased | NodeWipeStarted
     | NodeWipeStepReported | NodeWiped | NodeWipeFailed | NodeConformanceChanged
-    | NodeActionHeld
+    | NodeActionHeld | NodeValidationStarted | NodeValidated | NodeValidationFailed
 )
 AnyInstanceEvent = (
     InstanceProvisioning | InstanceProvisioned | InstanceRunning | InstanceFailed

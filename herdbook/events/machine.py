@@ -34,6 +34,7 @@ class LifecycleTrigger(StrEnum):
     WIPE = "wipe"                          # a sensitive node's wipe started (release, --force)
     WIPE_PASSED = "wipe_passed"            # every wipe step confirmed: back in the pool
     WIPE_FAILED = "wipe_failed"            # a step failed or sensitive.wipe_timeout passed
+    QUARANTINE = "quarantine"              # failed validation quarantine_after times in its window
 
 
 class Command(StrEnum):
@@ -76,6 +77,7 @@ LIFECYCLE: dict[tuple[Lifecycle, LifecycleTrigger], Lifecycle] = {
        for state in (L.READY, L.DEGRADED, L.DOWN, L.FAILED, L.QUARANTINED, L.BOOTING)},
     (L.BOOTING, T.WIPE_PASSED): L.READY,
     **{(state, T.WIPE_FAILED): L.QUARANTINED for state in (*_LIVE, L.DOWN)},
+    **{(state, T.QUARANTINE): L.QUARANTINED for state in (*_LIVE, L.DOWN, L.FAILED)},
 }
 
 INTENT: dict[tuple[Intent, Command], Intent] = {

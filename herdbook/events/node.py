@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import ClassVar
 
 import msgspec
@@ -233,3 +234,59 @@ class NodeConformanceChanged(NodeEvent, frozen=True, kw_only=True,
     expected: str = ""
     drift: bool = False
     reason: str = ""
+
+
+# the validation gate (docs/remediation.md#validation): a check proves a node before it
+# is back in service. The check runs as an allocation (``alloc_id``) of the pseudo job
+# ``node-validation`` on that node, holding all its GPUs; ``trigger`` says why it ran.
+class NodeValidationStarted(NodeEvent, frozen=True, kw_only=True,
+                            tag="node.validation_started"):
+    """The node is VALIDATING (not schedulable, not counted healthy) until
+    ``node.validated`` or ``node.validation_failed`` of the same ``alloc_id``."""
+
+    trigger: str
+    """returned (from DOWN, FAILED or UNHEALTHY: a new boot, an uncordon, an enable),
+    approved (its first approval), or operator (``herd node validate``)."""
+    check: str
+    """The check's name (config ``validation.name``)."""
+    command: list[str]
+    timeout_s: float
+    alloc_id: str
+    """The allocation that runs the check, chosen here so that a new leader places the
+    same one."""
+    reason: str = ""
+
+
+class NodeValidated(NodeEvent, frozen=True, kw_only=True, tag="node.validated"):
+    """The check exited 0: back in service."""
+
+    alloc_id: str
+    check: str = ""
+    trigger: str = ""
+    started_at: datetime | None = None
+    """When its ``node.validation_started`` was appended."""
+    duration_s: float = 0.0
+    output: str = ""
+    """The tail of the check's output (at most 2 KiB)."""
+
+
+class NodeValidationFailed(NodeEvent, frozen=True, kw_only=True,
+                           tag="node.validation_failed"):
+    """The check failed (exit != 0, could not start, lost, timed out): UNHEALTHY, with
+    ``reason`` as the health reason; QUARANTINED as well when ``quarantine``."""
+
+    alloc_id: str
+    reason: str
+    """One line: the check, how it ended, the last line of its output."""
+    check: str = ""
+    trigger: str = ""
+    exit_code: int | None = None
+    started_at: datetime | None = None
+    duration_s: float = 0.0
+    output: str = ""
+    """The tail of the check's output (at most 2 KiB)."""
+    failures: int = 1
+    """Validation failures of this node within ``validation.window``, this one included."""
+    quarantine: bool = False
+    """``failures`` reached ``validation.quarantine_after`` and the circuit breaker let
+    it: QUARANTINED (held instead: a ``node.action_held`` of kind quarantine follows)."""

@@ -51,7 +51,7 @@ class NodeClass(StrEnum):
 # The one word `herd node list` shows: first match wins (DESIGN §4).
 STATE_ORDER: tuple[str, ...] = (
     "TERMINATED", "QUARANTINED", "FAILED", "DOWN", "UNKNOWN", "BOOTING", "DEGRADED",
-    "UNHEALTHY", "DISABLED", "DRAINING", "DRAINED", "CORDONED", "READY",
+    "UNHEALTHY", "VALIDATING", "DISABLED", "DRAINING", "DRAINED", "CORDONED", "READY",
 )
 
 # Words of the source systems, accepted by `--filter-state`.
@@ -64,21 +64,26 @@ STATE_ALIASES: dict[str, frozenset[str]] = {
 }
 
 
-def derive_state(lifecycle: Lifecycle, health: Health, intent: Intent) -> str:
+def derive_state(lifecycle: Lifecycle, health: Health, intent: Intent,
+                 validating: bool = False) -> str:
+    """``validating``: the node's validation check runs (docs/remediation.md#validation)."""
     if lifecycle in (Lifecycle.TERMINATED, Lifecycle.QUARANTINED, Lifecycle.FAILED,
                      Lifecycle.DOWN, Lifecycle.UNKNOWN, Lifecycle.BOOTING, Lifecycle.DEGRADED):
         return lifecycle.value
     if health is Health.UNHEALTHY:
         return "UNHEALTHY"
+    if validating:
+        return "VALIDATING"
     if intent is not Intent.ELIGIBLE:
         return intent.value
     return "READY"
 
 
 def is_schedulable(approval: Approval, lifecycle: Lifecycle, health: Health,
-                   intent: Intent) -> bool:
+                   intent: Intent, validating: bool = False) -> bool:
     return (approval is Approval.APPROVED and lifecycle is Lifecycle.READY
-            and health is not Health.UNHEALTHY and intent is Intent.ELIGIBLE)
+            and health is not Health.UNHEALTHY and intent is Intent.ELIGIBLE
+            and not validating)
 
 
 def resolve_state_filter(words: list[str]) -> frozenset[str]:

@@ -46,6 +46,9 @@ from herdbook.events.node import (
     NodeTerminated,
     NodeUncordoned,
     NodeUndrained,
+    NodeValidated,
+    NodeValidationFailed,
+    NodeValidationStarted,
     NodeWiped,
     NodeWipeFailed,
     NodeWipeStarted,
@@ -113,18 +116,40 @@ class NodeView(msgspec.Struct, frozen=True, kw_only=True):
     gpus: dict[int, GpuVerdict] = msgspec.field(default_factory=dict)
     """Per GPU index, its verdict and cause where not healthy (``node.health_changed``'s
     ``gpus``, ``reactors/gpu_health.py``); emptied by an operator's uncordon or enable."""
+    validation: str = ""
+    """The node's last validation (docs/remediation.md#validation): "" (none), running
+    (the node is VALIDATING), passed, failed, or interrupted (the node went DOWN meanwhile)."""
+    validation_due: str = ""
+    """Why the node must be validated before it is back in service ("" if it need not):
+    returned (it was DOWN, FAILED or UNHEALTHY) or approved (its first approval). The
+    validation reactor acts on it once the node is READY again; kept when validation is
+    not configured."""
+    validation_trigger: str = ""
+    validation_check: str = ""
+    validation_alloc: str = ""
+    validation_started_at: datetime | None = None
+    validation_timeout_s: float = 0.0
+    validation_at: datetime | None = None
+    """When the last validation ended."""
+    validation_reason: str = ""
+    """How the last validation ended, in one line."""
+    validation_failures: tuple[datetime, ...] = ()
+    """When its last validations failed (at most ``MAX_VALIDATION_FAILURES``)."""
     version: int = 0
 
     @property
     def state(self) -> str:
-        return derive_state(self.lifecycle, self.health, self.intent)
+        return derive_state(self.lifecycle, self.health, self.intent,
+                            self.validation == "running")
 
     @property
     def schedulable(self) -> bool:
-        return is_schedulable(self.approval, self.lifecycle, self.health, self.intent)
+        return is_schedulable(self.approval, self.lifecycle, self.health, self.intent,
+                              self.validation == "running")
 
 
 MAX_BOOT_FAILURES = 3
+MAX_VALIDATION_FAILURES = 10
 
 
 def apply(view: NodeView | None, event: AnyNodeEvent, seq: int) -> NodeView | None:
@@ -168,6 +193,7 @@ def apply(view: NodeView | None, event: AnyNodeEvent, seq: int) -> NodeView | No
             target = Lifecycle.FAILED if failures >= MAX_BOOT_FAILURES else view.lifecycle
             if failures >= MAX_BOOT_FAILURES:
                 reason = f"{failures} consecutive boot failures; last {reason}"
+                view = _returned(view)
             return replace(_lifecycle(view, target, reason, event.at, boot_id),
                            boot_failures=failures, boot_checks=dict(checks))
         case NodeTerminated(reason=reason):
@@ -177,7 +203,7 @@ def apply(view: NodeView | None, event: AnyNodeEvent, seq: int) -> NodeView | No
             return replace(view, notification_error=f"{action} failed after {attempts} "
                                                     f"attempts: {reason}")
         case NodeFailed(reason=reason):
-            return _lifecycle(view, Lifecycle.FAILED, reason, event.at, "")
+            return _returned(_lifecycle(view, Lifecycle.FAILED, reason, event.at, ""))
         case NodeUncordoned(reason=reason):
             view = _clear_unhealthy(replace(view, gpus={}))
             if view.intent is Intent.CORDONED:
@@ -193,7 +219,8 @@ def apply(view: NodeView | None, event: AnyNodeEvent, seq: int) -> NodeView | No
             return replace(_intent(view, Intent.ELIGIBLE, event, reason), drain_urgent=False,
                            drain_deadline=None)
         case NodeDisabled(reason=reason):
-            view = _lifecycle(view, Lifecycle.DOWN, reason or "disabled", event.at, "")
+            view = _lifecycle(_returned(view), Lifecycle.DOWN, reason or "disabled", event.at,
+                              "")
             return _intent(view, Intent.DISABLED, event, reason)
         case NodeEnabled(reason=reason):
             view = _lifecycle(_clear_unhealthy(replace(view, gpus={})), Lifecycle.READY,
@@ -231,6 +258,28 @@ def apply(view: NodeView | None, event: AnyNodeEvent, seq: int) -> NodeView | No
             return replace(view, fingerprint=fp, fingerprint_expected=expected, drift=drift)
         case NodeActionHeld(kind=kind):
             return replace(view, held=kind.value, held_at=event.at)
+        case NodeValidationStarted():
+            return replace(view, validation="running", validation_due="",
+                           validation_trigger=event.trigger, validation_check=event.check,
+                           validation_alloc=event.alloc_id, validation_started_at=event.at,
+                           validation_timeout_s=event.timeout_s, validation_at=None,
+                           validation_reason=event.reason or f"{event.check} runs")
+        case NodeValidated() | NodeValidationFailed() if (
+                view.validation != "running" or view.validation_alloc != event.alloc_id):
+            return view   # a late word on a validation already settled: no effect
+        case NodeValidated(check=check, duration_s=took):
+            return replace(view, validation="passed", validation_at=event.at,
+                           validation_reason=f"{check} passed in {took:.0f}s")
+        case NodeValidationFailed(reason=reason, quarantine=quarantine):
+            failed_at = (*view.validation_failures, event.at)[-MAX_VALIDATION_FAILURES:]
+            view = replace(view, validation="failed", validation_at=event.at,
+                           validation_reason=reason, validation_failures=failed_at,
+                           validation_due="returned", health=Health.UNHEALTHY,
+                           health_reason=reason, health_at=event.at, health_level="critical")
+            quarantined = (next_lifecycle(view.lifecycle, Trigger.QUARANTINE) if quarantine
+                           else None)
+            return (view if quarantined is None
+                    else _lifecycle(view, quarantined, reason, event.at, ""))
     return view
 
 
@@ -241,6 +290,9 @@ def apply(view: NodeView | None, event: AnyNodeEvent, seq: int) -> NodeView | No
 
 def _approval(approval: Approval) -> Callable[[NodeView, Any, int], NodeView]:
     def fold(view: NodeView, event: NodeApproved | NodeRejected, seq: int) -> NodeView:
+        if (approval is Approval.APPROVED and view.approval is not Approval.APPROVED
+                and not view.validation_due):
+            view = replace(view, validation_due="approved")
         return replace(view, version=seq, updated_at=event.at, last_event=event.event_name,
                        approval=approval, approval_reason=event.reason,
                        approval_actor=event.actor, approval_at=event.at)
@@ -250,6 +302,8 @@ def _approval(approval: Approval) -> Callable[[NodeView, Any, int], NodeView]:
 def _liveness(lifecycle: Lifecycle) -> Callable[[NodeView, Any, int], NodeView]:
     def fold(view: NodeView, event: NodeDegraded | NodeRecovered | NodeDown,
              seq: int) -> NodeView:
+        if lifecycle is Lifecycle.DOWN:
+            view = _returned(view)
         return replace(view, version=seq, updated_at=event.at, last_event=event.event_name,
                        lifecycle=lifecycle, lifecycle_reason=event.reason,
                        lifecycle_at=event.at, boot_id=event.boot_id or view.boot_id)
@@ -260,6 +314,8 @@ def _health_changed(view: NodeView, event: NodeHealthChanged, seq: int) -> NodeV
     if event.gpus_only:     # a GPU's verdict changed, the node's health did not
         return replace(view, version=seq, updated_at=event.at, last_event=event.event_name,
                        gpus=event.gpus)
+    if event.health is Health.UNHEALTHY and view.validation_due != "returned":
+        view = replace(view, validation_due="returned")
     return replace(view, version=seq, updated_at=event.at, last_event=event.event_name,
                    health=event.health, health_reason=event.reason, health_at=event.at,
                    health_level=event.level or "", gpus=event.gpus)
@@ -282,6 +338,17 @@ _ONE_COPY: dict[type, Callable[[NodeView, Any, int], NodeView]] = {
     NodeDown: _liveness(Lifecycle.DOWN), NodeHealthChanged: _health_changed,
     NodeInfoUpdated: _info_updated, NodeCordoned: _cordoned,
 }
+
+
+def _returned(view: NodeView) -> NodeView:
+    """The node left service (DOWN, FAILED): validated before it is back. A validation
+    that ran is interrupted (its allocation is lost with the node)."""
+    if view.validation == "running":
+        return replace(view, validation="interrupted", validation_due="returned",
+                       validation_reason=f"{view.validation_check} interrupted: node left "
+                                         "service")
+    return view if view.validation_due == "returned" else replace(view,
+                                                                   validation_due="returned")
 
 
 def _intent(view: NodeView, intent: Intent, event: AnyNodeEvent, reason: str) -> NodeView:

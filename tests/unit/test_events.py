@@ -77,6 +77,9 @@ from herdbook.events.node import (
     NodeTerminated,
     NodeUncordoned,
     NodeUndrained,
+    NodeValidated,
+    NodeValidationFailed,
+    NodeValidationStarted,
     NodeWiped,
     NodeWipeFailed,
     NodeWipeStarted,
@@ -187,14 +190,26 @@ SAMPLES: dict[type[Event], Event] = {
     NodeConformanceChanged: NodeConformanceChanged(node_id="gpu-017", fingerprint="ab",
                                                    expected="cd", drift=True, reason="majority",
                                                    **ENVELOPE),
+    NodeValidationStarted: NodeValidationStarted(
+        node_id="gpu-017", trigger="returned", check="dcgm-diag",
+        command=["dcgmi", "diag", "-r", "2"], timeout_s=900.0, alloc_id="v-1",
+        reason="back from DOWN", **ENVELOPE),
+    NodeValidated: NodeValidated(node_id="gpu-017", alloc_id="v-1", check="dcgm-diag",
+                                 trigger="returned", started_at=AT, duration_s=61.5,
+                                 output="Pass", **ENVELOPE),
+    NodeValidationFailed: NodeValidationFailed(
+        node_id="gpu-017", alloc_id="v-1", reason="dcgm-diag exited 1: Fail", check="dcgm-diag",
+        trigger="operator", exit_code=1, started_at=AT, duration_s=12.0,
+        output="Fail", failures=2, quarantine=True, **ENVELOPE),
     AllocPlaced: AllocPlaced(node_id="gpu-017", alloc_id="a-1", job_id="train", eval_id="e-1",
                              index=2, command=["sleep", "9"], resources=Resources(gpus=2),
                              job_version=3, requeue_count=1, previous_alloc="a-0", **ENVELOPE),
     AllocRunning: AllocRunning(node_id="gpu-017", alloc_id="a-1", pid=4242, reattached=True,
                                **ENVELOPE),
-    AllocCompleted: AllocCompleted(node_id="gpu-017", alloc_id="a-1", exit_code=0, **ENVELOPE),
+    AllocCompleted: AllocCompleted(node_id="gpu-017", alloc_id="a-1", exit_code=0,
+                                   output="Pass", **ENVELOPE),
     AllocFailed: AllocFailed(node_id="gpu-017", alloc_id="a-1", exit_code=3, reason="exit 3",
-                             **ENVELOPE),
+                             output="Fail", **ENVELOPE),
     AllocStopRequested: AllocStopRequested(node_id="gpu-017", alloc_id="a-1", reason="drain",
                                            migrate=True, signal="SIGUSR1", grace_s=60.0,
                                            kill_timeout_s=5.0, force=True, **ENVELOPE),
@@ -333,6 +348,8 @@ def _registered_view(event: Event) -> NodeView | None:
              NodeUndrained: Intent.DRAINING, NodeEnabled: Intent.DISABLED}.get(type(event))
     if isinstance(event, NodeWiped | NodeWipeFailed):   # they settle a wipe in progress
         view = msgspec.structs.replace(view, wipe_status="wiping")
+    if isinstance(event, NodeValidated | NodeValidationFailed):   # they settle a validation
+        view = msgspec.structs.replace(view, validation="running", validation_alloc="v-1")
     return view if given is None else msgspec.structs.replace(view, intent=given)
 
 

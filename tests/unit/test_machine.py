@@ -62,6 +62,8 @@ ALLOWED_LIFECYCLE = [
     (L.BOOTING, Trigger.WIPE_PASSED, L.READY),
     *[(state, Trigger.WIPE_FAILED, L.QUARANTINED)
       for state in (L.BOOTING, L.READY, L.DEGRADED, L.DOWN)],
+    *[(state, Trigger.QUARANTINE, L.QUARANTINED)
+      for state in (L.BOOTING, L.READY, L.DEGRADED, L.DOWN, L.FAILED)],
 ]
 
 ALLOWED_INTENT = [

@@ -22,35 +22,37 @@ from herdbook.events.states import (
 L, H, IN = Lifecycle, Health, Intent
 
 # DESIGN §4, in its order: the state shown is the first whose condition holds.
-FIRST_MATCH: dict[str, Callable[[Lifecycle, Health, Intent], bool]] = {
-    "TERMINATED": lambda lc, hl, it: lc is L.TERMINATED,
-    "QUARANTINED": lambda lc, hl, it: lc is L.QUARANTINED,
-    "FAILED": lambda lc, hl, it: lc is L.FAILED,
-    "DOWN": lambda lc, hl, it: lc is L.DOWN,
-    "UNKNOWN": lambda lc, hl, it: lc is L.UNKNOWN,
-    "BOOTING": lambda lc, hl, it: lc is L.BOOTING,
-    "DEGRADED": lambda lc, hl, it: lc is L.DEGRADED,
-    "UNHEALTHY": lambda lc, hl, it: hl is H.UNHEALTHY,
-    "DISABLED": lambda lc, hl, it: it is IN.DISABLED,
-    "DRAINING": lambda lc, hl, it: it is IN.DRAINING,
-    "DRAINED": lambda lc, hl, it: it is IN.DRAINED,
-    "CORDONED": lambda lc, hl, it: it is IN.CORDONED,
-    "READY": lambda lc, hl, it: True,
+FIRST_MATCH: dict[str, Callable[[Lifecycle, Health, Intent, bool], bool]] = {
+    "TERMINATED": lambda lc, hl, it, va: lc is L.TERMINATED,
+    "QUARANTINED": lambda lc, hl, it, va: lc is L.QUARANTINED,
+    "FAILED": lambda lc, hl, it, va: lc is L.FAILED,
+    "DOWN": lambda lc, hl, it, va: lc is L.DOWN,
+    "UNKNOWN": lambda lc, hl, it, va: lc is L.UNKNOWN,
+    "BOOTING": lambda lc, hl, it, va: lc is L.BOOTING,
+    "DEGRADED": lambda lc, hl, it, va: lc is L.DEGRADED,
+    "UNHEALTHY": lambda lc, hl, it, va: hl is H.UNHEALTHY,
+    "VALIDATING": lambda lc, hl, it, va: va,
+    "DISABLED": lambda lc, hl, it, va: it is IN.DISABLED,
+    "DRAINING": lambda lc, hl, it, va: it is IN.DRAINING,
+    "DRAINED": lambda lc, hl, it, va: it is IN.DRAINED,
+    "CORDONED": lambda lc, hl, it, va: it is IN.CORDONED,
+    "READY": lambda lc, hl, it, va: True,
 }
 
-ALL_DIMENSIONS = list(itertools.product(Lifecycle, Health, Intent))
+ALL_DIMENSIONS = list(itertools.product(Lifecycle, Health, Intent, (False, True)))
 
 
 def test_state_order_is_the_design_order() -> None:
     assert STATE_ORDER == tuple(FIRST_MATCH)
 
 
-@pytest.mark.parametrize(("lifecycle", "health", "intent"), ALL_DIMENSIONS,
-                         ids=lambda d: d.value)
+@pytest.mark.parametrize(("lifecycle", "health", "intent", "validating"), ALL_DIMENSIONS,
+                         ids=str)
 def test_derive_state_is_the_first_match(lifecycle: Lifecycle, health: Health,
-                                         intent: Intent) -> None:
-    expected = next(s for s, holds in FIRST_MATCH.items() if holds(lifecycle, health, intent))
-    assert derive_state(lifecycle, health, intent) == expected
+                                         intent: Intent, validating: bool) -> None:
+    expected = next(s for s, holds in FIRST_MATCH.items()
+                    if holds(lifecycle, health, intent, validating))
+    assert derive_state(lifecycle, health, intent, validating) == expected
 
 
 # A few rows spelled out, each with every later condition also true.
@@ -85,6 +87,13 @@ def test_approved_ready_eligible_is_schedulable(health: Health) -> None:
     assert is_schedulable(Approval.APPROVED, L.READY, health, IN.ELIGIBLE)
 
 
+@pytest.mark.parametrize("health", [H.UNKNOWN, H.HEALTHY, H.DEGRADED])
+def test_a_validating_node_is_not_schedulable(health: Health) -> None:
+    assert not is_schedulable(Approval.APPROVED, L.READY, health, IN.ELIGIBLE, True)
+    assert derive_state(L.READY, health, IN.ELIGIBLE, True) == "VALIDATING"
+    assert derive_state(L.READY, H.UNHEALTHY, IN.ELIGIBLE, True) == "UNHEALTHY"
+
+
 @pytest.mark.parametrize(("approval", "lifecycle", "health", "intent"), [
     (Approval.PENDING, L.READY, H.HEALTHY, IN.ELIGIBLE),
     (Approval.REJECTED, L.READY, H.HEALTHY, IN.ELIGIBLE),
@@ -103,9 +112,9 @@ def test_anything_else_is_not_schedulable(approval: Approval, lifecycle: Lifecyc
 
 
 def test_schedulable_nodes_show_ready() -> None:
-    for approval, (lifecycle, health, intent) in itertools.product(Approval, ALL_DIMENSIONS):
-        if is_schedulable(approval, lifecycle, health, intent):
-            assert derive_state(lifecycle, health, intent) == "READY"
+    for approval, dims in itertools.product(Approval, ALL_DIMENSIONS):
+        if is_schedulable(approval, *dims):
+            assert derive_state(*dims) == "READY"
 
 
 # --filter-state words ---------------------------------------------------------------
