@@ -18,6 +18,7 @@ from nats.js import JetStreamContext
 from herdbook.events.subjects import aggregate_filter
 from herdbook.history.audit import ChainVerifier, audit_row
 from herdbook.history.causes import CauseIndex, build_history, is_nodes
+from herdbook.history.fleet import BUCKETS, FleetTimeline
 from herdbook.history.reader import ALL_EVENTS, NODE_EVENTS, LogEntry, scan_log
 from herdbook.projector.as_of import NodesAt
 from herdbook.projector.node_view import NodeView
@@ -88,3 +89,11 @@ async def verify(js: JetStreamContext, node_id: str | None = None) -> dict[str, 
     await scan_log(js, aggregate_filter("node", node_id) if node_id else NODE_EVENTS,
                    verifier.add)
     return verifier.report()
+
+
+async def fleet_history(js: JetStreamContext, start: datetime, end: datetime,
+                        buckets: int = BUCKETS) -> dict[str, Any]:
+    """``FleetTimeline`` over ``herd.node.>`` up to ``end`` (one read of the node log)."""
+    timeline = FleetTimeline(start, end, buckets)
+    await scan_log(js, NODE_EVENTS, timeline.add, until=end)
+    return timeline.result()

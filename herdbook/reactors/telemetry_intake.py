@@ -33,6 +33,7 @@ from herdbook.events.node import NodeEvent
 from herdbook.events.subjects import HEARTBEATS_STREAM
 from herdbook.events.telemetry import GpuTelemetry
 from herdbook.projector.node_view import NodeView
+from herdbook.reactors.telemetry_ring import TelemetryRing
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,8 @@ class TelemetryIntake:
         self.nodes = nodes
         self.clock = clock
         self.latest: dict[str, Sample] = {}
+        self.ring = TelemetryRing()
+        """The last samples of every node's GPUs, for the console's charts."""
         self.accepted = 0
         self.unknown_dropped = 0
         self.dead_letters = DeadLetters(nc, HEARTBEATS_STREAM, clock=clock.monotonic,
@@ -112,6 +115,7 @@ class TelemetryIntake:
         if not live and old is not None and old.live:
             return False
         self.latest[node_id] = Sample(telemetry, received_at, live)
+        self.ring.add(telemetry, received_at)
         self.accepted += 1
         return True
 
@@ -119,6 +123,7 @@ class TelemetryIntake:
         """A projector listener: a node that left the view is forgotten."""
         if view is None:
             self.latest.pop(node_id, None)
+            self.ring.forget(node_id)
 
     def subscribe_to(self, nodes: Any) -> Callable[[], None]:
         unsubscribe: Callable[[], None] = nodes.subscribe(self.on_node_event)

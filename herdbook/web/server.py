@@ -29,10 +29,13 @@ from multidict import MultiMapping
 from nats.aio.client import Client as NATS
 
 from herdbook.api.caller import CALLER
+from herdbook.api.lookup import ApiError, resolve
 from herdbook.api.server import Api
 from herdbook.clock import Clock
 from herdbook.events.states import Lifecycle
-from herdbook.history.times import parse_time
+from herdbook.history.fleet import parse_window
+from herdbook.history.queries import fleet_history
+from herdbook.history.times import iso, parse_time
 from herdbook.web import sse
 from herdbook.web.auth import (
     Principal,
@@ -47,6 +50,7 @@ from herdbook.web.auth import (
 from herdbook.web.client_errors import ClientErrorLog
 from herdbook.web.fleet import FLEET_COLUMNS, gpu_numbers, live_allocs, static_row
 from herdbook.web.openapi import READS, ROUTES, STATUS_OF_CODE, document, http_path
+from herdbook.web.timeline import SAMPLE_S, AgeSeries
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +137,9 @@ class WebServer:
         self.closing = asyncio.Event()
         self._runner: web.AppRunner | None = None
         self._fleet: tuple[int, list[list[Any]]] | None = None
+        self.ages = AgeSeries()
+        """The fleet's heartbeat age p50/p99 every ``SAMPLE_S`` (charts; not in the log)."""
+        self._sampler: asyncio.Task[None] | None = None
         self._gpu_numbers: dict[str, tuple[Any, tuple[float | None, float | None]]] = {}
 
     @property
@@ -164,12 +171,16 @@ class WebServer:
                             "--http-port to choose one")
             log.warning("HTTP API off: %s", self.skipped)
             return
+        self._sampler = asyncio.create_task(self._sample_ages())
         server = site._server
         if isinstance(server, asyncio.base_events.Server) and server.sockets:
             self.port = int(server.sockets[0].getsockname()[1])
 
     async def stop(self) -> None:
         self.closing.set()
+        if self._sampler is not None:
+            self._sampler.cancel()
+            self._sampler = None
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -180,6 +191,8 @@ class WebServer:
         get, post = app.router.add_get, app.router.add_post
         get("/openapi.json", self._openapi)
         get("/v1/fleet", self._fleet_reply)
+        get("/v1/fleet/history", self._fleet_history)
+        get("/v1/nodes/{node_id}/gpus/history", self._gpu_history)
         get("/v1/health-summary", self._health_summary)
         get("/v1/events", self._events)
         get("/v1/nodes", self._alias("node.list", at="node.list_at", renames=NODE_FILTERS))
@@ -305,7 +318,24 @@ class WebServer:
                  "/v1/health-summary": {"get": {
                      "operationId": "health_summary", "tags": ["fleet"],
                      "summary": "leader, projector lag, heartbeat ages, counts",
-                     "responses": {"200": {"description": "the summary"}}}}}
+                     "responses": {"200": {"description": "the summary"}}}},
+                 "/v1/fleet/history": {"get": {
+                     "operationId": "fleet_history", "tags": ["fleet"],
+                     "summary": "the fleet over a window (?window=15m|1h|6h|24h|7d), from the "
+                                "event log: per bucket state and health counts, health score, "
+                                "detections, recoveries; heartbeat age p50/p99 as sampled",
+                     "parameters": [{"name": "window", "in": "query",
+                                     "schema": {"type": "string", "default": "1h"}}],
+                     "responses": {"200": {"description": "from, to, step_s, points, marks"}}}},
+                 "/v1/nodes/{node_id}/gpus/history": {"get": {
+                     "operationId": "gpu_history", "tags": ["gpu"],
+                     "summary": "a node's GPUs' recent temperature, power and utilisation "
+                                "(the control plane's in-memory ring, ?window=)",
+                     "parameters": [{"name": "node_id", "in": "path", "required": True,
+                                     "schema": {"type": "string"}},
+                                    {"name": "window", "in": "query",
+                                     "schema": {"type": "string", "default": "15m"}}],
+                     "responses": {"200": {"description": "times, gpus"}}}}}
         return json_response(document(extra, self.api.routes))
 
     async def _index(self, request: web.Request) -> web.Response:
@@ -342,6 +372,52 @@ class WebServer:
     async def _fleet_reply(self, request: web.Request) -> web.Response:
         authorize(request[PRINCIPAL], False)
         return json_response(self.fleet())
+
+    def heartbeat_ages(self) -> list[float]:
+        """Seconds since each heartbeating node's last heartbeat."""
+        return [a for n in self.api.projector.nodes.values() if n.lifecycle not in
+                _NOT_HEARTBEATING and (a := self.heartbeats.heartbeat_age(n.id)) is not None]
+
+    async def _sample_ages(self) -> None:
+        while True:
+            try:
+                self.ages.add(self.clock.now().timestamp(), self.heartbeat_ages())
+            except Exception:  # noqa: BLE001 - a chart's sample must not end the server
+                log.exception("heartbeat age sample failed")
+            await asyncio.sleep(SAMPLE_S)
+
+    async def _fleet_history(self, request: web.Request) -> web.Response:
+        authorize(request[PRINCIPAL], False)
+        try:
+            window = parse_window(request.query.get("window", "1h"))
+        except ValueError as err:
+            return error_response(400, "bad_request", str(err))
+        end = self.clock.now()
+        start = end - window
+        try:
+            result = await fleet_history(self.nc.jetstream(), start, end)
+        except TimeoutError as err:
+            return error_response(503, "unavailable", str(err))
+        ages = self.ages.buckets(start, end, len(result["points"]))
+        for point, age in zip(result["points"], ages, strict=True):
+            point["heartbeat_age"] = age
+        return json_response(result)
+
+    async def _gpu_history(self, request: web.Request) -> web.Response:
+        authorize(request[PRINCIPAL], False)
+        try:
+            window = parse_window(request.query.get("window", "15m"))
+            view = resolve(self.api.projector.nodes, request.match_info["node_id"], "node")
+        except ValueError as err:
+            return error_response(400, "bad_request", str(err))
+        except ApiError as err:
+            return error_response(STATUS_OF_CODE.get(err.code, 400), err.code, str(err))
+        ring = getattr(self.api.gpus.telemetry, "ring", None)
+        now = self.clock.now()
+        series = ring.series(view.id, (now - window).timestamp()) if ring is not None \
+            else {"times": [], "gpus": {}}
+        return json_response({"node_id": view.id, "from": iso(now - window), "to": iso(now),
+                              "samples": None if ring is None else ring.samples, **series})
 
     async def _health_summary(self, request: web.Request) -> web.Response:
         status = await self.call(request, "status", b"")
