@@ -35,8 +35,10 @@ from herdbook.api.messages import (
 from herdbook.api.present import eval_reply
 from herdbook.events.evals import EvalTrigger
 from herdbook.events.jobs import parse_job_spec
+from herdbook.projector.alloc_view import AllocView
 from herdbook.projector.eval_view import EvalView
 from herdbook.projector.runner import ProjectorRunner
+from herdbook.reactors.placement_why import explain, phase
 from herdbook.reactors.runner import DecideRunner
 
 Handler = Callable[[bytes], Awaitable[Any]]
@@ -71,13 +73,17 @@ class JobRoutes:
         evals = sorted((e for e in self.projector.evals.values() if e.job_id == job_id),
                        key=lambda e: e.version)
         spec = job.spec
+        allocs = [a for a in self.projector.allocs.values() if a.job_id == job_id]
+        now = phase(job, allocs, evals)
+        placement = explain(job, self.projector.nodes.values(), self.projector.allocs.values()) \
+            if now in ("pending", "blocked") else None
         return JobReply(
             id=job.id, status=job.status, version=job.job_version, count=spec.count,
             priority=spec.priority, command=list(spec.command), resources=spec.resources,
             constraints=spec.constraints, requeue=spec.requeue,
             evals=[eval_reply(e) for e in evals], stop_reason=job.stop_reason,
-            allocations=dict(Counter(a.status.value for a in self.projector.allocs.values()
-                                     if a.job_id == job_id)))
+            allocations=dict(Counter(a.status.value for a in allocs)), phase=now,
+            placement=placement)
 
     async def job_list(self, data: bytes) -> Page[JobSummary]:
         """Every job (or those of the statuses asked for) by id, its allocations counted
@@ -91,13 +97,20 @@ class JobRoutes:
         jobs = sorted((j for j in self.projector.jobs.values()
                        if not wanted or j.status in wanted), key=lambda j: j.id)
         counts: dict[str, Counter[str]] = {j.id: Counter() for j in jobs}
+        of_job: dict[str, list[AllocView]] = {j.id: [] for j in jobs}
         for alloc in self.projector.allocs.values():
             tally = counts.get(alloc.job_id)
             if tally is not None:
                 tally[alloc.status.value] += 1
+                of_job[alloc.job_id].append(alloc)
+        evals: dict[str, list[EvalView]] = {}
+        for view in self.projector.evals.values():
+            if view.job_id in of_job:
+                evals.setdefault(view.job_id, []).append(view)
         return Page(items=[JobSummary(
             id=j.id, status=j.status, version=j.job_version, count=j.spec.count,
-            priority=j.spec.priority, allocations=dict(sorted(counts[j.id].items())))
+            priority=j.spec.priority, allocations=dict(sorted(counts[j.id].items())),
+            phase=phase(j, of_job[j.id], evals.get(j.id, ())))
             for j in jobs])
 
     async def job_register(self, data: bytes) -> RegisterResult:

@@ -497,6 +497,12 @@ class JobReply(_Reply, frozen=True, kw_only=True):
     evals: list[EvalReply]
     stop_reason: str
     allocations: dict[str, int]
+    phase: str = ""
+    """What the job does now (``placement_why.PHASES``): a finished one is complete or
+    dead, never running; ``status`` stays registered (running) or stopped (dead)."""
+    placement: dict[str, Any] | None = None
+    """While a slot waits to be placed: per constraint and resource, how many nodes
+    ruled it out (``placement_why.explain``); None when nothing waits."""
 
 
 class JobSummary(_Reply, frozen=True, kw_only=True):
@@ -509,6 +515,8 @@ class JobSummary(_Reply, frozen=True, kw_only=True):
     count: int
     priority: int
     allocations: dict[str, int]
+    phase: str = ""
+    """As ``JobReply.phase``."""
 
 
 class RegisterResult(_Reply, frozen=True, kw_only=True):

@@ -109,11 +109,11 @@ async def world(nats_server: Any, nc: Any, tmp_path: Path) -> AsyncIterator[Worl
 
 
 TRAIN = {"id": "train", "status": "running", "version": 1, "count": 3, "priority": 50,
-         "allocations": {"failed": 1, "running": 2}}
+         "allocations": {"failed": 1, "running": 2}, "phase": "running"}
 ETL = {"id": "etl", "status": "dead", "version": 1, "count": 1, "priority": 50,
-       "allocations": {"complete": 1}}
+       "allocations": {"complete": 1}, "phase": "dead"}
 HUGE = {"id": "huge", "status": "running", "version": 1, "count": 1, "priority": 50,
-        "allocations": {}}
+        "allocations": {}, "phase": "blocked"}
 
 
 async def test_every_job_by_id_with_its_allocations_counted_as_job_status_counts_them(
@@ -186,3 +186,31 @@ async def test_herd_job_list_prints_a_table_json_and_csv_and_refuses_a_bad_statu
     assert bad.returncode == 2 and bad.stdout == ""
     assert bad.stderr.strip().splitlines() == [
         "Error: unknown job status 'sideways'; choose from running, dead"]
+
+
+async def test_a_finished_batch_job_is_complete_and_a_blocked_one_says_what_rules_nodes_out(
+        world: World) -> None:
+    """Issue 28 item 5: ``phase`` says complete for a job whose every slot exited 0 (its
+    ``status`` stays running: it was never stopped), and a job that fits nowhere is
+    blocked with, per resource, the nodes that lacked it (huge wants 8 GPUs of 4)."""
+    reply = await world.call("job.register", spec=spec("batch", 1, 1))
+    assert reply["ok"], reply
+    await world.until(lambda: len(world.allocs("batch")) == 1, "batch placed")
+    [only] = world.allocs("batch")
+    await world.report(AllocCompleted(node_id="gpu-1", alloc_id=only.id, exit_code=0))
+    batch = (await world.call("job.status", id="batch"))["result"]
+    assert (batch["status"], batch["phase"], batch["placement"]) == ("running", "complete", None)
+    listed = {j["id"]: j["phase"] for j in (await world.call("job.list"))["result"]["items"]}
+    assert listed == {"batch": "complete", "etl": "dead", "huge": "blocked", "train": "running"}
+
+    huge = (await world.call("job.status", id="huge"))["result"]
+    assert huge["phase"] == "blocked"
+    assert [e["status"] for e in huge["evals"]].count("blocked") == 1
+    why = huge["placement"]
+    assert why["exhausted"] == {"gpus": 1} and why["filtered"] == {}, why
+    assert (why["nodes_evaluated"], why["fit"], why["unplaced"]) == (1, 0, 1)
+    assert why["needs"]["gpus"] == 8
+    # a cordoned node is ruled out by its state before its resources
+    assert (await world.call("node.cordon", id="gpu-1", reason="test"))["ok"]
+    why = (await world.call("job.status", id="huge"))["result"]["placement"]
+    assert why["filtered"] == {"node CORDONED": 1} and why["exhausted"] == {}, why
