@@ -1,0 +1,480 @@
+"""Repair episodes: a pure fold over the node events, ``apply(state, event, seq) -> state``
+(docs/remediation.md#repairs).
+
+An **episode** is one fault of one node, from its first sign to the node back in service:
+
+- it **opens** on a fault of an approved compute node: ``node.health_changed`` to
+  UNHEALTHY, ``node.down``, ``node.failed``, a boot check that fails the node,
+  ``node.wipe_failed`` (QUARANTINED) or ``node.validation_failed``. A DEGRADED verdict or
+  a missed heartbeat (``node.degraded``) alone opens none (the node may well recover by
+  itself); it is a *sign*, and when a fault follows while the sign holds, the episode
+  was **detected** at the sign;
+- **quarantined**: the first time at or after detection the node is out of service
+  (not schedulable: UNHEALTHY, DOWN, cordoned, drained, DEGRADED liveness, ...), with
+  who and how; a node already out of service when the fault came is quarantined at once;
+- **drained**: the first ``node.drained`` in the episode (none where nothing ran or the
+  node died with its work);
+- **remediated**: the first repair action: a reboot (``node.boot_started`` of trigger
+  reboot), a restart (the agent started again, a new registration), the agent back
+  (``node.recovered``), a replacement (``node.terminated``), a wipe, or an operator's
+  uncordon or enable;
+- **validated**: ``node.validated`` (the validation gate), where it runs;
+- **back in service**: the node schedulable again (approved, READY, not UNHEALTHY,
+  ELIGIBLE: ``events.states.is_schedulable``; a VALIDATING node is not READY), which
+  closes the episode. A replaced node's episode closes when its successor (the instance
+  whose ``replaces`` names it) is first schedulable. A node deleted (not replaced) closes
+  its episode as ``deleted``, out of every duration.
+
+Durations of a closed episode (seconds): ``time_to_quarantine`` = quarantined -
+detected, ``time_to_drain`` = drained - quarantined, ``time_in_repair`` = back -
+quarantined, ``mttr`` = back - detected.
+
+Times are the events' ``at`` (the control plane's clock, which appends them), made
+non-decreasing per node so that a step never precedes the one before it.
+
+Availability: the fold also keeps, per node, when it was *owned* (approved compute, not
+TERMINATED or deleted) and *in service* (schedulable), with its GPU count
+(``info.gpus``): ``availability(state, start, end)`` is GPU-hours in service / GPU-hours
+owned over the window (node-hours where the fleet has no GPUs).
+
+The state is mutated in place and returned (as ``projector.node_view.apply_all`` does: a
+copy per event would cost a fleet's worth of dicts); ``apply`` does no I/O and reads no
+clock. An event at or below the last sequence folded is ignored, so a replay is harmless.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, cast
+
+import msgspec
+from msgspec.structs import replace
+
+from herdbook.events.codec import AnyNodeEvent
+from herdbook.events.health_report import NodeHealthChanged
+from herdbook.events.instance import InstanceProvisioning
+from herdbook.events.node import NodeBootChecked, NodeBootStarted, NodeEvent
+from herdbook.events.states import Approval, Health, Lifecycle, NodeType
+from herdbook.projector.node_view import NodeView
+from herdbook.projector.node_view import apply as apply_node
+
+LEVEL_ORDER = ("healthy", "degraded", "unhealthy", "critical", "fatal")
+
+FAULTS = frozenset({"health_changed", "down", "failed", "boot_checked", "wipe_failed",
+                    "validation_failed"})
+"""The events that may open an episode (each checked by ``fault_of``)."""
+SIGNS = frozenset({"health_changed", "degraded"})
+"""The events that may be a first sign (``sign_of``)."""
+REMEDIES: dict[str, str] = {
+    "boot_started": "restart", "registered": "restart", "recovered": "recovered",
+    "terminated": "replace", "uncordoned": "operator", "enabled": "operator",
+    "wipe_started": "wipe"}
+"""An event in an open episode -> the remediation it is (a reboot: ``boot_started`` of
+trigger reboot)."""
+STEPS = frozenset({"cordoned", "uncordoned", "drain_started", "drained", "undrained",
+                   "disabled", "enabled", "boot_started", "boot_checked", "registered",
+                   "recovered", "degraded", "down", "failed", "terminated", "wipe_started",
+                   "wiped", "wipe_failed", "validation_started", "validated",
+                   "validation_failed", "health_changed", "action_held", "deleted"})
+"""The node events written into an open episode's steps; every other one (info updates,
+claims, conformance, ...) is no step of a repair."""
+OUT_OF_SERVICE = frozenset({Lifecycle.DEGRADED, Lifecycle.DOWN, Lifecycle.FAILED,
+                            Lifecycle.QUARANTINED})
+DURATIONS = ("time_to_quarantine", "time_to_drain", "time_in_repair", "mttr")
+
+
+class Step(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    step: str
+    at: datetime
+    actor: str = ""
+    detail: str = ""
+
+
+class Episode(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+    """``<node>:<sequence of the first sign>``: unique in a log."""
+    node_id: str
+    pool: str = ""
+    kind: str
+    """What kind of fault: a GPU verdict's kind (xid, ecc_dbe, thermal, ...), health (a
+    node check), down, failed, boot_check, wipe_failed or validation."""
+    xid: int = 0
+    reason: str = ""
+    gpus: int = 0
+    detected_at: datetime
+    detected_by: str = ""
+    quarantined_at: datetime
+    quarantined_by: str = ""
+    quarantine: str = ""
+    """How it left service: the node's state then (unhealthy, down, cordoned, ...)."""
+    drained_at: datetime | None = None
+    drained_by: str = ""
+    remediated_at: datetime | None = None
+    remediated_by: str = ""
+    remediation: str = ""      # reboot | restart | recovered | replace | wipe | operator
+    validated_at: datetime | None = None
+    validated_by: str = ""
+    back_at: datetime | None = None
+    back_by: str = ""
+    replaced_by: str = ""
+    outcome: str = "open"      # open | back | deleted
+    steps: tuple[Step, ...] = ()
+
+    def durations(self) -> dict[str, float | None]:
+        """The four durations in seconds; None where a step is missing."""
+        def span(a: datetime | None, b: datetime | None) -> float | None:
+            return None if a is None or b is None else (b - a).total_seconds()
+        back = self.back_at if self.outcome == "back" else None
+        return {"time_to_quarantine": span(self.detected_at, self.quarantined_at),
+                "time_to_drain": span(self.quarantined_at, self.drained_at),
+                "time_in_repair": span(self.quarantined_at, back),
+                "mttr": span(self.detected_at, back)}
+
+
+class Sign(msgspec.Struct, frozen=True, kw_only=True):
+    """A first sign of trouble while no episode is open; dropped when it clears."""
+
+    seq: int
+    at: datetime
+    actor: str
+    detail: str
+    out_at: datetime | None = None
+    out_by: str = ""
+    out_how: str = ""
+
+
+class Segment(msgspec.Struct, frozen=True, array_like=True):
+    """From ``at`` on (until the node's next segment): owned, in service, GPUs, pool."""
+
+    at: datetime
+    owned: bool
+    in_service: bool
+    gpus: int
+    pool: str
+
+
+@dataclass
+class RepairsState:
+    views: dict[str, NodeView] = field(default_factory=dict)
+    """Each node as ``projector.node_view`` folds it: what is in service is its rule."""
+    open: dict[str, Episode] = field(default_factory=dict)
+    closed: list[Episode] = field(default_factory=list)
+    """In the order they closed."""
+    signs: dict[str, Sign] = field(default_factory=dict)
+    successors: dict[str, str] = field(default_factory=dict)
+    """A replacement node -> the node it replaces (``instance.provisioning``)."""
+    segments: dict[str, list[Segment]] = field(default_factory=dict)
+    last_at: dict[str, datetime] = field(default_factory=dict)
+    """Each node's latest step time: the next is never earlier."""
+    seq: int = 0
+    """The last sequence folded."""
+
+
+def owned(view: NodeView | None) -> bool:
+    return (view is not None and view.type is NodeType.COMPUTE
+            and view.approval is Approval.APPROVED
+            and view.lifecycle is not Lifecycle.TERMINATED)
+
+
+def in_service(view: NodeView | None) -> bool:
+    return view is not None and owned(view) and view.schedulable
+
+
+def pool_of(view: NodeView | None) -> str:
+    return view.info.labels.get("pool", "") if view is not None else ""
+
+
+def fault_of(event: NodeEvent, after: NodeView) -> tuple[str, int, str] | None:
+    """(kind, xid, reason) where ``event`` is a fault of the node as it now is."""
+    name = event.event_name
+    if name not in FAULTS:
+        return None
+    if isinstance(event, NodeHealthChanged):
+        if event.gpus_only or event.health is not Health.UNHEALTHY:
+            return None
+        worst = max(event.gpus.values(), default=None,
+                    key=lambda v: LEVEL_ORDER.index(v.level) if v.level in LEVEL_ORDER else 0)
+        if worst is None:
+            return "health", 0, event.reason
+        return worst.kind or worst.rule or "health", worst.xid, event.reason
+    if isinstance(event, NodeBootChecked):
+        if event.passed or after.lifecycle is not Lifecycle.FAILED:
+            return None
+        return "boot_check", 0, after.lifecycle_reason
+    kinds = {"down": "down", "failed": "failed", "wipe_failed": "wipe_failed",
+             "validation_failed": "validation"}
+    return kinds[name], 0, str(getattr(event, "reason", "")) or name
+
+
+def sign_of(event: NodeEvent) -> str | None:
+    """What a first sign says, where ``event`` is one."""
+    if isinstance(event, NodeHealthChanged):
+        if event.gpus_only or event.health is not Health.DEGRADED:
+            return None
+        return f"degraded: {event.reason}" if event.reason else "degraded"
+    if event.event_name == "degraded":
+        return str(getattr(event, "reason", "")) or "heartbeat missed"
+    return None
+
+
+def signs_remain(view: NodeView) -> bool:
+    return (view.health in (Health.DEGRADED, Health.UNHEALTHY)
+            or view.lifecycle in OUT_OF_SERVICE)
+
+
+def how_out(view: NodeView) -> str:
+    """The node's state as a word: why it is not schedulable."""
+    return view.state.lower()
+
+
+def apply(state: RepairsState, event: NodeEvent | InstanceProvisioning | Any,
+          seq: int) -> RepairsState:
+    """Fold one event stored at ``seq``. Every event but node events and
+    ``instance.provisioning`` is ignored."""
+    if seq and seq <= state.seq:
+        return state
+    state.seq = max(state.seq, seq)
+    if isinstance(event, InstanceProvisioning):
+        if event.replaces:
+            state.successors[event.node_id] = event.replaces
+        return state
+    if not isinstance(event, NodeEvent):
+        return state
+    node_id = event.node_id
+    before = state.views.get(node_id)
+    after = apply_node(before, cast(AnyNodeEvent, event), seq)
+    if after is None:
+        state.views.pop(node_id, None)
+    else:
+        state.views[node_id] = after
+    at = max(event.at, state.last_at.get(node_id, event.at))  # never back in time
+    state.last_at[node_id] = at
+    _track_service(state, node_id, after, at)
+    episode = state.open.get(node_id)
+    if episode is not None:
+        _advance(state, episode, after, event, at)
+    elif after is not None and owned(after):
+        _detect(state, before, after, event, at, seq)
+    else:
+        state.signs.pop(node_id, None)
+    if (after is not None and in_service(after) and not in_service(before)
+            and node_id in state.successors):
+        _successor_back(state, state.successors.pop(node_id), node_id, event, at)
+    return state
+
+
+def _track_service(state: RepairsState, node_id: str, after: NodeView | None,
+                   at: datetime) -> None:
+    segment = Segment(at, owned(after), in_service(after),
+                      len(after.info.gpus) if after is not None else 0, pool_of(after))
+    segments = state.segments.setdefault(node_id, [])
+    last = segments[-1] if segments else None
+    if last is None and not segment.owned:
+        return      # never owned yet: nothing to count
+    if last is not None and (last.owned, last.in_service, last.gpus, last.pool) == (
+            segment.owned, segment.in_service, segment.gpus, segment.pool):
+        return
+    segments.append(segment)
+
+
+def _detect(state: RepairsState, before: NodeView | None, after: NodeView,
+            event: NodeEvent, at: datetime, seq: int) -> None:
+    node_id = after.id
+    fault = fault_of(event, after)
+    sign = state.signs.get(node_id)
+    if fault is None:
+        said = sign_of(event)
+        if sign is None and said is not None:
+            sign = Sign(seq=seq, at=at, actor=event.actor, detail=said)
+        if sign is None:
+            return
+        if not signs_remain(after):
+            state.signs.pop(node_id, None)
+            return
+        if sign.out_at is None and not after.schedulable:
+            sign = replace(sign, out_at=at, out_by=event.actor, out_how=how_out(after))
+        state.signs[node_id] = sign
+        return
+    state.signs.pop(node_id, None)
+    kind, xid, reason = fault
+    steps: list[Step] = []
+    if sign is not None:
+        detected_at, detected_by, first = sign.at, sign.actor, sign.seq
+        steps.append(Step(step="detected", at=sign.at, actor=sign.actor, detail=sign.detail))
+        steps.append(Step(step=event.event_name, at=at, actor=event.actor, detail=reason))
+    else:
+        detected_at, detected_by, first = at, event.actor, seq
+        steps.append(Step(step="detected", at=at, actor=event.actor,
+                          detail=f"{event.event_name}: {reason}" if reason else event.event_name))
+    if sign is not None and sign.out_at is not None:
+        out_at, out_by, out_how = sign.out_at, sign.out_by, sign.out_how
+    elif before is not None and not in_service(before):
+        out_at, out_by, out_how = detected_at, before.intent_actor, f"already {how_out(before)}"
+    else:
+        out_at, out_by, out_how = at, event.actor, how_out(after)
+    steps.append(Step(step="quarantined", at=out_at, actor=out_by, detail=out_how))
+    steps.sort(key=lambda s: s.at)
+    episode = Episode(
+        id=f"{node_id}:{first}", node_id=node_id, pool=pool_of(after), kind=kind, xid=xid,
+        reason=reason, gpus=len(after.info.gpus), detected_at=detected_at,
+        detected_by=detected_by, quarantined_at=out_at, quarantined_by=out_by,
+        quarantine=out_how, steps=tuple(steps))
+    state.open[node_id] = episode
+    if after.schedulable:   # cannot be: every fault takes the node out; kept honest
+        _close(state, episode, at, event.actor, "back")
+
+
+def _detail(event: NodeEvent) -> str:
+    if isinstance(event, NodeBootStarted):
+        return event.trigger
+    if isinstance(event, NodeBootChecked):
+        return "passed" if event.passed else "failed"
+    if isinstance(event, NodeHealthChanged):
+        return f"{event.health.value.lower()}: {event.reason}" if event.reason \
+            else event.health.value.lower()
+    return str(getattr(event, "reason", "") or getattr(event, "check", "") or "")
+
+
+def _advance(state: RepairsState, episode: Episode, after: NodeView | None,
+             event: NodeEvent, at: datetime) -> None:
+    name = event.event_name
+    if name not in STEPS or (isinstance(event, NodeHealthChanged) and event.gpus_only):
+        if after is not None and in_service(after):
+            _close(state, episode, at, event.actor, "back")
+        return
+    changes: dict[str, Any] = {
+        "steps": (*episode.steps, Step(step=name, at=at, actor=event.actor,
+                                       detail=_detail(event)))}
+    if name == "drained" and episode.drained_at is None:
+        changes.update(drained_at=at, drained_by=event.actor)
+    if name == "validated" and episode.validated_at is None:
+        changes.update(validated_at=at, validated_by=event.actor)
+    remedy = REMEDIES.get(name)
+    if isinstance(event, NodeBootStarted) and event.trigger == "reboot":
+        remedy = "reboot"
+    if remedy is not None and episode.remediated_at is None:
+        changes.update(remediated_at=at, remediated_by=event.actor, remediation=remedy)
+    episode = replace(episode, **changes)
+    state.open[episode.node_id] = episode
+    if after is None and episode.remediation != "replace":
+        _close(state, episode, at, event.actor, "deleted")
+    elif after is not None and in_service(after):
+        _close(state, episode, at, event.actor, "back")
+
+
+def _successor_back(state: RepairsState, replaced: str, successor: str, event: NodeEvent,
+                    at: datetime) -> None:
+    episode = state.open.get(replaced)
+    if episode is None:
+        return
+    at = max(at, episode.steps[-1].at)  # the successor's clock: never before the last step
+    step = Step(step="replacement_in_service", at=at, actor=event.actor, detail=successor)
+    changes: dict[str, Any] = {"steps": (*episode.steps, step), "replaced_by": successor}
+    if episode.remediated_at is None:
+        changes.update(remediated_at=at, remediated_by=event.actor, remediation="replace")
+    _close(state, replace(episode, **changes), at, event.actor, "back")
+
+
+def _close(state: RepairsState, episode: Episode, at: datetime, actor: str,
+           outcome: str) -> None:
+    steps = episode.steps
+    if outcome == "back":
+        steps = (*steps, Step(step="back_in_service", at=at, actor=actor))
+    state.open.pop(episode.node_id, None)
+    state.closed.append(replace(episode, back_at=at if outcome == "back" else None,
+                                back_by=actor if outcome == "back" else "",
+                                outcome=outcome, steps=steps))
+
+
+def fold(events: Iterable[tuple[int, Any]], state: RepairsState | None = None) -> RepairsState:
+    """``apply`` over (sequence, event) pairs in stream order."""
+    state = state if state is not None else RepairsState()
+    for seq, event in events:
+        apply(state, event, seq)
+    return state
+
+
+# queries --------------------------------------------------------------------------------
+def episodes(state: RepairsState, since: datetime | None = None, *, pool: str = "",
+             kind: str = "", node_id: str = "") -> list[Episode]:
+    """Closed and open episodes that touch ``since`` .. now (open, or detected or ended
+    at or after it), oldest detection first, filtered by pool, kind and node."""
+    found = [e for e in (*state.closed, *state.open.values())
+             if (since is None or e.outcome == "open" or e.detected_at >= since
+                 or (e.back_at is not None and e.back_at >= since))
+             and (not pool or e.pool == pool) and (not kind or e.kind == kind)
+             and (not node_id or e.node_id == node_id)]
+    return sorted(found, key=lambda e: (e.detected_at, e.id))
+
+
+def percentile(ordered: Sequence[float], q: float) -> float | None:
+    """Nearest rank over sorted values; None when there are none."""
+    if not ordered:
+        return None
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+def stats(values: Iterable[float]) -> dict[str, Any]:
+    ordered = sorted(values)
+    return {"count": len(ordered), "p50": percentile(ordered, 0.5),
+            "p90": percentile(ordered, 0.9), "p99": percentile(ordered, 0.99),
+            "max": ordered[-1] if ordered else None,
+            "mean": sum(ordered) / len(ordered) if ordered else None}
+
+
+def summary(found: Iterable[Episode]) -> dict[str, Any]:
+    """Percentiles of the four durations over the episodes back in service: for the
+    fleet, per pool and per fault kind; and how many episodes are open."""
+    found = list(found)
+    closed = [e for e in found if e.outcome == "back"]
+    open_count = sum(1 for e in found if e.outcome == "open")
+
+    def group(items: list[Episode]) -> dict[str, Any]:
+        rows = [e.durations() for e in items]
+        return {name: stats(v for r in rows if (v := r[name]) is not None)
+                for name in DURATIONS}
+
+    pools: dict[str, list[Episode]] = {}
+    kinds: dict[str, list[Episode]] = {}
+    for episode in closed:
+        pools.setdefault(episode.pool, []).append(episode)
+        kinds.setdefault(episode.kind, []).append(episode)
+    return {"episodes": len(closed), "open": open_count,
+            "fleet": group(closed),
+            "pools": {name: group(items) for name, items in sorted(pools.items())},
+            "kinds": {name: group(items) for name, items in sorted(kinds.items())}}
+
+
+def availability(state: RepairsState, start: datetime, end: datetime) -> dict[str, Any]:
+    """GPU-hours (and node-hours) owned and in service over ``start`` .. ``end``, for the
+    fleet and per pool; ``availability`` is the GPU share, the node share where no GPU
+    was owned, None where nothing was."""
+    totals: dict[str, list[float]] = {}   # pool -> gpu owned, gpu in service, node ..
+    for segments in state.segments.values():
+        for i, seg in enumerate(segments):
+            until = segments[i + 1].at if i + 1 < len(segments) else end
+            seconds = (min(until, end) - max(seg.at, start)).total_seconds()
+            if seconds <= 0 or not seg.owned:
+                continue
+            row = totals.setdefault(seg.pool, [0.0, 0.0, 0.0, 0.0])
+            row[0] += seg.gpus * seconds
+            row[2] += seconds
+            if seg.in_service:
+                row[1] += seg.gpus * seconds
+                row[3] += seconds
+
+    def shape(row: list[float]) -> dict[str, Any]:
+        gpu_owned, gpu_in, node_owned, node_in = (v / 3600.0 for v in row)
+        share = (gpu_in / gpu_owned if gpu_owned else
+                 node_in / node_owned if node_owned else None)
+        return {"gpu_hours_owned": round(gpu_owned, 3),
+                "gpu_hours_in_service": round(gpu_in, 3),
+                "node_hours_owned": round(node_owned, 3),
+                "node_hours_in_service": round(node_in, 3),
+                "availability": None if share is None else round(share, 6)}
+
+    fleet = [sum(row[i] for row in totals.values()) for i in range(4)]
+    return {**shape(fleet), "pools": {pool: shape(row) for pool, row in sorted(totals.items())}}
