@@ -26,8 +26,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-COUNTER_LIKE = frozenset({"xid", "ecc_sbe", "ecc_dbe", "nvlink", "pcie"})
-"""Event kinds that are occurrences (a counter's increase, an XID), not conditions."""
+COUNTER_LIKE = frozenset({"xid", "ecc_sbe", "ecc_dbe", "nvlink", "pcie", "sxid", "ib_flap"})
+"""Event kinds that are occurrences (a counter's increase, an XID or NVSwitch SXid, an
+InfiniBand port's link-down count going up), not conditions."""
 
 DEFAULT_HOLD = 600.0
 """The policy's ``hold`` when it does not say: 10 minutes, ten reports at the agent's
@@ -46,6 +47,7 @@ class Finding:
     rule: str = ""
     kind: str = ""
     xid: int = 0
+    action: str = "none"    # its recommended action (``health_actions``)
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,7 @@ class Held:
     rule: str = ""
     kind: str = ""
     xid: int = 0
+    action: str = "none"
 
 
 @dataclass(frozen=True)
@@ -82,7 +85,7 @@ class FaultHolds:
             if finding.hold <= 0:
                 continue
             held = Held(finding.reason, finding.result, at, at + finding.hold, finding.gpu,
-                        finding.rule, finding.kind, finding.xid)
+                        finding.rule, finding.kind, finding.xid, finding.action)
             holds = self._holds.setdefault(node_id, {})
             old = holds.get(finding.key)
             if old is None or held.until >= old.until:

@@ -38,6 +38,7 @@ from herdbook.durations import format_duration, parse_duration
 from herdbook.events.health_report import CheckResult, GpuEvent, HealthReport
 from herdbook.fault_history import NO_HISTORY, FaultHistory, NodeHistory
 from herdbook.fault_hold import COUNTER_LIKE, DEFAULT_HOLD, Finding, Held
+from herdbook.health_actions import ACTIONS, action_for, worst
 from herdbook.health_policy_navarch import check_fields, describe, event_fields
 
 RESULTS = ("healthy", "degraded", "unhealthy", "critical", "fatal")
@@ -70,6 +71,7 @@ rules:
       event.kind == "xid" && event.xid in [13, 31, 45, 64, 92, 94]
       && history.xid_count(event.gpu, event.xid, duration("24h")) >= 3
     result: critical
+    action: inspect_hardware
   - name: recoverable-xid
     condition: event.kind == "xid" && event.xid in [13, 31, 45, 64, 92, 94]
     result: degraded
@@ -91,6 +93,44 @@ rules:
       this node or another (by serial); any node holding it stays out
     condition: event.kind == "check" && event.name == "gpu" && history.max_gpu_pulls(duration("168h")) >= 2
     result: critical
+    action: inspect_hardware
+  - name: remap-failed
+    description: a row remap failed (an RMA criterion); the next uncorrectable error cannot be contained
+    condition: event.kind == "remap_failed"
+    result: critical
+  - name: gpu-missing
+    description: fewer GPUs than the node registered with; a job shaped for the whole node cannot run
+    condition: event.kind == "gpu_count"
+    result: critical
+  - name: nvswitch-fatal
+    description: a fatal NVSwitch SXid; the NVLink fabric of every GPU is down until a reset
+    condition: event.kind == "sxid" && event.fatal
+    result: critical
+  - name: nvswitch-error
+    condition: event.kind == "sxid"
+    result: degraded
+  - name: nvlink-down
+    description: NVLink links down; collectives fail or fall back; 2 reports in a row, as a link may retrain
+    condition: event.kind == "nvlink_down"
+    result: unhealthy
+  - name: ib-port-down
+    description: an InfiniBand port that was ACTIVE is not; 2 reports in a row
+    condition: event.kind == "ib_port_down"
+    result: unhealthy
+  - name: ib-flapping
+    condition: event.kind == "ib_flap"
+    result: degraded
+  - name: remap-pending
+    description: a row remap waits for a GPU reset; work still runs correctly (NVIDIA)
+    condition: event.kind == "remap_pending"
+    result: degraded
+  - name: clock-throttled
+    description: HW slowdown, HW thermal or power brake throttling sustained over the agent's window
+    condition: event.kind == "throttle"
+    result: degraded
+  - name: pcie-link-degraded
+    condition: event.kind == "pcie_link"
+    result: degraded
   - name: failed-check
     condition: event.kind == "check" && event.status == "unhealthy"
     result: unhealthy
@@ -112,6 +152,8 @@ class Rule(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     description: str = ""
     hold: str | float | None = None
     """This rule's hold (``500ms``, ``10m``, seconds), instead of the policy's."""
+    action: str | None = None
+    """This rule's recommended action (``health_actions.ACTIONS``), instead of the table's."""
 
 
 class Metadata(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -138,6 +180,7 @@ class CompiledRule:
     program: Any
     declared: str = ""          # as written in the file
     hold: float | None = None   # its own hold; None: the policy's
+    action: str | None = None   # its own recommended action; None: the table's
 
 
 @dataclass(frozen=True)
@@ -151,6 +194,7 @@ class GpuFinding:
     reason: str                 # "rule: what matched"
     kind: str
     xid: int = 0
+    action: str = "none"        # its recommended action (``health_actions``)
 
 
 @dataclass(frozen=True)
@@ -169,6 +213,9 @@ class Verdict:
     """This report's health events that name a GPU, classified worse than healthy."""
     holding: tuple[Held, ...] = ()
     """The holds in effect (``held``, with the GPU each is of), set by the classifier."""
+    action: str = "none"
+    """What to do about it (``health_actions``): the most disruptive recommended action
+    of the report's faults found worse than healthy; ``none`` for a healthy report."""
 
     @property
     def fatal(self) -> bool:
@@ -215,6 +262,7 @@ class Policy:
         self.hold = hold
         """Seconds a counter-like fault keeps its verdict after its last occurrence."""
         self._holds = {rule.name: hold if rule.hold is None else rule.hold for rule in rules}
+        self._actions = {rule.name: rule.action for rule in rules if rule.action}
 
     @classmethod
     def parse(cls, text: str | bytes, source: str = "policy") -> Policy:
@@ -241,12 +289,15 @@ class Policy:
             if rule.result not in RESULTS:
                 raise PolicyError(f"{where}: result {rule.result!r} is not one of "
                                   f"{', '.join(RESULTS)}")
+            if rule.action is not None and rule.action not in ACTIONS:
+                raise PolicyError(f"{where}: action {rule.action!r} is not one of "
+                                  f"{', '.join(ACTIONS)}")
             try:
                 program = cel.compile(rule.condition)
             except ValueError as err:
                 raise PolicyError(f"{where}: {' '.join(str(err).split())}") from err
             compiled.append(CompiledRule(rule.name, _meaning(rule.result, fmt), program,
-                                         rule.result, _hold(rule.hold, where)))
+                                         rule.result, _hold(rule.hold, where), rule.action))
         return cls(compiled, fmt, raw.metadata.name,
                    DEFAULT_HOLD if hold is None else hold)
 
@@ -297,34 +348,40 @@ class Policy:
 
     def classify(self, report: HealthReport, history: NodeHistory = NO_HISTORY) -> Verdict:
         """The report's verdict; ``history`` is its node's (``herdbook.fault_history``)."""
-        worst = "healthy"
+        worst_result = "healthy"
         reasons: list[tuple[int, str]] = []
         gpus: list[int] = []
         findings: list[Finding] = []
         per_gpu: list[GpuFinding] = []
+        actions: list[str] = []
         items: list[GpuEvent | CheckResult] = [*report.events, *report.checks]
         for item in items:
             if isinstance(item, GpuEvent):
                 result, rule = self.classify_event(event_fields(item, report.sent_at), history)
+                action = self._actions.get(rule) or action_for(item.kind, item.xid,
+                                                               fatal=item.fatal)
                 if result in AT_ONCE and item.gpu >= 0 and item.gpu not in gpus:
                     gpus.append(item.gpu)
                 if result != "healthy" and item.gpu >= 0:
                     per_gpu.append(GpuFinding(item.gpu, result, rule, f"{rule}: {describe(item)}",
-                                              item.kind, item.xid))
+                                              item.kind, item.xid, action))
                 if result != "healthy" and item.kind in COUNTER_LIKE:
                     findings.append(Finding(f"{rule}/{item.kind}/{item.gpu}",
                                             f"{rule}: {describe(item)}", result,
                                             self._holds.get(rule, self.hold), item.gpu, rule,
-                                            item.kind, item.xid))
+                                            item.kind, item.xid, action))
             else:
                 result, rule = self._classify_check(item, history)
+                action = self._actions.get(rule) or action_for("check", name=item.name)
             if result != "healthy":
                 reasons.append((_RANK[result], f"{rule}: {describe(item)}"))
-            if _RANK[result] > _RANK[worst]:
-                worst = result
+                actions.append(action)
+            if _RANK[result] > _RANK[worst_result]:
+                worst_result = result
         reasons.sort(key=lambda r: -r[0])
-        return Verdict(worst, tuple(reason for _, reason in reasons), tuple(gpus),
-                       tuple(f for f in findings if f.hold > 0), gpu_findings=tuple(per_gpu))
+        return Verdict(worst_result, tuple(reason for _, reason in reasons), tuple(gpus),
+                       tuple(f for f in findings if f.hold > 0), gpu_findings=tuple(per_gpu),
+                       action=worst(actions))
 
     def classify_with(self, history: FaultHistory, report: HealthReport,
                       serials: Mapping[int, str], at: float | None = None) -> Verdict:

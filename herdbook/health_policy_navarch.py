@@ -19,6 +19,13 @@ SYSTEMS = {
     "nvlink": "DCGM_HEALTH_WATCH_NVLINK",
     "pcie": "DCGM_HEALTH_WATCH_PCIE",
     "power": "DCGM_HEALTH_WATCH_POWER",
+    "remap_pending": "DCGM_HEALTH_WATCH_MEM",
+    "remap_failed": "DCGM_HEALTH_WATCH_MEM",
+    "throttle": "DCGM_HEALTH_WATCH_POWER",
+    "pcie_link": "DCGM_HEALTH_WATCH_PCIE",
+    "nvlink_down": "DCGM_HEALTH_WATCH_NVLINK",
+    "sxid": "DCGM_HEALTH_WATCH_NVSWITCH_NONFATAL",
+    "gpu_count": "DCGM_HEALTH_WATCH_DRIVER",
 }
 UNKNOWN_SYSTEM = "DCGM_HEALTH_WATCH_UNKNOWN"
 
@@ -57,6 +64,7 @@ def event_fields(item: GpuEvent, sent_at: float = 0.0) -> dict[str, Any]:
         "message": item.message or describe(item), "timestamp": timestamp,
         # herdbook
         "kind": item.kind, "gpu": item.gpu, "xid": item.xid, "value": float(item.value),
+        "fatal": item.fatal,
     }
 
 
@@ -70,6 +78,18 @@ def check_fields(item: CheckResult) -> dict[str, Any]:
 def describe(item: GpuEvent | CheckResult) -> str:
     if isinstance(item, CheckResult):
         return f"{item.name} check {item.status}" + (f" ({item.message})" if item.message else "")
-    what = {"xid": f"XID {item.xid}", "thermal": f"{item.value:g}°C"}.get(
-        item.kind, f"{item.kind} {item.value:g}")
+    if item.kind == "sxid":
+        what = f"{'fatal ' if item.fatal else ''}SXid {item.xid}"
+        return what + (f" ({item.message})" if item.message else "")
+    if item.kind in SAID and item.message:
+        what = item.message     # the deeper checks say what they found in words
+    else:
+        what = {"xid": f"XID {item.xid}", "thermal": f"{item.value:g}°C"}.get(
+            item.kind, f"{item.kind} {item.value:g}")
     return f"{what} on GPU {item.gpu}" if item.gpu >= 0 else what
+
+
+SAID = frozenset({"remap_pending", "remap_failed", "throttle", "pcie_link", "nvlink_down",
+                  "ib_port_down", "ib_flap", "gpu_count"})
+"""Kinds whose reason is the agent's message (``agent.deep_checks``): a number alone
+would not say which link, port or reason."""

@@ -115,6 +115,9 @@ class FakeGpu:
     nvlink_errors: int = 0
     pcie_replays: int = 0
     fallen_off: bool = False
+    throttle_hw: int = 0
+    """HW throttle reason bits injected (``throttle``): 0x8 slowdown, 0x40 thermal, 0x80
+    power brake."""
     unsupported: set[str] = field(default_factory=set)
     """pynvml function names this GPU answers with NOT_SUPPORTED (a PCIe card has no
     NVLink, a consumer card no ECC, Ampere and later no page retirement)."""
@@ -201,13 +204,18 @@ class FakeNvml:
 
     xid_queue: list[tuple[int, int]] = field(default_factory=list)  # (gpu, xid)
     fail_init: bool = False
+    missing: int = 0
+    """GPUs the bus no longer enumerates (``gpu-missing``): the count is that much lower."""
 
     def inject(self, fault: str, gpu: int = 0, value: float | None = None) -> str:
         """Fault injection (`herd agent inject`); returns what was done. The readings
         move with the fault: a thermal fault is the temperature (and thermal throttling
         from 85 °C), ECC errors the volatile and aggregate counters (an uncorrectable one
-        a pending row remap and a retired page), an NVLink fault takes link 0 down, PCIe
-        replays count and from 100 train the link down to half its width."""
+        a pending row remap and a retired page), NVLink errors count (``nvlink-down``
+        takes link ``value`` down), PCIe replays count and from 100 train the link down to
+        half its width; ``remap-failed`` fails the row remapper, ``throttle`` sets HW
+        throttle reasons (``value``: the bits, default 0x80, the power brake) and
+        ``gpu-missing`` hides ``value`` GPUs (default 1) from the count."""
         if fault not in FAULTS:
             raise ValueError(f"unknown fault {fault!r}; choose from {', '.join(FAULTS)}")
         if fault == "clear":
@@ -215,11 +223,16 @@ class FakeNvml:
                 device.temperature_c, device.fallen_off = device.base_temperature_c, False
                 device.nvlinks = [True] * len(device.nvlinks)
                 device.pcie_width = device.pcie_width_max
+                device.throttle_hw = 0
             self.xid_queue.clear()
+            self.missing = 0
             return "cleared every fault"
         if fault == "driver":   # a driver upgrade: the conformance fingerprint changes
             self.driver_version = f"{value if value is not None else 999}-fake"
             return f"driver version {self.driver_version}"
+        if fault == "gpu-missing":
+            self.missing = max(0, min(len(self.gpus), int(value if value is not None else 1)))
+            return f"{self.missing} GPU(s) missing from the bus"
         if not 0 <= gpu < len(self.gpus):
             raise ValueError(f"no GPU {gpu}: this node has {len(self.gpus)}")
         device = self.gpus[gpu]
@@ -233,6 +246,18 @@ class FakeNvml:
         if fault == "thermal":
             device.temperature_c = int(value if value is not None else 97)
             return f"GPU {gpu} at {device.temperature_c}°C"
+        if fault == "nvlink-down":
+            link = int(value if value is not None else 0)
+            if not 0 <= link < len(device.nvlinks):
+                raise ValueError(f"no NVLink {link} on GPU {gpu}")
+            device.nvlinks[link] = False
+            return f"NVLink {link} of GPU {gpu} down"
+        if fault == "remap-failed":
+            device.remap_failed = True
+            return f"row remapping failed on GPU {gpu}"
+        if fault == "throttle":
+            device.throttle_hw = int(value if value is not None else 0x80)
+            return f"GPU {gpu} throttled (reasons {device.throttle_hw:#x})"
         count = int(value if value is not None else 1)
         if fault == "ecc-dbe":
             device.ecc_dbe += count
@@ -243,8 +268,6 @@ class FakeNvml:
             device.ecc_sbe += count
         elif fault == "nvlink":
             device.nvlink_errors += count
-            if device.nvlinks:
-                device.nvlinks[0] = False
         else:   # pcie
             device.pcie_replays += count
             if device.pcie_replays >= PCIE_DOWNTRAIN_REPLAYS:
@@ -271,7 +294,7 @@ class FakeNvml:
         return self.driver_version
 
     def nvmlDeviceGetCount(self) -> int:
-        return len(self.gpus)
+        return len(self.gpus) - self.missing
 
     def nvmlDeviceGetHandleByIndex(self, index: int) -> FakeGpu:
         return self.gpus[index]
@@ -315,7 +338,7 @@ class FakeNvml:
         return _FakeUtil(gpu=handle.utilization, memory=handle.mem_utilization)
 
     def _throttle(self, handle: FakeGpu) -> int:
-        reasons = THROTTLE_GPU_IDLE if handle.utilization == 0 else 0
+        reasons = (THROTTLE_GPU_IDLE if handle.utilization == 0 else 0) | handle.throttle_hw
         if handle.temperature_c >= 85:
             reasons |= THROTTLE_SW_THERMAL
         if handle.temperature_c >= 90:

@@ -1,7 +1,10 @@
 """The agent's GPU check and health-event check (Navarch), through any NVML-like backend.
 
 A failed NVML call is itself an unhealthy result. Counters (ECC, NVLink, PCIe) are
-reported as deltas since the previous check, so one burst is one event.
+reported as deltas since the previous check, so one burst is one event. The deeper
+checks (``deep_checks``: row remaps, HW throttling over a window, PCIe link, NVLink
+links, GPU count; ``infiniband``: ports down or flapping) read the same telemetry
+readers (``telemetry``) and add their events to each report.
 """
 
 from __future__ import annotations
@@ -11,8 +14,11 @@ import uuid
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from herdbook.agent import gpu
+from herdbook.agent import deep_checks, gpu, telemetry
+from herdbook.agent.infiniband import IbWatch
+from herdbook.clock import SYSTEM_CLOCK, Clock
 from herdbook.events.health_report import CheckResult, GpuEvent, HealthReport
+from herdbook.events.telemetry import GpuReading
 
 log = logging.getLogger(__name__)
 
@@ -31,11 +37,25 @@ class KernelXids(Protocol):
         """NVML's XIDs and the kernel log's since the last report, each once."""
         ...
 
+    def switch_events(self) -> list[GpuEvent]:
+        """The NVSwitch SXids of the kernel log since the last report."""
+        ...
+
 
 class HealthMonitor:
-    def __init__(self, nvml: gpu.NvmlLike | None) -> None:
+    def __init__(self, nvml: gpu.NvmlLike | None, *, clock: Clock = SYSTEM_CLOCK,
+                 throttle_window: float = deep_checks.THROTTLE_WINDOW,
+                 expected_gpus: int | None = None, infiniband: IbWatch | None = None) -> None:
         backend: Any = nvml
         self.nvml = backend
+        self.clock = clock
+        self.throttle = deep_checks.ThrottleWatch(throttle_window)
+        self.expected_gpus = expected_gpus
+        """The node's GPU count (the agent's registration, or --expected-gpus); fewer is a
+        ``gpu_count`` event. None: not checked."""
+        self.infiniband = infiniband
+        """InfiniBand ports (``agent.infiniband``); None: no such check."""
+        self._links_at_start: dict[int, int] = {}
         self._counters: dict[tuple[str, int], int] = {}
         self._event_set: Any = None
         self.kernel_log: KernelXids | None = None
@@ -52,8 +72,38 @@ class HealthMonitor:
         self.baseline()
 
     def baseline(self) -> None:
-        """Counters as they are now: only what happens after start is an event."""
+        """Counters as they are now: only what happens after start is an event; and each
+        GPU's NVLink links, so a link that later disappears counts as down."""
         self.counter_events()
+        for reading in self._readings() or []:
+            if reading.nvlink_up:
+                self._links_at_start[reading.index] = len(reading.nvlink_up)
+
+    def _readings(self) -> list[GpuReading] | None:
+        """Every GPU's reading; None when NVML cannot count them (the GPU check says so)."""
+        if self.nvml is None:
+            return None
+        r = telemetry.Reader(self.nvml)
+        count = r.get("nvmlDeviceGetCount", then=int)
+        if count is None:
+            return None
+        return [telemetry.read_gpu(r, i, None) for i in range(count)]
+
+    def deep_events(self) -> list[GpuEvent]:
+        """The deeper checks' findings now (``deep_checks``, ``infiniband``)."""
+        events: list[GpuEvent] = []
+        now = self.clock.monotonic()
+        readings = self._readings()
+        for reading in readings or []:
+            events += deep_checks.remap_events(reading)
+            events += deep_checks.pcie_link_events(reading)
+            events += deep_checks.nvlink_events(reading, self._links_at_start.get(reading.index))
+            events += self.throttle.observe(reading.index, reading.throttle_reasons, now)
+        if readings is not None:
+            events += deep_checks.gpu_count_events(len(readings), self.expected_gpus)
+        if self.infiniband is not None:
+            events += self.infiniband.check()
+        return events
 
     def gpu_check(self) -> CheckResult:
         if self.nvml is None:
@@ -139,7 +189,9 @@ class HealthMonitor:
         xids = self.xid_events()
         if self.kernel_log is not None:   # XIDs of the kernel log, seen once (agent.kmsg)
             xids = self.kernel_log.merge(xids)
-        events = [*xids, *self.thermal_events(check), *self.counter_events()]
+        sxids = self.kernel_log.switch_events() if self.kernel_log is not None else []
+        events = [*xids, *sxids, *self.thermal_events(check), *self.counter_events(),
+                  *self.deep_events()]
         events_check = CheckResult(name="health_events", status="healthy",
                                    message=f"{len(events)} events")
         return HealthReport(report_id=uuid.uuid4().hex, node_id=node_id, boot_id=boot_id,

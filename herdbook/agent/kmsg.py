@@ -8,6 +8,11 @@ from its end at start (SEEK_END), so an earlier boot's lines are not reported ag
 record the ring buffer overwrote before it was read (EPIPE) is skipped. A regular file
 is followed from its end (appended lines only); a FIFO from whatever is written to it.
 
+NVSwitch errors come the same way: ``nvidia-nvswitch2: SXid (PCI:0000:87:00.0): 24007,
+Fatal, Link 44 ...`` (``parse_sxid``). Each is a ``sxid`` health event of the node (GPU
+-1), ``fatal`` as the driver says; the follow-up lines of one error (``Severity ...``,
+``Data {...}``) are not errors of their own and are skipped.
+
 The same XID is often seen twice, by NVML's event and by the kernel line: ``XidMerger``
 reports an XID of one source and the same (GPU, XID) of the other within ``window``
 seconds once, naming both sources (``GpuEvent.source``: ``nvml``, ``kmsg`` or
@@ -40,6 +45,32 @@ _XID = re.compile(
     r"(?:\.[0-7])?|[0-9a-fA-F]{1,2}:[0-9a-fA-F]{1,2}\.[0-7])\): (?P<xid>\d+)(?:,\s*(?P<rest>.*))?$")
 _PID = re.compile(r"pid=(?P<pid>'?<unknown>'?|\d+),\s*")
 _NAME = re.compile(r"name=(?P<name>[^,]*),\s*")
+
+
+_SXID = re.compile(
+    r"(?:(?P<dev>nvidia-nvswitch\d+):\s*)?SXid \((?:PCI:)?(?P<bus>[0-9a-fA-F:.]+)\): "
+    r"(?P<code>\d+), (?P<sev>Fatal|Non-fatal|Nonfatal)\b,?\s*(?P<rest>.*)$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class SwitchXid:
+    """One NVSwitch SXid line of the kernel log (its first line, with the severity)."""
+
+    switch: str            # nvidia-nvswitchN, or the bus id where the line has no name
+    sxid: int
+    fatal: bool
+    message: str = ""
+
+
+def parse_sxid(line: str) -> SwitchXid | None:
+    """The SXid of one kernel log line, or None (not an SXid, or a follow-up line)."""
+    if "SXid" not in line:
+        return None
+    match = _SXID.search(line.rstrip("\r\n"))
+    if match is None:
+        return None
+    return SwitchXid(switch=match["dev"] or match["bus"].lower(), sxid=int(match["code"]),
+                     fatal=match["sev"].lower() == "fatal", message=match["rest"].strip())
 
 
 @dataclass(frozen=True)
@@ -280,6 +311,8 @@ class KernelLog:
         self._map: dict[str, int] | None = None
         self.poll_interval = poll_interval
         self.pending: list[GpuEvent] = []
+        self.switch_pending: list[GpuEvent] = []
+        """NVSwitch SXids since the last report (``switch_events``)."""
         self.lines = 0
 
     def gpu_index(self, bus_id: str) -> int:
@@ -298,11 +331,18 @@ class KernelLog:
             self.lines += 1
             xid = parse_line(line)
             if xid is None:
+                sxid = parse_sxid(line)
+                if sxid is not None:
+                    event = GpuEvent(kind="sxid", xid=sxid.sxid, fatal=sxid.fatal, value=1.0,
+                                     message=f"{sxid.switch}: {sxid.message}".rstrip(": "),
+                                     source="kmsg")
+                    self.switch_pending.append(event)
+                    found.append(event)
                 continue
             message = xid.message + (f" (pid {xid.pid}, {xid.name})" if xid.pid and xid.name else "")
             found.append(GpuEvent(kind="xid", gpu=self.gpu_index(xid.bus_id), xid=xid.xid,
                                   message=message, source="kmsg"))
-        self.pending.extend(found)
+        self.pending.extend(e for e in found if e.kind == "xid")
         return found
 
     def drain(self) -> list[GpuEvent]:
@@ -312,6 +352,11 @@ class KernelLog:
     def merge(self, nvml_xids: list[GpuEvent]) -> list[GpuEvent]:
         """NVML's XIDs and the kernel log's since the last report, each once."""
         return self.merger.merge(nvml_xids, self.drain())
+
+    def switch_events(self) -> list[GpuEvent]:
+        """The NVSwitch SXids since the last report (NVML does not see them: no merge)."""
+        out, self.switch_pending = self.switch_pending, []
+        return out
 
     async def follow(self, on_xid: Callable[[], Awaitable[object]]) -> None:
         try:

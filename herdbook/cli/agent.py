@@ -151,10 +151,12 @@ def agent(
 @agent_app.command("inject")
 def inject(
     ctx: typer.Context,
-    fault: Annotated[str, typer.Argument(help="xid, thermal, ecc-dbe, ecc-sbe, nvlink, pcie "
+    fault: Annotated[str, typer.Argument(help="xid, thermal, ecc-dbe, ecc-sbe, nvlink, pcie, "
+                                         "nvlink-down, remap-failed, throttle, gpu-missing "
                                          "or clear.")],
-    value: Annotated[float | None, typer.Argument(help="XID code, temperature °C or error "
-                                                  "count.")] = None,
+    value: Annotated[float | None, typer.Argument(help="XID code, temperature °C, error "
+                                                  "count, NVLink link, throttle bits (8, 64, "
+                                                  "128) or GPUs missing.")] = None,
     node: Annotated[str, typer.Option("--node", help="The agent's node id.")] = "",
     gpu: Annotated[int, typer.Option("--gpu", min=0, help="GPU index.")] = 0,
 ) -> None:

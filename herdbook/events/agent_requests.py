@@ -13,7 +13,8 @@ import msgspec
 
 from herdbook.events.errors import error_path
 
-Fault = Literal["xid", "thermal", "ecc-dbe", "ecc-sbe", "nvlink", "pcie", "driver", "clear"]
+Fault = Literal["xid", "thermal", "ecc-dbe", "ecc-sbe", "nvlink", "pcie", "driver", "clear",
+                "nvlink-down", "remap-failed", "throttle", "gpu-missing"]
 FAULTS: tuple[str, ...] = get_args(Fault)
 
 T = TypeVar("T")

@@ -9,7 +9,10 @@ import msgspec
 from herdbook.events.node import NodeEvent
 from herdbook.events.states import Health
 
-HEALTH_EVENT_KINDS = ("xid", "thermal", "ecc_sbe", "ecc_dbe", "nvlink", "pcie")
+HEALTH_EVENT_KINDS = ("xid", "thermal", "ecc_sbe", "ecc_dbe", "nvlink", "pcie",
+                      # the deeper node checks (``agent.deep_checks``, ``agent.kmsg``)
+                      "remap_pending", "remap_failed", "throttle", "pcie_link", "nvlink_down",
+                      "ib_port_down", "ib_flap", "sxid", "gpu_count")
 CHECK_STATUSES = ("healthy", "degraded", "unhealthy")
 
 VerdictLevel = Literal["healthy", "degraded", "unhealthy", "critical", "fatal"]
@@ -19,13 +22,15 @@ VerdictLevel = Literal["healthy", "degraded", "unhealthy", "critical", "fatal"]
 class GpuEvent(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """One raw GPU health event, as NVML reported it."""
 
-    kind: str                  # xid | thermal | ecc_sbe | ecc_dbe | nvlink | pcie
+    kind: str                  # one of HEALTH_EVENT_KINDS
     gpu: int = -1
     xid: int = 0
     value: float = 0.0         # temperature °C, error count, ...
     message: str = ""
     source: str = ""
     """Who saw an XID: nvml, kmsg (the kernel log) or nvml+kmsg (``agent.kmsg``)."""
+    fatal: bool = False
+    """An NVSwitch SXid the driver calls fatal (``sxid`` events; ``xid`` holds its code)."""
 
 
 class CheckResult(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -56,6 +61,9 @@ class GpuVerdict(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     reason: str = ""           # "rule: what matched", as in the node's reason
     kind: str = ""             # the health event's kind (xid, thermal, ecc_dbe, ...)
     xid: int = 0
+    recommended_action: str = ""
+    """What to do about it (``health_actions``): none, restart_workload, reset_gpu,
+    reboot_node or inspect_hardware; empty on verdicts decided before it was recorded."""
     since: float = 0.0
     """When HERD_HEALTH stored the report this verdict was first decided on (epoch
     seconds, the server's clock); kept while the verdict and its cause stay the same
@@ -89,6 +97,10 @@ class NodeHealthChanged(NodeEvent, frozen=True, kw_only=True, tag="node.health_c
     """Every GPU of the node whose verdict is not healthy, by index, with its cause: the
     whole map as of this decision (a GPU not named is healthy). Empty on events written
     before per-GPU verdicts were recorded (issue 27)."""
+    recommended_action: str | None = None
+    """What to do about the verdict (``health_actions``): ``none``, ``restart_workload``,
+    ``reset_gpu``, ``reboot_node`` or ``inspect_hardware``, the most disruptive of its
+    faults'. None on events written before it was recorded (issue 29)."""
     previous: Health | None = None
     """The node's health before this event. Equal to ``health``: only a GPU's verdict
     changed (the node's health, reason and time stay; nobody is notified). None on

@@ -45,12 +45,14 @@ def report_gpus(verdict: Verdict, at: float) -> dict[int, GpuVerdict]:
     for found in verdict.gpu_findings:
         _worst(out, found.gpu, GpuVerdict(level=_level(found.result), rule=found.rule,
                                           reason=found.reason, kind=found.kind,
-                                          xid=found.xid, since=at))
+                                          xid=found.xid, since=at,
+                                          recommended_action=found.action))
     for held in verdict.holding:
         if held.gpu >= 0:
             _worst(out, held.gpu, GpuVerdict(level=_level(held.result), rule=held.rule,
                                              reason=held.reason, kind=held.kind,
-                                             xid=held.xid, since=held.last_at))
+                                             xid=held.xid, since=held.last_at,
+                                             recommended_action=held.action))
     return out
 
 

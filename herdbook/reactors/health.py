@@ -14,7 +14,8 @@ With ``gpus`` (the report's per-GPU verdicts, ``reactors/gpu_health.py``) every 
 change carries the GPUs' map too, and a change of the map alone is one ``gpus_only``
 health change.
 
-Every health change carries the verdict's ``level``, and its reason starts with it for
+Every health change carries the verdict's ``level`` and ``recommended_action`` (what to do:
+``health_actions``), and its reason starts with it for
 the two at-once levels (``critical: ...``, ``fatal: ...``); ``fatal`` is true only for
 ``fatal``, so a consumer can tell UNHEALTHY-and-up from UNHEALTHY-and-DOWN.
 """
@@ -63,7 +64,8 @@ def _decide(view: NodeView, verdict: Verdict, unhealthy_in_a_row: int, threshold
             classified = NodeHealthChanged(node_id=view.id, actor=ACTOR, health=Health.UNHEALTHY,
                                            reason=f"{at_once}: {reason}", report_id=report_id,
                                            fatal=verdict.fatal, level=at_once,
-                                           causation_id=cause, report_seq=report_seq)
+                                           causation_id=cause, report_seq=report_seq,
+                                           recommended_action=verdict.action)
             events.append(classified)
             cause = classified.event_id
         if verdict.fatal and next_lifecycle(view.lifecycle, Trigger.FATAL) is not None:
@@ -76,7 +78,8 @@ def _decide(view: NodeView, verdict: Verdict, unhealthy_in_a_row: int, threshold
             events.append(NodeHealthChanged(
                 node_id=view.id, actor=ACTOR, health=Health.UNHEALTHY, report_id=report_id,
                 causation_id=report_id or None, report_seq=report_seq, level="unhealthy",
-                reason=f"{count} consecutive unhealthy reports: {reason}"))
+                reason=f"{count} consecutive unhealthy reports: {reason}",
+                recommended_action=verdict.action))
         return events, count
     if view.health is Health.UNHEALTHY:
         return [], 0
@@ -95,5 +98,6 @@ def _decide(view: NodeView, verdict: Verdict, unhealthy_in_a_row: int, threshold
     if view.health is not target:
         events.append(NodeHealthChanged(node_id=view.id, actor=ACTOR, health=target,
                                         reason=reason, report_id=report_id, level=level,
-                                        causation_id=report_id or None, report_seq=report_seq))
+                                        causation_id=report_id or None, report_seq=report_seq,
+                                        recommended_action=verdict.action))
     return events, 0

@@ -80,7 +80,9 @@ class LightNode:
         return await self.fleet.inject(self, fault, gpu, value)
 
 
-FAULT_EVENTS = {"ecc-dbe": "ecc_dbe", "ecc-sbe": "ecc_sbe", "nvlink": "nvlink", "pcie": "pcie"}
+FAULT_EVENTS = {"ecc-dbe": "ecc_dbe", "ecc-sbe": "ecc_sbe", "nvlink": "nvlink", "pcie": "pcie",
+                "nvlink-down": "nvlink_down", "remap-failed": "remap_failed",
+                "throttle": "throttle", "gpu-missing": "gpu_count"}
 
 
 def fault_report(node: LightNode, fault: str, gpu: int, value: float | None) -> HealthReport:

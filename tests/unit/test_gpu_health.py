@@ -53,8 +53,9 @@ def test_each_gpu_gets_its_worst_event_with_the_rule_kind_and_xid() -> None:
     assert sorted(gpus) == [1, 3]          # GPU 0 is healthy: not named
     assert gpus[3] == GpuVerdict(level="critical", rule="critical-xid",
                                  reason="critical-xid: XID 48 on GPU 3", kind="xid", xid=48,
-                                 since=T0)
-    assert (gpus[1].level, gpus[1].rule, gpus[1].kind) == ("degraded", "nvlink-errors", "nvlink")
+                                 since=T0, recommended_action="reset_gpu")
+    assert (gpus[1].level, gpus[1].rule, gpus[1].kind, gpus[1].recommended_action) == (
+        "degraded", "nvlink-errors", "nvlink", "none")
 
 
 def test_critical_sticks_a_same_cause_keeps_its_time_and_conditions_clear() -> None:

@@ -207,7 +207,7 @@ def test_check_policy_prints_one_line_for_either_format(tmp_path: Path) -> None:
     herdbook.write_text(DEFAULT_POLICY_YAML)
     result = runner.invoke(health_app, [str(herdbook)])
     assert result.exit_code == 0 and result.output.startswith(
-        f"Ok: {herdbook}: herdbook format (version 1) 'herdbook-default': 12 rules (")
+        f"Ok: {herdbook}: herdbook format (version 1) 'herdbook-default': 22 rules (")
     bad = tmp_path / "bad.yaml"
     bad.write_text(NAVARCH_POLICY.replace("event.metrics.temperature >= 95", "event.metrics."))
     result = runner.invoke(health_app, [str(bad)])

@@ -96,6 +96,7 @@ def test_injected_faults_move_the_readings() -> None:
     nvml.inject("ecc-sbe", 0, 5)
     nvml.inject("ecc-dbe", 0, 2)
     nvml.inject("nvlink", 0, 3)
+    nvml.inject("nvlink-down", 0, 0)
     nvml.inject("pcie", 0, 150)
     after, other = take(nvml).gpus
     assert after.temperature_c == 92.0
