@@ -233,6 +233,31 @@ class BreakerConfig(_Section, frozen=True):
     """This many take-outs per scope are always allowed, whatever the share (tiny fleets)."""
 
 
+VALIDATION_TRIGGERS = ("returned", "approved")
+
+
+class ValidationConfig(_Section, frozen=True):
+    """The validation gate (docs/remediation.md#validation): ``command`` runs on a node,
+    as an allocation holding all its GPUs, before the node is back in service."""
+
+    name: str = "validation"
+    command: list[str] = msgspec.field(default_factory=list)
+    """Run by the node's agent; exit 0 passes. E.g. [dcgmi, diag, -r, "2"]. Empty (the
+    default): no validation gate, a node is back in service when its boot check passes."""
+    timeout: Duration = Duration(1800.0)
+    """A check still running this long after it was placed fails (and is killed)."""
+    when: list[str] = msgspec.field(default_factory=lambda: list(VALIDATION_TRIGGERS))
+    """When it runs besides on demand (`herd node validate`): returned (after DOWN,
+    FAILED or UNHEALTHY), approved (a node's first approval)."""
+    quarantine_after: int = 2
+    """Failed validations within ``window`` that quarantine the node (0: never)."""
+    window: Duration = Duration(86400.0)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.command)
+
+
 class MetricsConfig(_Section, frozen=True):
     port: int = 0
     """Serve Prometheus ``GET /metrics`` on this port; 0: off (also ``--metrics-port``)."""
@@ -266,12 +291,30 @@ class Config(_Section, frozen=True):
     http: HttpConfig = HttpConfig()
     sensitive: SensitiveConfig = SensitiveConfig()
     breaker: BreakerConfig = BreakerConfig()
+    validation: ValidationConfig = ValidationConfig()
     leader_ttl: Duration = Duration(6.0)
     """Replicas: the leader's lease expires this long after its last renewal."""
 
 
 class ConfigError(ValueError):
     pass
+
+
+def _check_validation(validation: ValidationConfig, source: str) -> None:
+    if not all(validation.command):
+        raise ConfigError(f"{source}: validation.command: an empty word; name the check to "
+                          "run, e.g. [dcgmi, diag, -r, \"2\"]")
+    if not ID_PATTERN.fullmatch(validation.name):
+        raise ConfigError(f"{source}: validation.name: 1-128 of A-Z a-z 0-9 _ -")
+    if float(validation.timeout) <= 0:
+        raise ConfigError(f"{source}: validation.timeout: must be more than 0")
+    bad = [w for w in validation.when if w not in VALIDATION_TRIGGERS]
+    if bad:
+        raise ConfigError(f"{source}: validation.when: {bad[0]!r} is not one of "
+                          + ", ".join(VALIDATION_TRIGGERS))
+    if validation.quarantine_after < 0 or float(validation.window) <= 0:
+        raise ConfigError(f"{source}: validation: quarantine_after must be >= 0 and window "
+                          "more than 0")
 
 
 def load_config(path: str | Path | None) -> Config:
@@ -321,6 +364,7 @@ def parse_config(raw: bytes | str, source: str = "config") -> Config:
         raise ConfigError(f"{source}: allocations.checkpoint_signal: "
                           f"{config.allocations.checkpoint_signal!r} is not a signal name "
                           "like SIGUSR1")
+    _check_validation(config.validation, source)
     if not 1 <= config.projector.batch_size <= 10_000:
         raise ConfigError(f"{source}: projector.batch_size: must be between 1 and 10000")
     if config.view.snapshot_every_events < 1 or config.view.snapshots_kept < 1:

@@ -31,6 +31,7 @@ from herdbook.agent import procs
 from herdbook.agent.workload import Workload
 from herdbook.agent.workload_state import STATE_FILE, StateEntry, read_state, write_state
 from herdbook.events.alloc import (
+    VALIDATION_JOB,
     AllocCompleted,
     AllocEvent,
     AllocFailed,
@@ -45,6 +46,7 @@ from herdbook.projector.alloc_view import AllocView
 log = logging.getLogger(__name__)
 
 ALLOCS_DIR = "allocs"
+OUTPUT_TAIL = 2048
 VANISHED_AWAY = "workload vanished while the agent was away"
 VANISHED = "workload exited without leaving an exit status"
 UNKNOWN = "the agent has no record of this workload"
@@ -250,10 +252,14 @@ class Executor:
         if code is None:
             return AllocLost(node_id=node_id, alloc_id=alloc_id, actor=actor, reason=vanished,
                              requeue_allowed=self.requeue_allowed)
+        # A node validation's output is its verdict's evidence: its tail goes with the end.
+        output = (_tail(Path(entry.log), OUTPUT_TAIL) if entry.job_id == VALIDATION_JOB
+                  else "")
         if code == 0:
-            return AllocCompleted(node_id=node_id, alloc_id=alloc_id, actor=actor, exit_code=0)
+            return AllocCompleted(node_id=node_id, alloc_id=alloc_id, actor=actor, exit_code=0,
+                                  output=output)
         return AllocFailed(node_id=node_id, alloc_id=alloc_id, actor=actor, exit_code=code,
-                           reason=procs.exit_reason(code))
+                           reason=procs.exit_reason(code), output=output)
 
     def _enqueue(self, event: AllocEvent, settles: str | None = None) -> None:
         self._outbox.put_nowait((event, settles))
@@ -287,3 +293,14 @@ class Executor:
     def _write_state(self) -> None:
         write_state(self.state_file, self.node_id, [
             *self._saved, *(w.entry for w in self._local.values()), *self._unreported.values()])
+
+
+def _tail(path: Path, size: int) -> str:
+    """The last ``size`` bytes of a workload's log, as text ("" when it cannot be read)."""
+    try:
+        with path.open("rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - size))
+            data = f.read(size)
+    except OSError:
+        return ""
+    return data.decode("utf-8", "replace")

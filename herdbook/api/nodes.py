@@ -51,6 +51,7 @@ from herdbook.reactors.membership import decide_approve, decide_delete, decide_r
 from herdbook.reactors.refused import AlreadyDone
 from herdbook.reactors.runner import Context, DecideRunner
 from herdbook.reactors.sweeper import Sweeper
+from herdbook.reactors.validation import decide_validate_request
 from herdbook.text import clip
 
 PAGE_BYTES = 700_000          # replies stay well under NATS's 1 MB max_payload
@@ -113,6 +114,7 @@ class NodeRoutes:
                 v, caller(r), r.user, r.reason)),
             "node.wipe": self._command(WipeNode, lambda v, r: intents.decide_wipe(
                 v, caller(r), r.reason, r.force, wipe_timeout)),
+            "node.validate": self.node_validate,
         }
 
     # queries ------------------------------------------------------------------------
@@ -273,6 +275,29 @@ class NodeRoutes:
                                      node=None if view is None else self.detail(view))
             return self._result(req.id, appended.events[0], appended.seq)
         return handler
+
+    async def node_validate(self, data: bytes) -> CommandResult:
+        """Run the configured validation check on a READY node that runs nothing
+        (``reactors/validation.py``): it is VALIDATING until the check ends."""
+        req = decode(data, NodeCommand)
+
+        def decision(context: Context) -> Any:
+            view = self.projector.nodes.get(req.id)
+            if view is None:
+                raise ApiError("not_found", f"node {req.id} not found")
+            check = self.config.validation
+            return decide_validate_request(view, check if check.enabled else None,
+                                           self._alloc_counts().get(view.id, 0), caller(req),
+                                           req.reason, context)
+
+        try:
+            appended = await self.runner.run("node", req.id, decision)
+        except AlreadyDone as done:
+            view = self.projector.nodes.get(req.id)
+            return CommandResult(event="", event_id="", unchanged=str(done),
+                                 seq=0 if view is None else view.version,
+                                 node=None if view is None else self.detail(view))
+        return self._result(req.id, appended.events[0], appended.seq)
 
     async def node_add(self, data: bytes) -> CommandResult:
         """Declare a node that has never reported (UNKNOWN), Lattice's inventory."""

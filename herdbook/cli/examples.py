@@ -28,6 +28,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "node disable": ("herd node disable gpu-017 -m 'RMA'",),
     "node enable": ("herd node enable gpu-017",),
     "node reboot": ("herd node reboot gpu-017",),
+    "node validate": ("herd node validate gpu-017", "herd node validate -l rack=r3 -m 'PDU swap'"),
     "node claim": ("herd node claim secure-3 --user ana",),
     "node release": ("herd node release secure-3 -m 'job done'",),
     "node fingerprint": ("herd node fingerprint secure-3",),

@@ -123,7 +123,7 @@ def add(ctx: typer.Context, node_id: NodeId, message: Reason = "",
              labels=parse_labels(labels))
 
 
-for name in ("cordon", "uncordon", "drain", "undrain", "disable", "enable"):
+for name in ("cordon", "uncordon", "drain", "undrain", "disable", "enable", "validate"):
     node_app.command(name)(getattr(node_actions, name))
 
 

@@ -112,3 +112,14 @@ def enable(ctx: typer.Context, node_ids: NodeIds = None, message: Reason = "",
     from herdbook.api.messages import EnableNode
     act(ctx, "node.enable", selection(node_ids, selector, filter_state, filter_approval),
         message, kind=EnableNode, force=force)
+
+
+def validate(ctx: typer.Context, node_ids: NodeIds = None, message: Reason = "",
+             selector: Selector = None, filter_state: StateFilter = None,
+             filter_approval: ApprovalFilter = None) -> None:
+    """Run the configured validation check (config validation:) on READY nodes that run
+    nothing: VALIDATING until it passes (back in service) or fails (UNHEALTHY).
+
+    Example: herd node validate -l rack=r3 -m 'after the PDU swap'"""
+    act(ctx, "node.validate", selection(node_ids, selector, filter_state, filter_approval),
+        message)

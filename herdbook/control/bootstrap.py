@@ -84,6 +84,7 @@ from herdbook.reactors.sensitive import SensitiveReactor
 from herdbook.reactors.sweeper import Sweeper
 from herdbook.reactors.telemetry_intake import TelemetryIntake
 from herdbook.reactors.tracking import node_events
+from herdbook.reactors.validation import ValidationReactor
 from herdbook.web.auth import check_bind
 from herdbook.web.server import WebServer
 
@@ -277,7 +278,10 @@ def bootstrap(config: Config, *, clock: Clock, demo: int = 0,
                                                 runner=runner)),
         PerTerm("sensitive reactor",
                 lambda: SensitiveReactor(store, projector, cfg, fingerprints, clock=clock,
-                                         gate=breaker.gate, runner=runner))]
+                                         gate=breaker.gate, runner=runner)),
+        PerTerm("validation reactor",
+                lambda: ValidationReactor(store, projector, cfg, clock=clock,
+                                          gate=breaker.gate, runner=runner))]
     if cfg.view.snapshots:
         parts.append(PerTerm("view snapshots", lambda: SnapshotWriter(
             nc, data_dir / "view.db", lambda: projector.committed_seq, cfg.view, clock=clock,

@@ -32,6 +32,10 @@ class AllocStatus(StrEnum):
     LOST = "lost"              # its node went DOWN, or the workload vanished
 
 
+VALIDATION_JOB = "node-validation"
+"""The job id of a node validation's allocation: no job of that id is registered; the
+validation reactor places it (``reactors/validation.py``)."""
+
 TERMINAL = frozenset({AllocStatus.COMPLETE, AllocStatus.FAILED, AllocStatus.STOPPED,
                       AllocStatus.LOST})
 LIVE = frozenset({AllocStatus.PENDING, AllocStatus.RUNNING, AllocStatus.STOPPING})

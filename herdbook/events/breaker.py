@@ -26,6 +26,7 @@ class HeldAction(StrEnum):
     UNHEALTHY = "unhealthy"
     REPLACE = "replace"
     DRAIN = "drain"
+    QUARANTINE = "quarantine"   # a node that failed validation again (reactors/validation.py)
 
 
 def pool_scope(pool: str) -> str:

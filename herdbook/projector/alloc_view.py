@@ -51,6 +51,8 @@ class AllocView(msgspec.Struct, frozen=True, kw_only=True):
     started_at: datetime | None = None
     finished_at: datetime | None = None
     modified_at: datetime | None = None
+    output: str = ""
+    """A node validation's output tail (``alloc.completed``/``alloc.failed``)."""
     version: int = 0
 
     @property
@@ -89,10 +91,11 @@ def apply_alloc(view: AllocView | None, event: AllocEvent, seq: int) -> AllocVie
             status = AllocStatus.STOPPING if view.status is AllocStatus.RUNNING else view.status
             return replace(view, desired="stop", migrate=view.migrate or migrate, status=status,
                            status_reason=reason)
-        case AllocCompleted(exit_code=code):
-            return _finish(view, AllocStatus.COMPLETE, code, "exit 0", event.at)
-        case AllocFailed(exit_code=code, reason=reason):
-            return _finish(view, AllocStatus.FAILED, code, reason or f"exit {code}", event.at)
+        case AllocCompleted(exit_code=code, output=output):
+            return _finish(view, AllocStatus.COMPLETE, code, "exit 0", event.at, output)
+        case AllocFailed(exit_code=code, reason=reason, output=output):
+            return _finish(view, AllocStatus.FAILED, code, reason or f"exit {code}", event.at,
+                           output)
         case AllocStopped(exit_code=code):
             return _finish(view, AllocStatus.STOPPED, code, view.status_reason or "stopped",
                            event.at)
@@ -103,8 +106,8 @@ def apply_alloc(view: AllocView | None, event: AllocEvent, seq: int) -> AllocVie
 
 
 def _finish(view: AllocView, status: AllocStatus, code: int | None, reason: str,
-            at: datetime) -> AllocView:
+            at: datetime, output: str = "") -> AllocView:
     if view.terminal:
         return view   # the first terminal fact wins; a late duplicate changes nothing
     return replace(view, status=status, exit_code=code, status_reason=reason, finished_at=at,
-                   pid=None)
+                   pid=None, output=output)

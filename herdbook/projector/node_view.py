@@ -90,6 +90,9 @@ class NodeView(msgspec.Struct, frozen=True, kw_only=True):
     health_level: str = ""
     """The level of the verdict that set ``health`` (``node.health_changed``'s ``level``:
     healthy ... fatal); empty where the event did not record one."""
+    health_action: str = ""
+    """What to do about that verdict (``node.health_changed``'s ``recommended_action``);
+    empty where the event did not record one, or once an operator cleared it."""
     notification_error: str = ""
     health_at: datetime | None = None
     drain_urgent: bool = False
@@ -127,6 +130,7 @@ class NodeView(msgspec.Struct, frozen=True, kw_only=True):
     validation_trigger: str = ""
     validation_check: str = ""
     validation_alloc: str = ""
+    validation_command: tuple[str, ...] = ()
     validation_started_at: datetime | None = None
     validation_timeout_s: float = 0.0
     validation_at: datetime | None = None
@@ -261,7 +265,9 @@ def apply(view: NodeView | None, event: AnyNodeEvent, seq: int) -> NodeView | No
         case NodeValidationStarted():
             return replace(view, validation="running", validation_due="",
                            validation_trigger=event.trigger, validation_check=event.check,
-                           validation_alloc=event.alloc_id, validation_started_at=event.at,
+                           validation_alloc=event.alloc_id,
+                           validation_command=tuple(event.command),
+                           validation_started_at=event.at,
                            validation_timeout_s=event.timeout_s, validation_at=None,
                            validation_reason=event.reason or f"{event.check} runs")
         case NodeValidated() | NodeValidationFailed() if (
@@ -318,7 +324,8 @@ def _health_changed(view: NodeView, event: NodeHealthChanged, seq: int) -> NodeV
         view = replace(view, validation_due="returned")
     return replace(view, version=seq, updated_at=event.at, last_event=event.event_name,
                    health=event.health, health_reason=event.reason, health_at=event.at,
-                   health_level=event.level or "", gpus=event.gpus)
+                   health_level=event.level or "", gpus=event.gpus,
+                   health_action=event.recommended_action or "")
 
 
 def _info_updated(view: NodeView, event: NodeInfoUpdated, seq: int) -> NodeView:
@@ -361,7 +368,7 @@ def _clear_unhealthy(view: NodeView) -> NodeView:
     DEGRADED verdict too (one a counter-like fault's hold keeps: ``fault_hold``): the
     next report decides again from UNKNOWN, and a hold never makes a node DEGRADED."""
     if view.health in (Health.UNHEALTHY, Health.DEGRADED):
-        return replace(view, health=Health.UNKNOWN, health_level="")
+        return replace(view, health=Health.UNKNOWN, health_level="", health_action="")
     return view
 
 

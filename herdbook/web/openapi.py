@@ -88,7 +88,7 @@ class Route(NamedTuple):
 
 Json = dict[str, Any]
 NODE_COMMANDS = ("approve", "reject", "delete", "cordon", "uncordon", "undrain", "disable",
-                 "reboot")
+                 "reboot", "validate")
 
 ROUTES: dict[str, Route] = {
     "node.list": Route(ListNodes, Page[NodeSummary]),       # NodeDetail items with wide

@@ -102,7 +102,8 @@ BAD_INPUT: list[tuple[str, int]] = [
     ("node history n1 --limit 0", 2),
     *[(f"node {verb} 'a b'", 2) for verb in (
         "approve", "reject", "delete", "add", "cordon", "uncordon", "undrain", "disable",
-        "enable", "reboot", "status", "release", "fingerprint")],
+        "enable", "reboot", "status", "release", "fingerprint", "validate")],
+    ("node validate", 2),
     ("node approve", 2),
     ("node add n1 --class gold", 2),
     ("node add n1 --labels =x", 2),
