@@ -110,6 +110,10 @@ def _summary_fields(view: NodeView, index: int, sample: Sample | None,
         "fb_used_mib": None if reading is None else reading.fb_used_mib,
         "fb_total_mib": None if reading is None else reading.fb_total_mib,
         "sampled_at": None if sample is None else _when(sample.telemetry.sampled_at),
+        "recommended_action": None if verdict is None else verdict.recommended_action or None,
+        **{name: None if reading is None else getattr(reading, name) for name in (
+            "power_limit_w", "ecc_sbe_volatile", "ecc_dbe_volatile",
+            "remapped_rows_uncorrectable")},
     }
 
 
@@ -121,7 +125,8 @@ def node_gpus(view: NodeView, sample: Sample | None) -> list[GpuSummary]:
 def verdict_reply(verdict: GpuVerdict) -> GpuVerdictReply:
     return GpuVerdictReply(level=verdict.level, rule=verdict.rule,
                            reason=shown(verdict.reason) or "", kind=verdict.kind,
-                           xid=verdict.xid or None, since=_when(verdict.since))
+                           xid=verdict.xid or None, since=_when(verdict.since),
+                           recommended_action=verdict.recommended_action or None)
 
 
 def fault_counts(faults: list[GpuFault], now: float) -> dict[str, dict[str, int]]:

@@ -298,6 +298,10 @@ class NodeDetail(NodeSummary, frozen=True, kw_only=True):
     wipe_attempt: int
     wipe_steps: dict[str, str]
     version: int
+    recommended_action: str | None = None
+    """What to do about the node's health verdict (``health_actions``): none,
+    restart_workload, reset_gpu, reboot_node or inspect_hardware; None before a verdict
+    recorded one."""
 
 
 class GpuSummary(_Reply, frozen=True, kw_only=True):
@@ -327,6 +331,13 @@ class GpuSummary(_Reply, frozen=True, kw_only=True):
     fb_total_mib: float | None
     sampled_at: str | None
     """When the agent sampled the readings (its clock)."""
+    recommended_action: str | None = None
+    """What to do about the GPU's verdict (``health_actions``); None for a healthy GPU."""
+    power_limit_w: float | None = None
+    ecc_sbe_volatile: int | None = None
+    ecc_dbe_volatile: int | None = None
+    remapped_rows_uncorrectable: int | None = None
+    """The error counters a fleet GPU table sorts by (the console's GPU view)."""
 
 
 class GpuFault(_Reply, frozen=True, kw_only=True):
@@ -351,6 +362,8 @@ class GpuVerdictReply(_Reply, frozen=True, kw_only=True):
     kind: str
     xid: int | None
     since: str | None
+    recommended_action: str | None = None
+    """What to do about it (``health_actions``)."""
 
 
 class GpuDetail(GpuSummary, frozen=True, kw_only=True):

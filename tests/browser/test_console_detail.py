@@ -1,0 +1,145 @@
+"""The console's detail pages in headless Chromium against a real `herd up` and a real
+agent with fake GPUs sampling every second (issue 28 items 3-5, their half of item 6):
+a GPU card's numbers move when `herd agent inject thermal 95` runs, the fleet chart
+shows the detection it caused, a job that fits nowhere says why per resource, and a
+finished batch job reads complete. Run alone: ``python -m pytest tests/browser -m
+browser``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.browser.conftest import CONFIG, Console, screenshots
+from tests.conftest import free_port, herd, wait_until
+from tests.e2e.conftest import Fleet
+
+pytestmark = [pytest.mark.browser, pytest.mark.e2e]
+
+NODE = "gpu-hot"
+TOO_BIG = """\
+id: too-big
+count: 1
+command: ["sleep", "300"]
+resources: {cpu: 0.01, memory_mb: 1, gpus: 64}
+"""
+QUICK = """\
+id: quick
+count: 1
+command: ["true"]
+resources: {cpu: 0.01, memory_mb: 1, gpus: 0}
+requeue: {policy: never}
+"""
+
+
+@pytest.fixture(scope="module")
+def detail(browser: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
+    tmp = tmp_path_factory.mktemp("detail")
+    fleet = Fleet(tmp)
+    http_port = free_port()
+    try:
+        fleet.up(CONFIG, "--http-port", str(http_port))
+        fleet.agent(NODE, "--fake-gpus", "4", "--telemetry-interval", "1s")
+        wait_until(lambda: fleet.state(NODE) == "READY", timeout=60, what=f"{NODE} READY")
+        for name, text in (("too-big", TOO_BIG), ("quick", QUICK)):
+            (tmp / f"{name}.yaml").write_text(text)
+            herd("job", "run", str(tmp / f"{name}.yaml"), server=fleet.url, check=True)
+        yield Console(fleet, http_port, browser, screenshots(tmp))
+    finally:
+        fleet.stop()
+
+
+def card(console: Console, gpu: int) -> dict[str, Any] | None:
+    found: dict[str, Any] | None = console.js(
+        "const c = document.querySelector(`.gpu-card[data-gpu='${arguments[0]}']`);"
+        "return c && {temp: c.dataset.temp, level: c.dataset.level, health: c.dataset.health,"
+        " text: c.textContent,"
+        " shown: c.querySelector('[data-reading=temperature_c]').textContent};", gpu)
+    return found
+
+
+def test_a_blocked_job_says_why_and_a_finished_one_is_complete(detail: Console) -> None:
+    # first: the thermal tests below take the node out, and then its state is the reason
+    detail.open("jobs")
+    detail.wait_js("return document.querySelector(\"tr[data-job='too-big']\")?.dataset.phase"
+                   " === 'blocked'", what="too-big blocked in the table")
+    detail.wait_js("return document.querySelector(\"tr[data-job='quick']\")?.dataset.phase"
+                   " === 'complete'", timeout=30, what="quick complete, not running")
+    detail.driver.find_element("css selector", "tr[data-job='too-big'] a").click()
+    why = detail.wait_js("return document.querySelector('#why')?.textContent", what="the reason")
+    assert "resources exhausted (gpus): 1 node(s)" in why, why
+    assert "needs 64 GPU(s)" in why and "blocked evaluation" in why, why
+    assert detail.js("return document.querySelector(\"#job-evals tr[data-status='blocked']\")")
+    detail.screenshot("console-job.png")
+    detail.open("job/quick")
+    detail.wait_js("return document.querySelector('#job-phase')?.dataset.phase === 'complete'",
+                   what="quick's page")
+    row = detail.js("return document.querySelector(\"#job-allocs tr[data-status='complete']\")"
+                    ".textContent")
+    assert NODE in row, row
+    assert detail.js("return document.querySelector('#why').textContent") == ""
+    assert detail.browser_errors() == []
+
+
+def test_a_gpu_card_moves_when_the_agent_injects_thermal_95(detail: Console) -> None:
+    detail.open(f"node/{NODE}")
+    detail.wait_js("return document.querySelectorAll('.gpu-card').length === 4",
+                   what="four GPU cards")
+    before = wait_until(lambda: card(detail, 1) if (card(detail, 1) or {}).get("temp") else None,
+                        timeout=20, what="GPU 1's temperature")
+    assert float(before["temp"]) < 85, before
+    assert before["level"] == "healthy" and before["shown"].endswith("°C")
+    for word in ("power", "utilisation", "memory", "clocks", "throttle", "ECC", "remapped rows",
+                 "PCIe", "NVLink", "recent faults"):
+        assert word in before["text"], (word, before["text"])
+    detail.js("window.stillTheSamePage = true")
+    result = herd("agent", "inject", "--node", NODE, "thermal", "95", "--gpu", "1",
+                  server=detail.fleet.url)
+    assert result.returncode == 0, result.stderr
+    after = wait_until(lambda: (c := card(detail, 1)) and c["temp"] and float(c["temp"]) >= 95
+                       and c["level"] != "healthy" and c, timeout=30,
+                       what="GPU 1's card at 95 °C with its verdict")
+    assert after["shown"] == "95 °C" and after["health"] == "UNHEALTHY", after
+    assert "thermal" in after["text"] and "sw_thermal" in after["text"], after["text"]
+    assert card(detail, 0)["level"] == "healthy"                 # the others stay healthy
+    # the temperature chart drew the jump from the ring, one line per GPU
+    temps = detail.wait_js("const c = window.herdCharts['gpu-temperature_c'];"
+                           "return c && c.series.length === 4 && c.series[1].values.includes(95)"
+                           " && c.series[1].values", what="95 °C on the chart")
+    assert min(v for v in temps if v is not None) < 85
+    assert detail.js("return window.stillTheSamePage") is True
+    detail.screenshot("console-gpu-cards.png")
+
+
+def test_the_fleet_chart_shows_the_detection(detail: Console) -> None:
+    herd("agent", "inject", "--node", NODE, "thermal", "95", "--gpu", "1",
+         server=detail.fleet.url, check=True)
+    detail.open("history?window=15m")
+    detail.wait_js("return document.querySelector(\"#marks tr[data-kind='detection']"
+                   f"[data-node='{NODE}']\")", timeout=30, what="the detection listed")
+    detections = detail.js("return window.herdCharts.detections.series[0].values")
+    assert sum(detections) >= 1, detections
+    assert detail.js("return document.querySelector('#chart-detections canvas') !== null")
+    states = detail.js("return window.herdCharts.states.series.map(s => s.label)")
+    assert "READY" in states or any(s in states for s in ("CORDONED", "UNHEALTHY")), states
+    detail.screenshot("console-history.png")
+    assert detail.browser_errors() == []
+
+
+def test_the_fleet_gpu_view_sorts_by_temperature(detail: Console) -> None:
+    herd("agent", "inject", "--node", NODE, "thermal", "95", "--gpu", "1",
+         server=detail.fleet.url, check=True)
+    detail.open("gpus?sort=temp")
+    first = detail.wait_js("const r = document.querySelector('#gpu-table tr[data-gpu]');"
+                           "return r && r.dataset.gpu === '1' && r", timeout=30,
+                           what="the hottest GPU first")
+    assert first is not None
+    detail.driver.find_element("css selector", "[data-sort=node]").click()
+    order = detail.js("return [...document.querySelectorAll('#gpu-table tr[data-gpu]')]"
+                      ".map(r => r.dataset.gpu)")
+    assert order == ["0", "1", "2", "3"], order
+    assert "sort=node" in detail.driver.current_url
+    assert Path(detail.shots).is_dir()
