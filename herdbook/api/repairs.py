@@ -1,0 +1,89 @@
+"""``fleet.repairs``: repair episodes, their percentiles and the fleet's availability,
+from the live repair fold (``history/repairs_live.py``): no read of the log per request."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import msgspec
+
+from herdbook.api.history_routes import fitting
+from herdbook.api.lookup import ApiError
+from herdbook.api.repair_messages import ListRepairs, RepairsReply
+from herdbook.clock import Clock
+from herdbook.history.repairs import Episode, availability, episodes, summary
+from herdbook.history.repairs_live import LiveRepairs
+from herdbook.history.times import iso
+
+DEFAULT_WINDOW = timedelta(days=7)
+STATUS_METRICS = ("time_to_quarantine", "time_to_drain", "time_in_repair", "mttr")
+
+
+def episode_json(episode: Episode) -> dict[str, Any]:
+    out: dict[str, Any] = msgspec.to_builtins(episode)
+    out["durations"] = episode.durations()
+    return out
+
+
+def _utc(value: datetime) -> datetime:
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
+
+
+class RepairRoutes:
+    def __init__(self, live: LiveRepairs, clock: Clock) -> None:
+        self.live = live
+        self.clock = clock
+
+    def routes(self) -> dict[str, Callable[[bytes], Awaitable[Any]]]:
+        return {"fleet.repairs": self.repairs}
+
+    def _ready(self) -> None:
+        if not self.live.ready:
+            raise ApiError("unavailable", self.live.failed or "repairs: still reading the "
+                           "event log since this control plane started; try again")
+
+    async def repairs(self, data: bytes) -> RepairsReply:
+        req = msgspec.json.decode(data or b"{}", type=ListRepairs)
+        self._ready()
+        now = self.clock.now()
+        since = _utc(req.since) if req.since is not None else now - DEFAULT_WINDOW
+        if since > now:
+            raise ApiError("bad_request", f"since {iso(since)} is in the future")
+        state = self.live.state
+        found = episodes(state, since, pool=req.pool, kind=req.kind, node_id=req.node_id)
+        items = [episode_json(e) for e in found]
+        kept = fitting(items[::-1], max(1, req.limit))[::-1]
+        return RepairsReply(since=iso(since), until=iso(now), items=kept,
+                            omitted=len(items) - len(kept), summary=summary(found),
+                            availability=availability(state, since, now),
+                            as_of_seq=state.seq)
+
+    def status(self) -> dict[str, Any]:
+        """``herd status``'s repairs: the last 7 days' percentiles (p50, p90) for the
+        fleet, MTTR per pool and fault kind, and the availability."""
+        if not self.live.ready:
+            return {"reading_log": True, **({"error": self.live.failed}
+                                            if self.live.failed else {})}
+        now = self.clock.now()
+        since = now - DEFAULT_WINDOW
+        state = self.live.state
+        found = episodes(state, since)
+        got = summary(found)
+        avail = availability(state, since, now)
+
+        def p(row: dict[str, Any]) -> dict[str, Any]:
+            return {"p50_s": row["p50"], "p90_s": row["p90"], "count": row["count"]}
+
+        return {
+            "window": "7d", "open": got["open"], "back_in_service": got["episodes"],
+            "availability": avail["availability"],
+            "gpu_hours_in_service": avail["gpu_hours_in_service"],
+            "gpu_hours_owned": avail["gpu_hours_owned"],
+            **{name: p(got["fleet"][name]) for name in STATUS_METRICS},
+            "mttr_by_pool": {pool: p(row["mttr"]) for pool, row in got["pools"].items()},
+            "mttr_by_kind": {kind: p(row["mttr"]) for kind, row in got["kinds"].items()},
+            "availability_by_pool": {pool: row["availability"]
+                                     for pool, row in avail["pools"].items()},
+        }
