@@ -20,7 +20,7 @@ NODES = ("web-a", "web-b", "web-kill", "web-xid")
 
 def cell_state(console: Console, node_id: str) -> str | None:
     state: str | None = console.js(
-        "const c = document.querySelector(`.cell[data-id='${arguments[0]}']`);"
+        "const c = document.querySelector(`#fbody tr[data-id='${arguments[0]}']`);"
         "return c && c.dataset.state;", node_id)
     return state
 
@@ -29,22 +29,24 @@ def test_the_grid_shows_every_node_with_counts_filters_and_search(console: Conso
     console.open()
     console.wait_fleet()
     poll(lambda: all(cell_state(console, n) == "READY" for n in NODES), what="four READY cells")
-    ids = console.js("return [...document.querySelectorAll('.cell')].map(c => c.dataset.id)")
+    ids = console.js("return [...document.querySelectorAll('#fbody tr[data-id]')]"
+                     ".map(c => c.dataset.id)")
     assert sorted(ids) == sorted([*NODES, "cp-1"])     # the control plane's requester node too
-    ready = console.js("return document.querySelectorAll(\".cell[data-state='READY']\").length")
+    ready = console.js("return document.querySelectorAll(\"#fbody tr[data-state='READY']\")"
+                       ".length")
     assert console.js("return document.querySelector(\".count[data-state='READY']\")"
                       ".dataset.count") == str(ready)
     # search by id prefix, then a state filter
     search = console.driver.find_element("id", "search")
     search.send_keys("web-k")
-    shown = console.js("return [...document.querySelectorAll('.cell:not(.off)')]"
+    shown = console.js("return [...document.querySelectorAll('#fbody tr[data-id]')]"
                        ".map(c => c.dataset.id)")
     assert shown == ["web-kill"]
     search.clear()
     search.send_keys("web-")
     console.js("const s = document.querySelector('#f-state'); s.value = 'READY';"
                "s.dispatchEvent(new Event('input'))")
-    assert console.js("return document.querySelectorAll('.cell:not(.off)').length") == len(NODES)
+    assert console.js("return document.querySelectorAll('#fbody tr[data-id]').length") == len(NODES)
     search.clear()
     console.js("const s = document.querySelector('#f-state'); s.value = '';"
                "s.dispatchEvent(new Event('input'))")

@@ -60,7 +60,8 @@ def test_a_read_only_token_reads_but_its_cordon_is_refused_clearly(
     console.driver.find_element("id", "token").send_keys(token)
     console.driver.find_element("css selector", "#token-form button").click()
     console.wait_fleet()
-    assert console.js("return document.querySelector(\".cell[data-id='cp-1']\") !== null")
+    assert console.wait_js("return document.querySelector(\"#fbody tr[data-id='cp-1']\") !== null",
+                           what="cp-1 in the fleet table")
 
     console.open("node/cp-1")
     console.wait_js("return document.querySelector('#node-state')?.dataset.state", what="cp-1")

@@ -11,7 +11,8 @@ from aiohttp import web
 from herdbook.events.codec import EVENT_TYPES
 
 ROOT = Path(__file__).parent
-FILES = {"index.html": "text/html", "app.js": "text/javascript", "style.css": "text/css"}
+FILES = {"index.html": "text/html", "app.js": "text/javascript", "style.css": "text/css",
+         "fleet.js": "text/javascript"}
 
 
 def _serve(name: str) -> web.Response:

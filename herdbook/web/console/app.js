@@ -2,15 +2,19 @@
 // No build step and no library: plain DOM. Untrusted text (ids, labels, reasons) goes
 // through esc() or textContent, never into innerHTML raw.
 
-const $ = (sel, root = document) => root.querySelector(sel);
-const main = () => $("#main");
+import { fleetPage } from "./fleet.js";
+
+export const $ = (sel, root = document) => root.querySelector(sel);
+export const main = () => $("#main");
 const TOKEN_KEY = "herd.token";
-const ACTIONS = ["approve", "cordon", "drain", "uncordon"];
+// Every node command of the CLI that takes only a reason (delete, wipe, claim: the CLI).
+export const ACTIONS = ["approve", "reject", "cordon", "uncordon", "drain", "undrain", "disable",
+                        "enable", "reboot"];
 const HEALTH_COLOR = { HEALTHY: "var(--HEALTHY)", DEGRADED: "var(--DEGRADED)",
                        UNHEALTHY: "var(--UNHEALTHY)", UNKNOWN: "var(--UNKNOWN)" };
 
 // What tests and benchmarks read: when the fleet grid was drawn, each live patch.
-const probe = window.herdConsole = { fleetRenderedAt: null, fleetPaintedAt: null, fleetRows: 0, fleetVersion: null,
+export const probe = window.herdConsole = { fleetRenderedAt: null, fleetPaintedAt: null, fleetRows: 0, fleetVersion: null,
                                      updates: [], sseOpen: false, route: null };
 
 export function esc(value) {
@@ -19,7 +23,7 @@ export function esc(value) {
 }
 
 // -- the API ---------------------------------------------------------------------------
-class ApiError extends Error {
+export class ApiError extends Error {
   constructor(status, code, message) {
     super(message);
     this.status = status;
@@ -29,7 +33,7 @@ class ApiError extends Error {
 
 function token() { return localStorage.getItem(TOKEN_KEY) || ""; }
 
-async function api(path, { method = "GET", body } = {}) {
+export async function api(path, { method = "GET", body } = {}) {
   const headers = { Accept: "application/json" };
   if (token()) headers.Authorization = `Bearer ${token()}`;
   if (body !== undefined) headers["Content-Type"] = "application/json";
@@ -46,9 +50,9 @@ async function api(path, { method = "GET", body } = {}) {
   return data;
 }
 
-function items(reply) { return Array.isArray(reply) ? reply : (reply?.items ?? []); }
+export function items(reply) { return Array.isArray(reply) ? reply : (reply?.items ?? []); }
 
-function showError(err) {
+export function showError(err) {
   const box = $("#error");
   if (!err) { box.hidden = true; box.textContent = ""; return; }
   const hint = err.status === 401 ? " (set a token from `herd creds operator <name> --http`)" : "";
@@ -87,9 +91,9 @@ async function listenAll() {
   for (const type of eventTypes) source.addEventListener(type, deliver);
 }
 
-function onLive(listener) { listeners.add(listener); return () => listeners.delete(listener); }
+export function onLive(listener) { listeners.add(listener); return () => listeners.delete(listener); }
 
-function subjectNode(subject) {
+export function subjectNode(subject) {
   const parts = subject.split(".");
   return parts[1] === "node" ? parts[2] : parts[1] === "alloc" ? parts[2] : null;
 }
@@ -101,7 +105,10 @@ async function route() {
   leave();
   leave = () => {};
   showError(null);
-  const hash = location.hash.replace(/^#\/?/, "");
+  const full = location.hash.replace(/^#\/?/, "");
+  const cut = full.indexOf("?");    // #/?state=READY: a page's view in its query (fleet.js)
+  const hash = cut < 0 ? full : full.slice(0, cut);
+  const params = new URLSearchParams(cut < 0 ? "" : full.slice(cut + 1));
   const [page, ...rest] = hash.split("/");
   probe.route = page || "fleet";
   for (const a of document.querySelectorAll("header nav a")) {
@@ -111,7 +118,8 @@ async function route() {
                   evals: evalsPage, status: statusPage };
   const render = pages[page] ?? notFound;
   try {
-    await render(decodeURIComponent(rest.join("/")));
+    const cleanup = await render(decodeURIComponent(rest.join("/")), params);
+    if (typeof cleanup === "function") leave = cleanup;
   } catch (err) {
     showError(err);
   }
@@ -119,269 +127,16 @@ async function route() {
 
 function notFound() { main().innerHTML = `<h1>No such page</h1><p><a href="#/">the fleet</a></p>`; }
 
-// -- the fleet ----------------------------------------------------------------------------
-const fleet = { columns: {}, rows: new Map(), cells: new Map(), version: 0 };
-const STATES = ["READY", "CORDONED", "DRAINING", "DRAINED", "DISABLED", "BOOTING", "DEGRADED",
-                "UNHEALTHY", "DOWN", "FAILED", "QUARANTINED", "UNKNOWN", "TERMINATED"];
+// -- shared by the pages -------------------------------------------------------------------
+export const STATES = ["READY", "CORDONED", "DRAINING", "DRAINED", "DISABLED", "BOOTING", "DEGRADED",
+                       "UNHEALTHY", "DOWN", "FAILED", "QUARANTINED", "UNKNOWN", "TERMINATED"];
 
-function col(row, name) { return row[fleet.columns[name]]; }
-
-function labelsText(labels) {
+export function labelsText(labels) {
   return Object.entries(labels || {}).map(([k, v]) => `${k}=${v}`).join(" ");
 }
 
-function cellTitle(row) {
-  return `${col(row, "id")} ${col(row, "state")} ${col(row, "health")}` +
-         (col(row, "pool") ? ` pool=${col(row, "pool")}` : "");
-}
-
-async function fleetPage() {
-  main().innerHTML = `<h1>Fleet</h1><div class="counts" id="counts"></div>
-    <div class="counts" id="health-counts"></div>
-    <div class="filters">
-      <input id="search" placeholder="id prefix" size="14">
-      <select id="f-state"><option value="">any state</option></select>
-      <input id="f-label" placeholder="label k=v" size="14">
-      <select id="f-pool"><option value="">any pool</option></select>
-      <select id="f-class"><option value="">any class</option></select>
-      <span id="shown" class="muted"></span>
-    </div>
-    <div class="grid" id="grid"></div>`;
-  const reply = await api("/v1/fleet");
-  fleet.columns = Object.fromEntries(reply.columns.map((name, i) => [name, i]));
-  fleet.version = reply.version;
-  fleet.rows = new Map(reply.rows.map(row => [col(row, "id"), row]));
-  drawGrid();
-  drawCounts();
-  fillFilters();
-  for (const id of ["search", "f-state", "f-label", "f-pool", "f-class"]) {
-    $(`#${id}`).addEventListener("input", applyFilters);
-  }
-  $("#grid").addEventListener("click", e => {
-    const id = e.target.dataset?.id;
-    if (id) location.hash = `#/node/${encodeURIComponent(id)}`;
-  });
-  $("#counts").addEventListener("click", e => {
-    const state = e.target.closest(".count")?.dataset.state;
-    if (state !== undefined) { $("#f-state").value = state; applyFilters(); }
-  });
-  probe.fleetVersion = fleet.version;
-  probe.fleetRows = fleet.rows.size;
-  probe.fleetRenderedAt = performance.now();
-  requestAnimationFrame(() => setTimeout(() => { probe.fleetPaintedAt = performance.now(); }, 0));
-  leave = onLive(fleetEvent);
-}
-
-function drawGrid() {
-  const html = [];
-  for (const row of fleet.rows.values()) {
-    const id = esc(col(row, "id"));
-    html.push(`<div class="cell" data-id="${id}" data-state="${esc(col(row, "state"))}" ` +
-              `data-health="${esc(col(row, "health"))}" title="${esc(cellTitle(row))}"></div>`);
-  }
-  const grid = $("#grid");
-  grid.innerHTML = html.join("");
-  fleet.cells = new Map();
-  for (const cell of grid.children) fleet.cells.set(cell.dataset.id, cell);
-}
-
-function countBy(name) {
-  const counts = new Map();
-  for (const row of fleet.rows.values()) counts.set(col(row, name), (counts.get(col(row, name)) || 0) + 1);
-  return counts;
-}
-
-function drawCounts() {
-  const box = $("#counts");
-  if (!box) return;
-  const states = countBy("state");
-  const ordered = [...STATES.filter(s => states.has(s)), ...[...states.keys()].filter(s => !STATES.includes(s))];
-  box.innerHTML = `<span class="count" data-state=""><b>${fleet.rows.size}</b>nodes</span>` +
-    ordered.map(s => `<span class="count" data-state="${esc(s)}" data-count="${states.get(s)}">` +
-                     `<i style="background: var(--${esc(s)}, var(--UNKNOWN))"></i><b>${states.get(s)}</b>${esc(s)}</span>`).join("");
-  const health = countBy("health");
-  $("#health-counts").innerHTML = [...health.entries()].map(([h, n]) =>
-    `<span class="count health" data-health="${esc(h)}"><i style="background: ${HEALTH_COLOR[h] || "var(--UNKNOWN)"}">` +
-    `</i><b>${n}</b>${esc(h)}</span>`).join("");
-}
-
-function fillFilters() {
-  const options = (select, values) => {
-    const keep = select.value;
-    select.length = 1;
-    for (const v of [...values].filter(v => v).sort()) select.add(new Option(v, v));
-    select.value = keep;
-  };
-  options($("#f-state"), countBy("state").keys());
-  options($("#f-pool"), countBy("pool").keys());
-  options($("#f-class"), countBy("class").keys());
-}
-
-function matches(row, f) {
-  if (f.prefix && !col(row, "id").startsWith(f.prefix)) return false;
-  if (f.state && col(row, "state") !== f.state) return false;
-  if (f.pool && col(row, "pool") !== f.pool) return false;
-  if (f.cls && col(row, "class") !== f.cls) return false;
-  if (f.label) {
-    const labels = col(row, "labels") || {};
-    const [k, v] = f.label.split("=", 2);
-    if (v === undefined ? !(k in labels) : labels[k] !== v) return false;
-  }
-  return true;
-}
-
-function filters() {
-  return { prefix: $("#search")?.value.trim() ?? "", state: $("#f-state")?.value ?? "",
-           label: $("#f-label")?.value.trim() ?? "", pool: $("#f-pool")?.value ?? "",
-           cls: $("#f-class")?.value ?? "" };
-}
-
-function applyFilters() {
-  const f = filters();
-  let shown = 0;
-  for (const [id, row] of fleet.rows) {
-    const on = matches(row, f);
-    shown += on;
-    fleet.cells.get(id)?.classList.toggle("off", !on);
-  }
-  $("#shown").textContent = `${shown} of ${fleet.rows.size} shown`;
-}
-
-// A node event: fetch that node once the view holds the event (its version is the stream
-// sequence of its last event), then patch its one cell. Bursts coalesce per node.
-const pending = new Map();
-let flushing = false;
-
-function fleetEvent(message) {
-  const id = message.subject.startsWith("herd.node.") ? subjectNode(message.subject) : null;
-  if (!id) return;
-  pending.set(id, { seq: message.seq, at: message.event?.at, tries: 0, got: performance.now() });
-  if (!flushing) { flushing = true; setTimeout(flush, 0); }
-}
-
-const BULK = 64;   // more nodes than this waiting: one /v1/fleet instead of a request each
-
-async function flush() {
-  try {
-    while (pending.size) {
-      if (pending.size > BULK) {
-        const batch = new Map(pending);
-        pending.clear();
-        await patchFleet(batch);
-        continue;
-      }
-      const batch = [...pending.entries()].slice(0, 16);
-      for (const [id] of batch) pending.delete(id);
-      await Promise.all(batch.map(([id, want]) => patchNode(id, want)));
-    }
-  } finally {
-    flushing = false;
-  }
-}
-
-// A burst (a partition, a rebuild): the whole fleet once the view holds the newest event,
-// every changed cell patched.
-async function patchFleet(batch) {
-  const newest = Math.max(...[...batch.values()].map(w => w.seq));
-  let reply = await api("/v1/fleet");
-  for (let tries = 0; reply.version < newest && tries < 40; tries++) {
-    await new Promise(resolve => setTimeout(resolve, 25));
-    reply = await api("/v1/fleet");
-  }
-  const seen = new Set();
-  for (const row of reply.rows) {
-    const id = row[fleet.columns.id];
-    seen.add(id);
-    fleet.rows.set(id, row);
-    let cell = fleet.cells.get(id);
-    if (!cell && $("#grid")) {
-      cell = document.createElement("div");
-      cell.className = "cell";
-      cell.dataset.id = id;
-      $("#grid").append(cell);
-      fleet.cells.set(id, cell);
-    }
-    if (cell && (cell.dataset.state !== col(row, "state") || cell.dataset.health !== col(row, "health"))) {
-      cell.dataset.state = col(row, "state");
-      cell.dataset.health = col(row, "health");
-      cell.title = cellTitle(row);
-    }
-  }
-  for (const id of [...fleet.rows.keys()]) if (!seen.has(id)) removeNode(id);
-  fleet.version = reply.version;
-  applyFilters();
-  fillFilters();
-  scheduleCounts();
-  const now = performance.timeOrigin + performance.now();
-  for (const [id, want] of batch) {
-    probe.updates.push({ id, seq: want.seq, state: col(fleet.rows.get(id) ?? [], "state"),
-                         latency_ms: want.at ? now - Date.parse(want.at) : null,
-                         sse_ms: want.at ? performance.timeOrigin + want.got - Date.parse(want.at) : null,
-                         in_page_ms: performance.now() - want.got, bulk: true });
-  }
-}
-
-let countsScheduled = false;
-function scheduleCounts() {
-  if (countsScheduled) return;
-  countsScheduled = true;
-  requestAnimationFrame(() => { countsScheduled = false; drawCounts(); });
-}
-
-async function patchNode(id, want) {
-  let node;
-  try {
-    node = await api(`/v1/nodes/${encodeURIComponent(id)}`);
-  } catch (err) {
-    if (err.status === 404) { removeNode(id); return; }
-    showError(err);
-    return;
-  }
-  if (node.version < want.seq && want.tries < 60) {   // the projector has not folded it yet
-    want.tries += 1;
-    setTimeout(() => { if (!pending.has(id)) pending.set(id, want);
-                       if (!flushing) { flushing = true; flush(); } }, 25);
-    return;
-  }
-  const row = fleet.rows.get(id) ?? [];
-  const values = { id: node.id, state: node.state, health: node.health, pool: node.pool,
-                   class: node.class, labels: node.labels, schedulable: node.schedulable,
-                   gpus: node.gpus, last_heartbeat_age: node.heartbeat_age };
-  for (const [name, i] of Object.entries(fleet.columns)) if (name in values) row[i] = values[name];
-  const fresh = !fleet.rows.has(id);
-  fleet.rows.set(id, row);
-  let cell = fleet.cells.get(id);
-  if (!cell && $("#grid")) {
-    cell = document.createElement("div");
-    cell.className = "cell";
-    cell.dataset.id = id;
-    $("#grid").append(cell);
-    fleet.cells.set(id, cell);
-  }
-  if (cell) {
-    cell.dataset.state = node.state;
-    cell.dataset.health = node.health;
-    cell.title = cellTitle(row);
-    cell.classList.toggle("off", !matches(row, filters()));
-  }
-  scheduleCounts();
-  if (fresh) fillFilters();
-  const now = performance.timeOrigin + performance.now();
-  probe.updates.push({ id, seq: want.seq, state: node.state,
-                       latency_ms: want.at ? now - Date.parse(want.at) : null,
-                       sse_ms: want.at ? performance.timeOrigin + want.got - Date.parse(want.at) : null,
-                       in_page_ms: performance.now() - want.got });
-}
-
-function removeNode(id) {
-  fleet.rows.delete(id);
-  fleet.cells.get(id)?.remove();
-  fleet.cells.delete(id);
-  scheduleCounts();
-}
-
 // -- a node -------------------------------------------------------------------------------
-function badge(text, color) {
+export function badge(text, color) {
   return `<span class="badge" style="background: ${color || `var(--${esc(text)}, var(--UNKNOWN))`}">${esc(text)}</span>`;
 }
 
