@@ -24,8 +24,11 @@ class AdminRoutes:
     def __init__(self, nc: NATS, projector: ProjectorRunner, sweeper: Sweeper,
                  rebuild: Callable[[], Awaitable[dict[str, Any]]], instance: str,
                  is_leader: Callable[[], bool], clock: Clock,
-                 breaker: Breaker | None = None) -> None:
+                 breaker: Breaker | None = None,
+                 repairs: Callable[[], dict[str, Any]] | None = None) -> None:
         self.nc = nc
+        self.repairs = repairs
+        """The last 7 days' repair percentiles and availability (``api/repairs.py``)."""
         self.breaker = breaker
         self.projector = projector
         self.sweeper = sweeper
@@ -58,4 +61,5 @@ class AdminRoutes:
             "leader": self.is_leader(),
             "health_score": msgspec.to_builtins(fleet_score(self.projector.nodes.values())),
             "breaker_open": self.breaker is not None and bool(self.breaker.state.tripped),
+            **({"repairs": self.repairs()} if self.repairs is not None else {}),
         }

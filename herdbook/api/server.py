@@ -33,12 +33,14 @@ from herdbook.api.lookup import ApiError
 from herdbook.api.messages import ErrorCode, Failed, Ok
 from herdbook.api.nodes import NodeRoutes
 from herdbook.api.pools import PoolRoutes
+from herdbook.api.repairs import RepairRoutes
 from herdbook.clock import SYSTEM_CLOCK, Clock
 from herdbook.config import Config
 from herdbook.events.jobs import JobSpecError
 from herdbook.events.store import EventStore, StorageFullError
 from herdbook.events.subjects import API_PREFIX, InvalidIdError, validate_id
 from herdbook.fault_history import FaultHistory
+from herdbook.history.repairs_live import LiveRepairs
 from herdbook.projector.runner import ProjectorRunner
 from herdbook.reactors.breaker import Breaker
 from herdbook.reactors.refused import CommandRefused
@@ -65,9 +67,11 @@ class Api:
                  instance: str, config: Config | None = None,
                  metrics: Metrics | None = None, *, clock: Clock = SYSTEM_CLOCK,
                  breaker: Breaker | None = None, runner: DecideRunner | None = None,
-                 telemetry: Telemetry | None = None, faults: FaultHistory | None = None) -> None:
+                 telemetry: Telemetry | None = None, faults: FaultHistory | None = None,
+                 repairs: LiveRepairs | None = None) -> None:
         """``telemetry``: the latest GPU readings (``reactors/telemetry_intake``);
-        ``faults``: the classifier's fault history, for ``gpu.describe``."""
+        ``faults``: the classifier's fault history, for ``gpu.describe``; ``repairs``:
+        the live repair fold, for ``fleet.repairs`` and ``status``."""
         self.config = config or Config()
         self.is_leader: Callable[[], bool] = lambda: True
         """Whether this replica holds the leader lease (set by the control plane)."""
@@ -81,6 +85,7 @@ class Api:
         self.gpus = GpuRoutes(lambda: projector.nodes, telemetry or NoTelemetry(), faults, clock)
         nodes = NodeRoutes(nc, store, projector, sweeper, self.runner, self.config)
         nodes.gpu_rows = self.gpus.node_rows
+        repair_routes = RepairRoutes(repairs, clock) if repairs is not None else None
         self.routes: dict[str, Handler] = {
             **nodes.routes(),
             **self.gpus.routes(),
@@ -88,9 +93,11 @@ class Api:
             **AllocRoutes(projector, self.runner).routes(),
             **PoolRoutes(store, projector, self.runner, self.config).routes(),
             **AdminRoutes(nc, projector, sweeper, rebuild, instance,
-                          lambda: self.is_leader(), clock, breaker).routes(),
+                          lambda: self.is_leader(), clock, breaker,
+                          repairs=repair_routes.status if repair_routes else None).routes(),
             **HistoryRoutes(nc, lambda: projector.nodes, clock=clock).routes(),
             **(BreakerRoutes(breaker).routes() if breaker is not None else {}),
+            **(repair_routes.routes() if repair_routes is not None else {}),
         }
 
     async def start(self) -> None:

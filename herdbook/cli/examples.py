@@ -39,6 +39,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "pool list": ("herd pool list",),
     "pool status": ("herd pool status a100",),
     "pool scale": ("herd pool scale a100 12 -m 'training week'",),
+    "fleet repairs": ("herd fleet repairs", "herd fleet repairs --since 30d --pool a100 -o json",
+                      "herd fleet repairs --node gpu-017 --steps"),
     "instance list": ("herd instance list",),
     "instance describe": ("herd instance describe i-0abc",),
     "health check-policy": ("herd health check-policy policy.yaml",),

@@ -29,6 +29,7 @@ LAZY: dict[str, tuple[str, str, str]] = {
     "gpu": ("herdbook.cli.gpu", "gpu_app", FLEET),
     "pool": ("herdbook.cli.fleet", "pool_app", FLEET),
     "instance": ("herdbook.cli.fleet", "instance_app", FLEET),
+    "fleet": ("herdbook.cli.repairs", "fleet_app", FLEET),
     "health": ("herdbook.cli.health", "health_app", FLEET),
     "breaker": ("herdbook.cli.breaker", "breaker_app", FLEET),
     "admin": ("herdbook.cli.sensitive", "admin_app", FLEET),

@@ -51,6 +51,7 @@ from herdbook.control.nats_parts import EmbeddedServer, NatsConnection, ServerSu
 from herdbook.control.parts import Part, Parts, PerTerm, Service, Subscribed
 from herdbook.control.plane import ControlPlane
 from herdbook.control.providers import FakeProvider, LocalProvider, Provider
+from herdbook.control.repair_metrics import RepairCollector
 from herdbook.control.replica import ReplicaClaim
 from herdbook.control.requester import RequesterNode, default_requester_id, this_host
 from herdbook.control.settings import LivenessPublisher
@@ -65,6 +66,7 @@ from herdbook.events.store import EventStore
 from herdbook.events.streams import all_streams
 from herdbook.events.subjects import EVENTS_STREAM, validate_id
 from herdbook.health_policy import Policy, PolicyError
+from herdbook.history.repairs_live import LiveRepairs
 from herdbook.nats_connection import quiet_errors, server_list
 from herdbook.natsd.http_tokens import HttpTokens
 from herdbook.natsd.server import EmbeddedNats
@@ -221,6 +223,12 @@ def bootstrap(config: Config, *, clock: Clock, demo: int = 0,
         counting = metrics
         parts.append(Subscribed("metrics counting",
                                 lambda: projector.nodes.subscribe(counting.on_node_event)))
+    # Every episode of the log, seeded from it in the background (history/repairs_live.py).
+    repairs = LiveRepairs(nc.jetstream(), projector.nodes, projector.instances,
+                          lambda: projector.folded_seq)
+    parts.append(Service("repairs", repairs.start, repairs.stop))
+    if metrics is not None:
+        metrics.registry.register(RepairCollector(repairs, clock))
 
     runner = DecideRunner(store, projector, clock)
     interval = min(REQUESTER_HEARTBEAT_INTERVAL, float(cfg.lifecycle.heartbeat_timeout) / 3)
@@ -289,7 +297,7 @@ def bootstrap(config: Config, *, clock: Clock, demo: int = 0,
 
     api = Api(nc, store, projector, sweeper, rebuild_view, node_id, cfg, metrics=metrics,
               clock=clock, breaker=breaker, runner=runner, telemetry=telemetry,
-              faults=classifier.history)
+              faults=classifier.history, repairs=repairs)
     api.is_leader = lambda: lease.leader
 
     async def start_api() -> None:

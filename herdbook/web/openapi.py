@@ -66,6 +66,7 @@ from herdbook.api.messages import (
     StopJob,
     WipeNode,
 )
+from herdbook.api.repair_messages import ListRepairs, RepairsReply
 
 
 class HttpError(msgspec.Struct, frozen=True, kw_only=True):
@@ -127,6 +128,7 @@ ROUTES: dict[str, Route] = {
     "breaker.reset": Route(ResetBreaker, Json),
     "gpu.list": Route(ListGpus, Page[GpuSummary]),
     "gpu.describe": Route(GpuById, GpuDetail),
+    "fleet.repairs": Route(ListRepairs, RepairsReply),
 }
 
 READS = frozenset({
@@ -134,12 +136,14 @@ READS = frozenset({
     "node.describe_at", "job.list", "job.status", "eval.list", "eval.status", "alloc.list",
     "alloc.status", "instance.list", "instance.describe", "pool.list", "pool.status",
     "status", "audit.list", "audit.verify", "breaker.status", "gpu.list", "gpu.describe",
+    "fleet.repairs",
 })
 
 GET_ALIASES: dict[str, tuple[str, tuple[str, ...]]] = {
     "/v1/gpus": ("gpu.list", ()),
     "/v1/nodes/{node_id}/gpus": ("gpu.list", ("node_id",)),
     "/v1/gpus/{node_id}/{index}": ("gpu.describe", ("node_id", "index")),
+    "/v1/repairs": ("fleet.repairs", ()),
 }
 """REST-ish GET paths documented beside the route paths: path -> (route, the request
 fields its path parameters fill). The server routes them (``web/server.py``)."""

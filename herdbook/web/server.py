@@ -214,6 +214,7 @@ class WebServer:
         get("/v1/gpus", self._alias("gpu.list", renames=GPU_FILTERS))
         get("/v1/nodes/{node_id}/gpus", self._alias("gpu.list", renames=GPU_FILTERS))
         get("/v1/gpus/{node_id}/{index}", self._alias("gpu.describe"))
+        get("/v1/repairs", self._alias("fleet.repairs", renames={"node": "node_id"}))
         get("/v1/{route:.+}", self._route_get)
         post("/v1/{route:.+}", self._route_post)
         try:
