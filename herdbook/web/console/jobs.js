@@ -31,7 +31,7 @@ const time = t => (t ? esc(t.slice(0, 19).replace("T", " ")) : `<span class="mut
 
 let sortKey = "id";
 export async function jobsPage() {
-  main().innerHTML = `<h1>Jobs</h1><div class="card"><table id="jobs" class="sortable"></table></div>`;
+  main().innerHTML = `<h1>Jobs</h1><div class="card" id="list"><table id="jobs" class="sortable"></table></div>`;
   const draw = async () => {
     const rows = items(await api("/v1/jobs"));
     const by = { id: j => j.id, phase: j => j.phase, count: j => -j.count, priority: j => -j.priority };
