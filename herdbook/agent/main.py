@@ -26,6 +26,7 @@ from herdbook.agent.fence import (
     taken_over_by,
     this_process,
 )
+from herdbook.agent.infiniband import IbWatch
 from herdbook.agent.info import node_info, resources
 from herdbook.agent.liveness import HeartbeatPace
 from herdbook.agent.protocol import NodeProtocol
@@ -100,6 +101,14 @@ class AgentOptions:
     telemetry_interval: float | None = 15.0
     """Between per-GPU telemetry samples on ``herd.gpu.<node>`` (``agent.telemetry``);
     None: off. A node without GPUs publishes none."""
+    ib_sysfs: str = "/sys/class/infiniband"
+    """Where the InfiniBand ports are read (``agent.infiniband``); ``off``, or a path that
+    does not exist (a node without InfiniBand), turns the check off."""
+    expected_gpus: int | None = None
+    """The node's GPU count; fewer is a ``gpu_count`` fault. None: the count it registered
+    with (the sentinel), once registered."""
+    throttle_window: float = 300.0
+    """How long HW throttling must last to be a fault (``agent.deep_checks``)."""
 
 
 class Agent:
@@ -137,6 +146,7 @@ class Agent:
             state_file=options.state_file or self.state.dir / STATE_FILE, actor=self.actor,
             requeue_allowed=options.node_class is not NodeClass.SENSITIVE)
         self.reports = self.reports_class(self.node, nvml, self.executor, options.fake_allocs)
+        self._deep_checks(options)
         self.pace = self.reports.pace = HeartbeatPace(self.node_id, options.node_class.value,
                                                       options.heartbeat_interval)
         self.allocations = AllocationFollower(self.node_id, self.executor, self._stop,
@@ -293,6 +303,19 @@ class Agent:
             log.error("%s", why)
             self._stop.set()
 
+    def _deep_checks(self, options: AgentOptions) -> None:
+        """The deeper checks' settings (``agent.deep_checks``, ``agent.infiniband``)."""
+        health = self.reports.health
+        health.throttle.window = options.throttle_window
+        health.expected_gpus = options.expected_gpus
+        if health.expected_gpus is None:
+            health.expected_gpus = (self.state.sentinel() or {}).get("gpus")
+        if options.ib_sysfs != "off":
+            watch = IbWatch(options.ib_sysfs)
+            if watch.present:
+                health.infiniband = watch
+                log.info("%s: InfiniBand ports from %s", self.node_id, options.ib_sysfs)
+
     def _kernel_log(self) -> kmsg.KernelLog | None:
         """The kernel log monitor, if one is configured and its source can be read."""
         source = kmsg.open_source(self.options.kmsg_source)
@@ -312,6 +335,8 @@ class Agent:
         """Run the boot check; report each result; retry a failure up to boot_attempts
         times in all (the control plane marks the node FAILED after 3 in a row)."""
         expected = (self.state.sentinel() or {}).get("gpus")
+        if self.options.expected_gpus is None and expected is not None:
+            self.reports.health.expected_gpus = expected   # registered just now
         for attempt in range(1, self.options.boot_attempts + 1):
             checks = boot.boot_check(self.nvml, expected, self.state.dir)
             report = self.node.boot_checked(checks)

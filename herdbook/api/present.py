@@ -115,6 +115,7 @@ def _detail_fields(view: NodeView) -> dict[str, Any]:
         "tenant": text(view.tenant) or None, "claimed_at": iso(view.claimed_at),
         "wipe_status": view.wipe_status or None, "wipe_attempt": view.wipe_attempt,
         "wipe_steps": shown_map(view.wipe_steps), "version": view.version,
+        "recommended_action": view.health_action or None,
     }
 
 

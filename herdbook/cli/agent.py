@@ -76,6 +76,16 @@ def agent(
     kmsg_source: Annotated[str | None, typer.Option(
         "--kmsg-source", help="Where XIDs of the kernel log come from: /dev/kmsg, file:PATH "
         "(a file or FIFO), journalctl or off [default: /dev/kmsg; off with --fake-gpus].")] = None,
+    ib_sysfs: Annotated[str, typer.Option(
+        "--ib-sysfs", help="Where InfiniBand ports are read (state, link_downed) for the "
+        "port-down and flapping checks; off, or a path that does not exist: no such check.")
+    ] = "/sys/class/infiniband",
+    expected_gpus: Annotated[int | None, typer.Option(
+        "--expected-gpus", min=0, help="GPUs this node must have; fewer is a gpu_count fault "
+        "[default: the count it registered with].")] = None,
+    throttle_window: Annotated[float, duration_option(
+        "--throttle-window", help="How long HW slowdown, HW thermal or power brake "
+        "throttling must last to be a fault.", default="5m", minimum=0.05)] = 300.0,
     creds: CredsOption = None, user: UserOption = None, password: PasswordOption = None,
     tls_ca: TlsCa = None, tls_cert: TlsCert = None, tls_key: TlsKey = None,
     log_level: Annotated[str, log_level_option()] = "info",
@@ -133,7 +143,9 @@ def agent(
         instance_id=instance_id, boot_retry_interval=boot_retry_interval,
         fake_allocs=fake_allocs, health_interval=health_interval, state_file=state_file,
         fingerprint_interval=fingerprint_interval, wipe_config=wipe_config, auth=auth,
-        kmsg_source=kmsg, telemetry_interval=telemetry_interval)
+        kmsg_source=kmsg, telemetry_interval=telemetry_interval,
+        ib_sysfs="off" if fake_gpus is not None and ib_sysfs == "/sys/class/infiniband"
+        else ib_sysfs, expected_gpus=expected_gpus, throttle_window=throttle_window)
     setup_logging(log_level)
     from herdbook.agent.fence import NodeHeld, NodeTakenOver
     from herdbook.credentials import CredentialsError

@@ -9,7 +9,7 @@ import typer
 
 from herdbook.cli import client
 from herdbook.cli.node_args import parse_labels, server
-from herdbook.cli.output import Format, Output, render_object, render_rows
+from herdbook.cli.output import Format, Output, print_hint, render_object, render_rows
 
 gpu_app = typer.Typer(help="Every GPU: health with its cause, readings, faults.",
                       no_args_is_help=True)
@@ -107,5 +107,6 @@ def describe(ctx: typer.Context,
     from herdbook.api.messages import GpuById, GpuDetail
     request = GpuById(node_id=node_id, index=index)
     client.check_request(request)
-    render_object(client.plain(client.call(server(ctx), "gpu.describe", request, GpuDetail)),
-                  output)
+    detail = client.plain(client.call(server(ctx), "gpu.describe", request, GpuDetail))
+    render_object(detail, output)
+    print_hint(detail.get("recommended_action"), str(detail.get("node_id", node_id)), output)

@@ -16,6 +16,7 @@ from herdbook.cli.output import (
     Output,
     console,
     echo,
+    print_hint,
     render_object,
     render_rows,
 )
@@ -62,8 +63,10 @@ def describe(ctx: typer.Context,
     client.check_id(node_id)
     if at is None:
         from herdbook.api.messages import ById, NodeDescription
-        render_object(client.plain(client.call(server(ctx), "node.describe",
-                                               ById(id=node_id), NodeDescription)), output)
+        node = client.plain(client.call(server(ctx), "node.describe", ById(id=node_id),
+                                        NodeDescription))
+        render_object(node, output)
+        print_hint(node.get("recommended_action"), str(node.get("id", node_id)), output)
         return
     from herdbook.api.history_messages import NodeAt
     request = NodeAt(id=node_id, at=parse_at(at))

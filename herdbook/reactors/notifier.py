@@ -80,6 +80,14 @@ def reason_for(event: AnyEvent | NodeEvent) -> str:
     return f"unhealthy: {reason}" if isinstance(event, NodeHealthChanged) else reason
 
 
+def recommended_for(event: AnyEvent | NodeEvent) -> str | None:
+    """What to do about a health verdict (``health_actions``), sent with the cordon it
+    calls for; None for other events and for verdicts written before it was recorded."""
+    if isinstance(event, NodeHealthChanged):
+        return event.recommended_action
+    return None
+
+
 def has_drain_status(config: NotifierConfig) -> bool:
     return ((config.type == "webhook" and config.webhook.drain_status_url is not None)
             or (config.type == "exec" and config.exec.drain_status is not None)
@@ -219,7 +227,8 @@ class Notifier:
         self.progress.begin(seq)
         previous = self._last.get(node_id)
         task = asyncio.create_task(self._deliver(previous, seq, action, node_id,
-                                                 reason_for(event), event.event_id))
+                                                 reason_for(event), event.event_id,
+                                                 recommended_for(event)))
         self._last[node_id] = task
         self._tasks.add(task)
 
@@ -230,11 +239,13 @@ class Notifier:
         task.add_done_callback(done)
 
     async def _deliver(self, previous: asyncio.Task[Any] | None, seq: int, action: str,
-                       node_id: str, reason: str, key: str) -> None:
+                       node_id: str, reason: str, key: str,
+                       recommended: str | None = None) -> None:
         if previous is not None:
             await asyncio.wait([previous])   # one node's notifications in its events' order
         try:
-            await self.notify(action, node_id, reason, key=key, seq=seq)
+            await self.notify(action, node_id, reason, key=key, seq=seq,
+                              recommended=recommended)
         except Exception as err:  # noqa: BLE001 - recording the failure failed: said, passed
             log.error("%s notification for %s (event %s): recording its failure failed: %s",
                       action, printable(node_id), seq, printable(str(err)))
@@ -329,15 +340,15 @@ class Notifier:
             log.warning("the notifier's position is committed again (%d)", self.committed)
 
     async def notify(self, action: str, node_id: str, reason: str, *, key: str = "",
-                     seq: int = 0) -> bool:
+                     seq: int = 0, recommended: str | None = None) -> bool:
         """Send one notification (retried), or record that it failed. ``key``: the id of
         the event that called for it, sent as the idempotency key; ``seq``: its
-        HERD_EVENTS sequence."""
+        HERD_EVENTS sequence; ``recommended``: a health verdict's recommended action."""
         attempts = self.config.retries + 1
         error = ""
         for attempt in range(attempts):
             try:
-                await self._send(action, node_id, reason, key, seq)
+                await self._send(action, node_id, reason, key, seq, recommended)
                 self.sent += 1
                 log.info("notified %s of %s", action, node_id)
                 return True
@@ -353,7 +364,7 @@ class Notifier:
         return False
 
     async def _send(self, action: str, node_id: str, reason: str, key: str = "",
-                    seq: int = 0) -> None:
+                    seq: int = 0, recommended: str | None = None) -> None:
         if self.config.type == "webhook":
             url = getattr(self.config.webhook, f"{action}_url")
             if url is None:
@@ -361,6 +372,8 @@ class Notifier:
             body: dict[str, Any] = {
                 "event": action, "node_id": node_id, "reason": reason,
                 "timestamp": self.clock.now().isoformat().replace("+00:00", "Z")}
+            if recommended is not None:
+                body["recommended_action"] = recommended
             headers = {}
             if key:
                 body |= {"event_id": key, "seq": seq}
@@ -372,8 +385,10 @@ class Notifier:
             template = getattr(self.config.exec, action)
             if template is None:
                 return
-            await self._run(template, node_id, reason,
-                            {"HERD_EVENT_ID": key, "HERD_EVENT_SEQ": str(seq)} if key else None)
+            env = {"HERD_EVENT_ID": key, "HERD_EVENT_SEQ": str(seq)} if key else {}
+            if recommended is not None:
+                env["HERD_RECOMMENDED_ACTION"] = recommended
+            await self._run(template, node_id, reason, env or None)
         elif self._slurm is not None:
             await self._slurm.update(action, self._slurm_name(node_id), reason)
 
