@@ -12,7 +12,12 @@ from herdbook.events.codec import EVENT_TYPES
 
 ROOT = Path(__file__).parent
 FILES = {"index.html": "text/html", "app.js": "text/javascript", "style.css": "text/css",
-         "fleet.js": "text/javascript"}
+         "fleet.js": "text/javascript", "node.js": "text/javascript",
+         "jobs.js": "text/javascript", "gpus.js": "text/javascript",
+         "charts.js": "text/javascript", "detail.css": "text/css",
+         # uPlot (MIT, vendored from its npm package; its LICENSE beside it): the charts
+         "vendor/uPlot.iife.min.js": "text/javascript", "vendor/uPlot.min.css": "text/css",
+         "vendor/uPlot.LICENSE": "text/plain"}
 
 
 def _serve(name: str) -> web.Response:
@@ -47,3 +52,4 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/", _index)
     app.router.add_get("/console/event-types.json", _event_types)
     app.router.add_get("/console/{name}", _file)
+    app.router.add_get("/console/{name:vendor/[^/]+}", _file)

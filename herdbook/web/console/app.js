@@ -3,6 +3,10 @@
 // through esc() or textContent, never into innerHTML raw.
 
 import { fleetPage } from "./fleet.js";
+import { mountGpus } from "./node.js";
+import { jobPage, jobsPage } from "./jobs.js";
+import { gpusPage } from "./gpus.js";
+import { historyPage } from "./charts.js";
 
 export const $ = (sel, root = document) => root.querySelector(sel);
 export const main = () => $("#main");
@@ -115,7 +119,8 @@ async function route() {
     a.classList.toggle("active", a.dataset.route === probe.route);
   }
   const pages = { "": fleetPage, fleet: fleetPage, node: nodePage, pools: poolsPage, jobs: jobsPage,
-                  evals: evalsPage, status: statusPage };
+                  evals: evalsPage, status: statusPage, job: jobPage, gpus: gpusPage,
+                  history: historyPage };
   const render = pages[page] ?? notFound;
   try {
     const cleanup = await render(decodeURIComponent(rest.join("/")), params);
@@ -194,12 +199,14 @@ async function nodePage(id) {
     timer = setTimeout(() => showAsOf(id, range), 150);
   });
   await loadNode(id, range);
+  const stopGpus = await mountGpus(id);    // node.js: a card per GPU, charts
   let reload = null;
-  leave = onLive(message => {
+  const stopLive = onLive(message => {
     if (subjectNode(message.subject) !== id) return;
     clearTimeout(reload);
     reload = setTimeout(() => loadNode(id, range).catch(showError), 100);
   });
+  leave = () => { stopLive(); stopGpus(); };
 }
 
 async function loadNode(id, range) {
@@ -220,12 +227,6 @@ async function loadNode(id, range) {
     ["heartbeat warning", node.heartbeat_warning], ["last event", node.last_event], ["version", node.version],
   ]);
   const items = history?.items ?? [];
-  const rows = node.gpu_health ?? [];
-  const { health, reasons } = gpuHealth(rows);
-  $("#gpus").innerHTML = health.map((h, i) =>
-    `<div class="gpu" data-gpu="${rows[i].index}" data-health="${h}" style="background: ${HEALTH_COLOR[h]}" ` +
-    `title="${esc(rows[i].model ?? "")} ${esc(rows[i].uuid ?? "")} ${esc(reasons[i])}">GPU ${rows[i].index}<br>${h}</div>`
-  ).join("") || `<p class="muted">no GPUs</p>`;
   const short = (text, n) => (text && text.length > n ? `${text.slice(0, n - 1)}…` : text);
   $("#allocs").innerHTML = table(items_(allocs).map(a => ({ id: a.id.slice(0, 12), job: a.job_id,
     status: a.status, desired: a.desired, exit: a.exit_code, requeues: a.requeue_count,
@@ -288,7 +289,6 @@ async function listPage(title, path, columns) {
 }
 
 function poolsPage() { return listPage("Pools", "/v1/pools"); }
-function jobsPage() { return listPage("Jobs", "/v1/jobs"); }
 function evalsPage() {
   return listPage("Evaluations", "/v1/evals", ["id", "job_id", "status", "triggered_by", "node_id",
                                                "status_reason", "created_at"]);
