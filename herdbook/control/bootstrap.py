@@ -225,7 +225,9 @@ def bootstrap(config: Config, *, clock: Clock, demo: int = 0,
                                 lambda: projector.nodes.subscribe(counting.on_node_event)))
     # Every episode of the log, seeded from it in the background (history/repairs_live.py).
     repairs = LiveRepairs(nc.jetstream(), projector.nodes, projector.instances,
-                          lambda: projector.folded_seq)
+                          lambda: projector.folded_seq,
+                          gated=frozenset(cfg.validation.when) if cfg.validation.enabled
+                          else frozenset())
     parts.append(Service("repairs", repairs.start, repairs.stop))
     if metrics is not None:
         metrics.registry.register(RepairCollector(repairs, clock))

@@ -20,8 +20,10 @@ An **episode** is one fault of one node, from its first sign to the node back in
   uncordon or enable;
 - **validated**: ``node.validated`` (the validation gate), where it runs;
 - **back in service**: the node schedulable again (approved, READY, not UNHEALTHY,
-  ELIGIBLE: ``events.states.is_schedulable``; a VALIDATING node is not READY), which
-  closes the episode. A replaced node's episode closes when its successor (the instance
+  ELIGIBLE, not VALIDATING: ``NodeView.schedulable``), which closes the episode. Where
+  the validation gate is configured (``gated``: the triggers of ``validation.when``), a
+  node due for a validation by one of them is not back yet, even while READY: it is
+  back at ``node.validated``. A replaced node's episode closes when its successor (the instance
   whose ``replaces`` names it) is first schedulable. A node deleted (not replaced) closes
   its episode as ``deleted``, out of every duration.
 
@@ -167,6 +169,9 @@ class RepairsState:
     successors: dict[str, str] = field(default_factory=dict)
     """A replacement node -> the node it replaces (``instance.provisioning``)."""
     segments: dict[str, list[Segment]] = field(default_factory=dict)
+    gated: frozenset[str] = frozenset()
+    """The validation triggers configured (``validation.when`` where ``validation`` is
+    enabled): a node due by one of them is not back in service until validated."""
     last_at: dict[str, datetime] = field(default_factory=dict)
     """Each node's latest step time: the next is never earlier."""
     seq: int = 0
@@ -179,8 +184,9 @@ def owned(view: NodeView | None) -> bool:
             and view.lifecycle is not Lifecycle.TERMINATED)
 
 
-def in_service(view: NodeView | None) -> bool:
-    return view is not None and owned(view) and view.schedulable
+def in_service(view: NodeView | None, gated: frozenset[str] = frozenset()) -> bool:
+    return (view is not None and owned(view) and view.schedulable
+            and view.validation_due not in gated)
 
 
 def pool_of(view: NodeView | None) -> str:
@@ -253,22 +259,24 @@ def apply(state: RepairsState, event: NodeEvent | InstanceProvisioning | Any,
     at = max(event.at, state.last_at.get(node_id, event.at))  # never back in time
     state.last_at[node_id] = at
     _track_service(state, node_id, after, at)
+    before_in, after_in = in_service(before, state.gated), in_service(after, state.gated)
     episode = state.open.get(node_id)
     if episode is not None:
-        _advance(state, episode, after, event, at)
+        _advance(state, episode, after, after_in, event, at)
+    elif after is not None and owned(after) and not after_in:
+        _detect(state, before_in, before, after, event, at, seq)
     elif after is not None and owned(after):
-        _detect(state, before, after, event, at, seq)
+        _sign(state, after, event, at, seq)
     else:
         state.signs.pop(node_id, None)
-    if (after is not None and in_service(after) and not in_service(before)
-            and node_id in state.successors):
+    if after_in and not before_in and node_id in state.successors:
         _successor_back(state, state.successors.pop(node_id), node_id, event, at)
     return state
 
 
 def _track_service(state: RepairsState, node_id: str, after: NodeView | None,
                    at: datetime) -> None:
-    segment = Segment(at, owned(after), in_service(after),
+    segment = Segment(at, owned(after), in_service(after, state.gated),
                       len(after.info.gpus) if after is not None else 0, pool_of(after))
     segments = state.segments.setdefault(node_id, [])
     last = segments[-1] if segments else None
@@ -280,25 +288,35 @@ def _track_service(state: RepairsState, node_id: str, after: NodeView | None,
     segments.append(segment)
 
 
-def _detect(state: RepairsState, before: NodeView | None, after: NodeView,
-            event: NodeEvent, at: datetime, seq: int) -> None:
+def _sign(state: RepairsState, after: NodeView, event: NodeEvent, at: datetime,
+          seq: int, out: bool = False) -> None:
+    """A first sign noted, kept while it holds, and when the node left service after it."""
+    node_id = after.id
+    sign = state.signs.get(node_id)
+    said = sign_of(event)
+    if sign is None and said is not None:
+        sign = Sign(seq=seq, at=at, actor=event.actor, detail=said)
+    if sign is None:
+        return
+    if not signs_remain(after):
+        state.signs.pop(node_id, None)
+        return
+    if sign.out_at is None and out:
+        sign = replace(sign, out_at=at, out_by=event.actor, out_how=how_out(after))
+    state.signs[node_id] = sign
+
+
+def _detect(state: RepairsState, before_in: bool, before: NodeView | None,
+            after: NodeView, event: NodeEvent, at: datetime, seq: int) -> None:
+    """The node is out of service: a fault opens an episode, anything else may be or
+    follow a sign. (A fault that leaves the node in service, a late word on a settled
+    validation, is none.)"""
     node_id = after.id
     fault = fault_of(event, after)
-    sign = state.signs.get(node_id)
     if fault is None:
-        said = sign_of(event)
-        if sign is None and said is not None:
-            sign = Sign(seq=seq, at=at, actor=event.actor, detail=said)
-        if sign is None:
-            return
-        if not signs_remain(after):
-            state.signs.pop(node_id, None)
-            return
-        if sign.out_at is None and not after.schedulable:
-            sign = replace(sign, out_at=at, out_by=event.actor, out_how=how_out(after))
-        state.signs[node_id] = sign
+        _sign(state, after, event, at, seq, out=True)
         return
-    state.signs.pop(node_id, None)
+    sign = state.signs.pop(node_id, None)
     kind, xid, reason = fault
     steps: list[Step] = []
     if sign is not None:
@@ -311,7 +329,7 @@ def _detect(state: RepairsState, before: NodeView | None, after: NodeView,
                           detail=f"{event.event_name}: {reason}" if reason else event.event_name))
     if sign is not None and sign.out_at is not None:
         out_at, out_by, out_how = sign.out_at, sign.out_by, sign.out_how
-    elif before is not None and not in_service(before):
+    elif before is not None and not before_in:
         out_at, out_by, out_how = detected_at, before.intent_actor, f"already {how_out(before)}"
     else:
         out_at, out_by, out_how = at, event.actor, how_out(after)
@@ -323,8 +341,6 @@ def _detect(state: RepairsState, before: NodeView | None, after: NodeView,
         detected_by=detected_by, quarantined_at=out_at, quarantined_by=out_by,
         quarantine=out_how, steps=tuple(steps))
     state.open[node_id] = episode
-    if after.schedulable:   # cannot be: every fault takes the node out; kept honest
-        _close(state, episode, at, event.actor, "back")
 
 
 def _detail(event: NodeEvent) -> str:
@@ -338,11 +354,11 @@ def _detail(event: NodeEvent) -> str:
     return str(getattr(event, "reason", "") or getattr(event, "check", "") or "")
 
 
-def _advance(state: RepairsState, episode: Episode, after: NodeView | None,
+def _advance(state: RepairsState, episode: Episode, after: NodeView | None, back: bool,
              event: NodeEvent, at: datetime) -> None:
     name = event.event_name
     if name not in STEPS or (isinstance(event, NodeHealthChanged) and event.gpus_only):
-        if after is not None and in_service(after):
+        if back:
             _close(state, episode, at, event.actor, "back")
         return
     changes: dict[str, Any] = {
@@ -361,7 +377,7 @@ def _advance(state: RepairsState, episode: Episode, after: NodeView | None,
     state.open[episode.node_id] = episode
     if after is None and episode.remediation != "replace":
         _close(state, episode, at, event.actor, "deleted")
-    elif after is not None and in_service(after):
+    elif back:
         _close(state, episode, at, event.actor, "back")
 
 

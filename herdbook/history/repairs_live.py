@@ -62,12 +62,14 @@ class LiveRepairs:
     """``state``: every episode of the log, from the moment ``ready`` is True."""
 
     def __init__(self, js: JetStreamContext, nodes: Listened, instances: Listened,
-                 folded: Callable[[], int]) -> None:
+                 folded: Callable[[], int], gated: frozenset[str] = frozenset()) -> None:
+        """``gated``: the validation triggers configured (``RepairsState.gated``)."""
         self.js = js
+        self.gated = gated
         self.nodes = nodes
         self.instances = instances
         self.folded = folded
-        self.state = RepairsState()
+        self.state = RepairsState(gated=gated)
         self.ready = False
         self.failed: str | None = None
         self._held: list[tuple[int, Any]] | None = []
@@ -84,7 +86,7 @@ class LiveRepairs:
             apply(self.state, event, seq)
 
     async def start(self) -> None:
-        self.state, self.ready, self._held = RepairsState(), False, []
+        self.state, self.ready, self._held = RepairsState(gated=self.gated), False, []
         self._unsubscribe = [self.nodes.subscribe(self._on_change),
                              self.instances.subscribe(self._on_change)]
         upto = self.folded()     # no await since subscribing: nothing folded in between
@@ -94,7 +96,8 @@ class LiveRepairs:
         attempt = 0
         while True:
             try:
-                state = await read_repairs(self.js, RepairsState(), last=upto)
+                state = await read_repairs(self.js, RepairsState(gated=self.gated),
+                                           last=upto)
                 break
             except asyncio.CancelledError:
                 raise

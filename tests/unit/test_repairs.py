@@ -29,6 +29,9 @@ from herdbook.events.node import (
     NodeTerminated,
     NodeUncordoned,
     NodeUndrained,
+    NodeValidated,
+    NodeValidationFailed,
+    NodeValidationStarted,
 )
 from herdbook.events.states import Health
 from herdbook.history import repairs
@@ -172,6 +175,57 @@ def test_a_step_that_comes_with_an_earlier_clock_keeps_the_order() -> None:
     late = [unhealthy("n1", 100), NodeUncordoned(node_id="n1", actor="a", at=at(40))]
     [episode] = given_log(*ready(), *late).closed
     assert episode.back_at == at(100)
+
+
+# the validation gate ---------------------------------------------------------------------
+def validation(node: str, t: float, passed: bool, t_end: float) -> list[NodeEvent]:
+    started = NodeValidationStarted(node_id=node, trigger="returned", check="dcgm",
+                                    command=["dcgmi", "diag", "-r", "2"], timeout_s=600,
+                                    alloc_id="v1", actor="validation", at=at(t))
+    if passed:
+        return [started, NodeValidated(node_id=node, alloc_id="v1", check="dcgm",
+                                       actor="validation", at=at(t_end))]
+    return [started, NodeValidationFailed(node_id=node, alloc_id="v1", check="dcgm",
+                                          reason="dcgm exited 1: GPU 3 failed",
+                                          actor="validation", at=at(t_end))]
+
+
+def gated(*events: Any) -> RepairsState:
+    return fold(enumerate(events, start=1), RepairsState(gated=frozenset({"returned"})))
+
+
+def test_with_the_gate_a_returned_node_is_back_when_validated() -> None:
+    fault = [unhealthy("n1", 100), NodeUncordoned(node_id="n1", actor="bob", at=at(200))]
+    state = gated(*ready(), *fault, *validation("n1", 210, True, 500))
+    [episode] = state.closed
+    assert (episode.remediation, episode.remediated_at) == ("operator", at(200))
+    assert (episode.validated_at, episode.validated_by) == (at(500), "validation")
+    assert (episode.back_at, episode.durations()["mttr"]) == (at(500), 400.0)
+    assert [s.step for s in episode.steps][-3:] == [
+        "validation_started", "validated", "back_in_service"]
+    # without the gate the same node was back at the uncordon
+    [ungated] = given_log(*ready(), *fault, *validation("n1", 210, True, 500)).closed
+    assert (ungated.back_at, ungated.validated_at) == (at(200), None)
+
+
+def test_a_failed_validation_keeps_the_episode_open_and_a_pass_closes_it() -> None:
+    fault = [unhealthy("n1", 100), NodeUncordoned(node_id="n1", actor="bob", at=at(200))]
+    again = [NodeUncordoned(node_id="n1", actor="bob", at=at(900)),
+             NodeValidationStarted(node_id="n1", trigger="returned", check="dcgm",
+                                   command=["true"], timeout_s=600, alloc_id="v2",
+                                   at=at(910)),
+             NodeValidated(node_id="n1", alloc_id="v2", actor="validation", at=at(1000))]
+    state = gated(*ready(), *fault, *validation("n1", 210, False, 500))
+    assert not state.closed and "validation_failed" in [s.step for s in state.open["n1"].steps]
+    [episode] = gated(*ready(), *fault, *validation("n1", 210, False, 500), *again).closed
+    assert (episode.back_at, episode.validated_at) == (at(1000), at(1000))
+
+
+def test_a_failed_validation_of_a_node_in_service_opens_an_episode() -> None:
+    state = gated(*ready(), *validation("n1", 100, False, 400))
+    episode = state.open["n1"]
+    assert (episode.kind, episode.detected_at, episode.quarantine) == (
+        "validation", at(400), "already validating")
 
 
 # listing, percentiles, availability ---------------------------------------------------
