@@ -131,11 +131,16 @@ class Capacity:
         self.used_gpus += need.gpus
 
 
-def capacities(nodes: Iterable[NodeView], allocs: Iterable[AllocView]) -> list[Capacity]:
-    """The schedulable compute nodes with what their live allocations use."""
+def capacities(nodes: Iterable[NodeView], allocs: Iterable[AllocView],
+               validation_due: frozenset[str] = frozenset()) -> list[Capacity]:
+    """The schedulable compute nodes with what their live allocations use. A node due for
+    validation for one of ``validation_due`` (the gate's ``when``) is left out too: it is
+    READY for the moment between its boot check and its ``node.validation_started``."""
     out: dict[str, Capacity] = {}
     for node in nodes:
         if node.type is not NodeType.COMPUTE or not node.schedulable:
+            continue
+        if node.validation_due and node.validation_due in validation_due:
             continue
         out[node.id] = Capacity(
             node_id=node.id, cpu=float(node.info.cpus),

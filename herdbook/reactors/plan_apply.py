@@ -74,10 +74,11 @@ class NodePlan:
     stops: list[Stop] = field(default_factory=list)
 
 
-def make_plan(model: ReadModel, job: JobView) -> Plan:
+def make_plan(model: ReadModel, job: JobView,
+              validation_due: frozenset[str] = frozenset()) -> Plan:
     allocs = model.allocs.values()
     wanted = reconcile(job, [a for a in allocs if a.job_id == job.id])
-    caps = capacities(model.nodes.values(), allocs)
+    caps = capacities(model.nodes.values(), allocs, validation_due)
     # draining nodes, and nodes whose conformance drifted, are used last
     draining = frozenset(n.id for n in model.nodes.values()
                          if n.intent is Intent.DRAINING or n.drift)

@@ -74,6 +74,9 @@ class Scheduler:
         self.broker = EvalBroker(nc, projector, config.scheduler, self, clock,
                                  concurrency=concurrency)
         self.given_up = 0
+        self.validation_due = (frozenset(config.validation.when)
+                               if config.validation.enabled else frozenset())
+        """Nodes due for validation for these triggers take no work (``capacities``)."""
 
     @property
     def processed(self) -> int:
@@ -137,7 +140,7 @@ class Scheduler:
             if attempt > 1:
                 await self.projector.catch_up()
                 job = self.model.jobs.get(view.job_id) or job
-            plan = make_plan(self.model, job)
+            plan = make_plan(self.model, job, self.validation_due)
             parts = node_plans(plan, self.expected_alloc_version)
             if (plan.unplaced and not plan.placed and not plan.stops
                     and view.triggered_by in BLOCKING):
