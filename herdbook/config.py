@@ -110,6 +110,10 @@ class HealthStreamConfig(_Section, frozen=True):
 class PoolHealthConfig(_Section, frozen=True):
     auto_replace: bool = False
     unhealthy_threshold: int = 2
+    replace_on_hardware_fault: bool | None = None
+    """Auto-replace a node whose verdict says ``inspect_hardware`` too; unset: yes where a
+    replacement is other hardware (``fake``: cloud-like VMs), no where it is the same
+    machine (``local``, bare metal): ``reactors.pools.replaces_hardware_faults``."""
 
 
 class PoolConfig(_Section, frozen=True):

@@ -58,6 +58,8 @@ class InstanceManager:
         self.providers = providers
         self._task: asyncio.Task[None] | None = None
         self._busy: set[str] = set()      # instances with a provider call in flight
+        self._inspect_said: set[str] = set()
+        """Nodes left to a person (``PoolPlan.inspect``) whose warning was logged."""
         self._last_stale_check = -float("inf")
         self._tasks: set[asyncio.Task[None]] = set()
         # After a provider error a pool waits before provisioning again (doubling, 5s..5m),
@@ -108,6 +110,10 @@ class InstanceManager:
             self._last_stale_check = self.clock.monotonic()
         timeout = (float(self.config.instance_manager.registration_timeout) if stale_check
                    else float("inf"))
+        # said once per fault: forgotten once an operator cleared it (or the node is gone)
+        self._inspect_said = {n for n in self._inspect_said
+                              if (v := self.projector.nodes.get(n)) is not None
+                              and v.health_action == "inspect_hardware"}
         for name, pool in self.config.pools.items():
             instances = [i for i in self.projector.instances.values()
                          if i.pool == name and i.id not in self._busy]
@@ -116,6 +122,13 @@ class InstanceManager:
                              None if self.gate is None else self._replace_held)
             for node_id in plan.held:
                 await self._on_node(node_id, self._hold_replace)
+            for node_id in plan.inspect:
+                if node_id not in self._inspect_said:   # once per node, not per reconcile
+                    self._inspect_said.add(node_id)
+                    log.warning("pool %s: node %s not auto-replaced: its verdict asks to "
+                                "inspect the hardware (health.replace_on_hardware_fault)",
+                                name, node_id)
+
             for instance_id in plan.running:
                 await self._on_instance(instance_id, decide_running)
             for instance_id, reason in plan.fail:

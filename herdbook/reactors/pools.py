@@ -38,6 +38,22 @@ class PoolPlan:
     running: list[str] = field(default_factory=list)        # instances whose agent registered
     fail: list[tuple[str, str]] = field(default_factory=list)  # (instance id, reason)
     held: list[str] = field(default_factory=list)           # replacements the breaker holds
+    inspect: list[str] = field(default_factory=list)
+    """Unhealthy nodes not replaced: their verdict asks for a person (inspect_hardware) and
+    the pool's provider gives the same hardware back (``replaces_hardware_faults``)."""
+
+
+CLOUD_LIKE = frozenset({"fake"})
+"""Providers whose replacement instance is other hardware (a new VM lands elsewhere)."""
+
+
+def replaces_hardware_faults(pool: PoolConfig) -> bool:
+    """Whether auto-replace acts on a node whose verdict says ``inspect_hardware``: the
+    pool's ``health.replace_on_hardware_fault``, or by its provider where unset.
+    Replacing a bare-metal node (or a ``local`` agent on the same host) brings the same
+    bad GPU back, so it would loop: a person must look first."""
+    explicit = pool.health.replace_on_hardware_fault
+    return pool.provider in CLOUD_LIKE if explicit is None else explicit
 
 
 def plan_pool(pool: PoolConfig, desired: int | None, instances: list[InstanceView],
@@ -68,6 +84,9 @@ def plan_pool(pool: PoolConfig, desired: int | None, instances: list[InstanceVie
             node = nodes.get(inst.node_id)
             if (inst.state is not InstanceState.RUNNING or node is None
                     or node.health is not Health.UNHEALTHY):
+                continue
+            if node.health_action == "inspect_hardware" and not replaces_hardware_faults(pool):
+                plan.inspect.append(node.id)
                 continue
             if held is not None and held(node):
                 plan.held.append(node.id)

@@ -91,3 +91,28 @@ def test_a_busy_unhealthy_node_is_drained_before_it_is_replaced() -> None:
     assert plan(instances, [draining, node(2)], busy={"n1": True}).replace == []
     # its allocations are gone: now it is replaced
     assert plan(instances, [draining, node(2)], busy={"n1": False}).replace == ["n1"]
+
+
+def test_a_hardware_fault_stays_out_of_the_auto_replace_loop_where_the_provider_says() -> None:
+    from msgspec.structs import replace
+
+    from herdbook.reactors.pools import replaces_hardware_faults
+    instances = [inst(1), inst(2)]
+    bad_gpu = replace(node(1, health=Health.UNHEALTHY), health_action="inspect_hardware")
+    reboot = replace(node(2, health=Health.UNHEALTHY), health_action="reboot_node")
+    # local (the same host's agents, like bare metal): a replacement brings the GPU back
+    assert not replaces_hardware_faults(POOL)
+    result = plan(instances, [bad_gpu, node(2)])
+    assert result.inspect == ["n1"] and result.replace == [] and result.drain == []
+    assert plan(instances, [bad_gpu, node(2)], busy={"n1": True}).drain == []
+    assert plan(instances, [reboot, node(1)]).replace == ["n2"]   # other actions: replaced
+    # a cloud-like provider, or the pool's own setting, replaces it
+    cloud = replace(POOL, provider="fake")
+    assert replaces_hardware_faults(cloud)
+    assert plan_pool(cloud, None, instances, {"n1": bad_gpu, "n2": node(2)}, {}, NOW,
+                     600).replace == ["n1"]
+    told = parse_config(b"pools: {p: {health: {auto_replace: true, "
+                        b"replace_on_hardware_fault: true}}}").pools["p"]
+    assert replaces_hardware_faults(told)
+    assert plan_pool(told, None, instances, {"n1": bad_gpu, "n2": node(2)}, {}, NOW,
+                     600).replace == ["n1"]
