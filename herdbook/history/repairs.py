@@ -448,18 +448,18 @@ def summary(found: Iterable[Episode]) -> dict[str, Any]:
     closed = [e for e in found if e.outcome == "back"]
     open_count = sum(1 for e in found if e.outcome == "open")
 
-    def group(items: list[Episode]) -> dict[str, Any]:
-        rows = [e.durations() for e in items]
+    def group(rows: list[dict[str, float | None]]) -> dict[str, Any]:
         return {name: stats(v for r in rows if (v := r[name]) is not None)
                 for name in DURATIONS}
 
-    pools: dict[str, list[Episode]] = {}
-    kinds: dict[str, list[Episode]] = {}
-    for episode in closed:
-        pools.setdefault(episode.pool, []).append(episode)
-        kinds.setdefault(episode.kind, []).append(episode)
+    everything = [e.durations() for e in closed]    # once: three groupings read them
+    pools: dict[str, list[dict[str, float | None]]] = {}
+    kinds: dict[str, list[dict[str, float | None]]] = {}
+    for episode, row in zip(closed, everything, strict=True):
+        pools.setdefault(episode.pool, []).append(row)
+        kinds.setdefault(episode.kind, []).append(row)
     return {"episodes": len(closed), "open": open_count,
-            "fleet": group(closed),
+            "fleet": group(everything),
             "pools": {name: group(items) for name, items in sorted(pools.items())},
             "kinds": {name: group(items) for name, items in sorted(kinds.items())}}
 
