@@ -71,6 +71,8 @@ BAD_INPUT: list[tuple[str, int]] = [
     ("agent --fingerprint-interval 0s", 2),
     ("agent --telemetry-interval 0", 2),
     ("agent --telemetry-interval never", 2),
+    ("agent --throttle-window 0", 2),
+    ("agent --expected-gpus -1", 2),
     ("agent --node-id 'a b'", 2),
     ("agent --instance-id 'a b'", 2),
     ("agent --class gold", 2),
