@@ -125,17 +125,20 @@ class Publisher:
     async def phase(self, seconds: float, telemetry: bool) -> dict[str, float]:
         return await self.send(seconds, self.rate, self.tel_rate if telemetry else 0.0)
 
-    async def background(self, telemetry: bool) -> None:
+    async def background(self, telemetry: bool, stop: asyncio.Event) -> None:
         """Between phases the fleet goes on at its defaults (a heartbeat every 10 s, a
         sample every --interval): no node times out while the CLI and scrapes run."""
         await self.send(float("inf"), len(self.ids) / HB_INTERVAL,
-                        self.tel_rate if telemetry else 0.0)
+                        self.tel_rate if telemetry else 0.0, stop)
 
-    async def send(self, seconds: float, rate: float, tel_rate: float) -> dict[str, float]:
+    async def send(self, seconds: float, rate: float, tel_rate: float,
+                   stop: asyncio.Event | None = None) -> dict[str, float]:
         hb = tel = 0
         hb_bytes = tel_bytes = 0
         start = time.monotonic()
-        while (elapsed := time.monotonic() - start) < seconds:
+        # Stopped by a flag, not by cancelling: a cancelled background task was seen to
+        # run on (the cancel lost inside nats-py's publish or flush) and the run hung.
+        while (elapsed := time.monotonic() - start) < seconds and not (stop and stop.is_set()):
             want_hb, want_tel = int(rate * elapsed), int(tel_rate * elapsed)
             while hb < want_hb or tel < want_tel:
                 # Interleaved: each kind at its own rate, as a fleet's agents would send.
@@ -172,12 +175,14 @@ async def publisher_main(url: str, nodes: int, gpus: int, rate: float, interval:
     pub = Publisher(nc, nodes, gpus, rate, interval)
     sample_size = len(encode(pub.templates[0]))
     background_telemetry = False
-    background = asyncio.create_task(pub.background(background_telemetry))
+    stop = asyncio.Event()
+    background = asyncio.create_task(pub.background(background_telemetry, stop))
     print(msgspec.json.encode({"ready": True, "sample_bytes": sample_size}).decode(), flush=True)
     while True:
         line = (await asyncio.to_thread(sys.stdin.readline)).split()
-        background.cancel()
-        await asyncio.gather(background, return_exceptions=True)
+        stop.set()
+        await background
+        stop = asyncio.Event()
         if not line or line[0] == "quit":
             break
         if line[0] == "phase":
@@ -187,7 +192,7 @@ async def publisher_main(url: str, nodes: int, gpus: int, rate: float, interval:
             out = {}
         else:
             out = await pub.fill()
-        background = asyncio.create_task(pub.background(background_telemetry))
+        background = asyncio.create_task(pub.background(background_telemetry, stop))
         print(msgspec.json.encode(out).decode(), flush=True)
     await nc.close()
 
