@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from msgspec.structs import replace
 
 from herdbook.api.lookup import ApiError
 from herdbook.clock import SYSTEM_CLOCK
@@ -191,3 +192,50 @@ async def test_a_repair_is_listed_with_its_steps_percentiles_and_metrics(
         assert sample(text, 'herd_pool_availability_ratio{pool="h100"}') == ratio
     finally:
         await plane.stop()
+
+
+class Row:
+    """A node row as the projector's table holds it: the listener reads its version."""
+
+    def __init__(self, version: int) -> None:
+        self.version = version
+
+
+async def test_what_the_projector_folds_during_the_seed_read_is_held_then_folded(
+        nc: Any) -> None:
+    from herdbook.events.instance import InstanceProvisioning
+    from herdbook.history.repairs_live import LiveRepairs
+    from herdbook.projector.tables import Table
+
+    store = EventStore(nc.jetstream())
+    seq = 0
+    for event in before_start("gpu-8"):
+        seq = await store.append(event)
+    nodes: Table[Any, Any] = Table("nodes")
+    instances: Table[Any, Any] = Table("instances")
+    live = LiveRepairs(nc.jetstream(), nodes, instances, lambda: seq)
+    await live.start()
+    try:
+        assert not live.ready
+        # the projector folds the rest (and a replacement's provisioning) before the seed
+        # task has read anything: held back, folded after the seed, in order
+        rest = after_start("gpu-8")
+        for i, event in enumerate(rest, start=1):
+            nodes.put("gpu-8", Row(seq + i), event)
+        instances.put("i9", None, InstanceProvisioning(
+            instance_id="i9", pool="h100", provider="fake", node_id="gpu-9",
+            replaces="gpu-x"))
+        assert live._task is not None
+        await asyncio.wait_for(live._task, 20)
+        assert live.ready and live.state.seq == seq + len(rest)
+        [episode] = live.state.closed
+        assert (episode.drained_at, episode.back_at) == (at(300), at(900))
+        assert live.state.successors == {"gpu-9": "gpu-x"}
+        # live from now on: a new fault opens an episode at once
+        fault = NodeCordoned(node_id="gpu-8", actor="x", at=at(1000))
+        nodes.put("gpu-8", Row(seq + 99), fault)
+        again = replace(before_start("gpu-8")[3], event_id="e2", at=at(1100))
+        nodes.put("gpu-8", Row(seq + 100), again)
+        assert live.state.open["gpu-8"].quarantine == "already cordoned"
+    finally:
+        await live.stop()
