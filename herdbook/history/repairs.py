@@ -81,8 +81,12 @@ STEPS = frozenset({"cordoned", "uncordoned", "drain_started", "drained", "undrai
                    "recovered", "degraded", "down", "failed", "terminated", "wipe_started",
                    "wiped", "wipe_failed", "validation_started", "validated",
                    "validation_failed", "health_changed", "action_held", "deleted"})
-"""The node events written into an open episode's steps; every other one (info updates,
-claims, conformance, ...) is no step of a repair."""
+"""The node events written into an open episode's steps."""
+IGNORED = frozenset({"info_updated", "approved", "rejected", "declared",
+                     "notification_failed", "claimed", "released", "wipe_step",
+                     "conformance_changed"})
+"""Node events that are no step of a repair (they still move the node's view, and so
+whether it is in service). A unit test holds every node event to one of the two."""
 OUT_OF_SERVICE = frozenset({Lifecycle.DEGRADED, Lifecycle.DOWN, Lifecycle.FAILED,
                             Lifecycle.QUARANTINED})
 DURATIONS = ("time_to_quarantine", "time_to_drain", "time_in_repair", "mttr")

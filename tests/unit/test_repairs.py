@@ -228,6 +228,15 @@ def test_a_failed_validation_of_a_node_in_service_opens_an_episode() -> None:
         "validation", at(400), "already validating")
 
 
+def test_every_node_event_is_a_step_or_ignored() -> None:
+    from herdbook.events.codec import EVENT_TYPES
+    names = {cls.__struct_config__.tag.split(".", 1)[1] for cls in EVENT_TYPES  # type: ignore[union-attr]
+             if issubclass(cls, NodeEvent)}
+    assert not repairs.STEPS & repairs.IGNORED
+    assert names - repairs.STEPS - repairs.IGNORED == set(), "add it to STEPS or IGNORED"
+    assert repairs.FAULTS | set(repairs.REMEDIES) <= repairs.STEPS
+
+
 # listing, percentiles, availability ---------------------------------------------------
 def test_episodes_since_keep_the_open_and_those_ending_in_the_window() -> None:
     state = given_log(*ready("n1"), *ready("n2"), *repair("n1", 100), unhealthy("n2", 5000))
