@@ -220,7 +220,8 @@ class ScenarioRun:
             reply = await self.world.call(route, command.request())
         except nats.errors.NoRespondersError:
             reply = {"ok": False, "code": "not_found", "error": f"no API route {route}"}
-        got = "ok" if reply.get("ok") else str(reply.get("code", "failed"))
+        got = ("unchanged" if reply.get("ok") and reply.get("result", {}).get("unchanged")
+               else "ok" if reply.get("ok") else str(reply.get("code", "failed")))
         wanted = expect == got or (expect == "failed" and got != "ok")
         shown = describe("command", command)
         if not wanted:
@@ -228,7 +229,7 @@ class ScenarioRun:
             raise StepFailed(f"{shown}: expected {expect}; found {got}{detail}", expect,
                              f"{got}{detail}")
         if reply.get("ok"):
-            return f"{shown}: ok"
+            return f"{shown}: {got}"
         return f"{shown}: {got} as expected ({reply.get('error')})"
 
 

@@ -109,7 +109,8 @@ class Command(_Struct, frozen=True):
 
     route: str
     expect: str = "ok"
-    """ok, refused, not_found, bad_request, or failed (any error)."""
+    """ok, unchanged (ok, and the goal already held: an idempotent command appended
+    nothing), refused, not_found, bad_request, or failed (any error)."""
     id: str | None = None
     reason: str | None = None
     user: str | None = None
@@ -154,7 +155,7 @@ class Step(_Struct, frozen=True):
 ACTION_NAMES = {"assert_": "assert"}
 ACTIONS = ("wait_for", "assert", "inject", "stop", "start", "partition", "recover", "command",
            "wait")
-EXPECTS = ("ok", "refused", "not_found", "bad_request", "failed")
+EXPECTS = ("ok", "unchanged", "refused", "not_found", "bad_request", "failed")
 DEFAULT_WAIT_TIMEOUT = 30.0
 MAX_AGENTS = 3000
 """Real agents per run: they all share this process's one event loop with the control
