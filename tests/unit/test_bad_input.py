@@ -114,6 +114,14 @@ BAD_INPUT: list[tuple[str, int]] = [
     ("node claim 'a b' --user u", 2),
     ("node claim n1", 2),
     ("node conformance -o xml", 2),
+    # gpu
+    ("gpu list --health sleepy", 2),
+    ("gpu list -o xml", 2),
+    ("gpu list -l novalue", 2),
+    ("gpu list --node 'a b'", 2),
+    ("gpu describe n1", 2),
+    ("gpu describe 'a b/1'", 2),
+    ("gpu describe n1/x", 2),
     # events, view, top, status
     ("events tail --since 0", 2),
     ("events tail --since -5", 2),
