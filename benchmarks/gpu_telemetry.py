@@ -64,6 +64,7 @@ TICK = 0.01
 HB_INTERVAL = 10.0
 """The agent's default heartbeat interval (a third of the default 30 s timeout)."""
 LIST_TARGET = 1.0
+PROBE = 0.001
 INGEST_TARGET = 0.9
 
 
@@ -322,6 +323,32 @@ class Results:
     """output -> (herd wall s, herd CPU s, limit wall s, control plane CPU s per herd list)"""
     scrapes: dict[str, list[tuple[float, int, float]]] = field(default_factory=dict)
     """page -> (wall s, bytes, control plane CPU s) per scrape"""
+    stalls: dict[str, float] = field(default_factory=dict)
+    """what ran -> the control plane's event loop's longest stall meanwhile, seconds"""
+
+
+class LoopProbe:
+    """The event loop's longest stall while it runs: a task that sleeps ``PROBE`` at a
+    time, each wake-up's lateness. The control plane ingests heartbeats and samples on
+    this loop, so a stall is that long with nothing ingested."""
+
+    def __init__(self) -> None:
+        self.longest = 0.0
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def _run(self) -> None:
+        while not self._stop.is_set():
+            start = time.monotonic()
+            await asyncio.sleep(PROBE)
+            self.longest = max(self.longest, time.monotonic() - start - PROBE)
+
+    def __enter__(self) -> LoopProbe:
+        self._task = asyncio.ensure_future(self._run())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
 
 
 class Bench:
@@ -407,29 +434,38 @@ class Bench:
         lines = self.last_output.count(b"\n")
         if output == "table" and lines < gpus:
             raise RuntimeError(f"herd gpu list printed {lines} lines for {gpus} GPUs")
+        stall = 0.0
         for _ in range(runs):
             await self.fill()                   # every node's sample new: no cached row
-            wall, cpu, plane_cpu = await self.timed(herd)
+            with LoopProbe() as probe:
+                wall, cpu, plane_cpu = await self.timed(herd)
+            stall = max(stall, probe.longest)
             walls.append(wall), cpus.append(cpu), plane.append(plane_cpu)
             await self.fill()
             limits.append((await self.timed(limit))[0])
         self.results.lists[output] = (walls, cpus, limits, plane)
+        self.results.stalls[f"herd gpu list -o {output}"] = stall
         print(f"  herd gpu list -o {output}: {statistics.median(walls):.2f} s "
               f"(runs {min(walls):.2f}-{max(walls):.2f}), CLI CPU {statistics.median(cpus):.2f} s, "
               f"control plane CPU {statistics.median(plane):.2f} s; limit "
               f"{statistics.median(limits):.2f} s", flush=True)
 
-    async def scrape(self, page: str, runs: int, fresh: bool) -> list[tuple[float, int, float]]:
+    async def scrape(self, page: str, runs: int, fresh: bool,
+                     label: str | None = None) -> list[tuple[float, int, float]]:
         url = f"http://127.0.0.1:{self.plane.metrics_server.port}{page}"
         out = []
         for _ in range(runs):
             if fresh:
                 await self.fill()
             cpu = cpu_seconds(os.getpid())
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-c", SCRAPER, url, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE)
-            text, err = await proc.communicate()
+            with LoopProbe() as probe:
+                proc = await asyncio.create_subprocess_exec(
+                    sys.executable, "-c", SCRAPER, url, stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE)
+                text, err = await proc.communicate()
+            label = label or page
+            self.results.stalls[label] = max(self.results.stalls.get(label, 0.0),
+                                             probe.longest)
             code, wall, size = text.decode().split()
             if proc.returncode != 0 or code != "200":
                 raise RuntimeError(f"GET {page}: exit {proc.returncode}, HTTP {code}: "
@@ -442,7 +478,8 @@ class Bench:
         await self.fill()
         rows = []
         for shard in range(shards):
-            rows += await self.scrape(f"/metrics/gpus?shard={shard}&shards={shards}", 1, False)
+            rows += await self.scrape(f"/metrics/gpus?shard={shard}&shards={shards}", 1, False,
+                                      label)
         self.results.scrapes[label] = rows
 
 
@@ -599,6 +636,9 @@ def show(r: Results, args: argparse.Namespace) -> None:
         else:
             line(page, f"{median(walls):.3f} s wall, {median(sizes) / 1e6:.2f} MB, control "
                  f"plane CPU {median(cpus):.3f} s", "Prometheus default scrape_timeout 10 s")
+    for what, stall in r.stalls.items():
+        line(f"control plane event loop, longest stall during {what}",
+             f"{stall * 1000:,.0f} ms", "nothing is ingested meanwhile")
     print(f"reproduce: python -m benchmarks.gpu_telemetry --nodes {r.nodes} --gpus {r.gpus} "
           f"--interval {args.interval:g} --rate {args.rate} --phase-seconds {args.phase_seconds:g} "
           f"--rounds {args.rounds} --runs {args.runs} --shards {args.shards}"
