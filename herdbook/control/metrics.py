@@ -279,7 +279,8 @@ class BreakerCollector(Collector):
                                 "Fleet health, 0-100: the mean of the two shares below.",
                                 score.score)
         yield GaugeMetricFamily("herd_fleet_gpus_healthy_ratio",
-                                "Share of GPUs on nodes up and not UNHEALTHY or DEGRADED.",
+                                "Share of GPUs on nodes up and not UNHEALTHY, DEGRADED or "
+                                "VALIDATING.",
                                 score.gpus_healthy)
         yield GaugeMetricFamily("herd_fleet_schedulable_ratio",
                                 "Share of approved compute nodes the scheduler may use.",

@@ -3,12 +3,15 @@ Pure: read from the node view.
 
 Over the approved compute nodes that are not TERMINATED:
 
-- ``gpus_healthy``: the share of their GPUs on nodes that are up (READY) and not
-  UNHEALTHY or DEGRADED; a fleet without GPUs counts its nodes instead;
+- ``gpus_healthy``: the share of their GPUs on nodes that are up (READY), not
+  UNHEALTHY or DEGRADED, and not VALIDATING (a node whose validation check runs is not
+  proven yet: docs/remediation.md#validation); a fleet without GPUs counts its nodes
+  instead;
 - ``schedulable``: the share of them the scheduler may place on;
 - ``faults``: open faults by kind (``unhealthy``, ``degraded`` health, ``down``,
   ``failed``, ``quarantined``, conformance ``drift``), a node counted once per kind it
-  shows.
+  shows;
+- ``validating``: the nodes whose validation check runs (out of service, not a fault).
 
 ``score = round(100 * (gpus_healthy + schedulable) / 2)``; an empty fleet scores 100
 (nothing is wrong with it) with zero nodes in its breakdown.
@@ -32,6 +35,7 @@ class FleetScore(msgspec.Struct, frozen=True, kw_only=True):
     gpus_healthy: float
     schedulable: float
     faults: dict[str, int]
+    validating: int = 0
 
 
 def _counted(view: NodeView) -> bool:
@@ -59,15 +63,18 @@ def fleet_score(views: Iterable[NodeView]) -> FleetScore:
     if not nodes:
         return FleetScore(score=100, nodes=0, gpus=0, gpus_healthy=1.0, schedulable=1.0,
                           faults={})
+    validating = {v.id for v in nodes if v.validation == "running"}
     weight = {v.id: len(v.info.gpus) for v in nodes}
     gpus = sum(weight.values())
     if not gpus:
         weight = dict.fromkeys(weight, 1)
     healthy = sum(weight[v.id] for v in nodes if v.lifecycle is Lifecycle.READY
-                  and v.health not in (Health.UNHEALTHY, Health.DEGRADED))
+                  and v.health not in (Health.UNHEALTHY, Health.DEGRADED)
+                  and v.id not in validating)
     gpus_healthy = healthy / sum(weight.values())
     schedulable = sum(1 for v in nodes if v.schedulable) / len(nodes)
     faults = Counter(kind for v in nodes for kind in faults_of(v))
     return FleetScore(score=round(100 * (gpus_healthy + schedulable) / 2), nodes=len(nodes),
                       gpus=gpus, gpus_healthy=round(gpus_healthy, 4),
-                      schedulable=round(schedulable, 4), faults=dict(sorted(faults.items())))
+                      schedulable=round(schedulable, 4), faults=dict(sorted(faults.items())),
+                      validating=len(validating))

@@ -49,3 +49,12 @@ def test_pending_requester_and_terminated_nodes_are_not_the_fleet() -> None:
                       lifecycle=Lifecycle.DOWN)]
     score = fleet_score(views)
     assert (score.nodes, score.score, score.faults) == (1, 100, {})
+
+
+def test_a_validating_node_is_neither_healthy_nor_schedulable_nor_a_fault() -> None:
+    # READY and HEALTHY underneath, but its validation check runs: not proven yet
+    views = [node(0, validation="running"), node(1), node(2, validation="passed")]
+    score = fleet_score(views)
+    assert score.gpus_healthy == round(2 / 3, 4)
+    assert score.schedulable == round(2 / 3, 4)
+    assert (score.validating, score.faults) == (1, {})
