@@ -4,6 +4,7 @@ path and the reason (``ConfigError``). Durations are written ``500ms``, ``2s``, 
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -256,10 +257,24 @@ class ValidationConfig(_Section, frozen=True):
     quarantine_after: int = 2
     """Failed validations within ``window`` that quarantine the node (0: never)."""
     window: Duration = Duration(86400.0)
+    max_concurrent: int | str = "10%"
+    """Validations started automatically while this many run: a number, or a share of the
+    fleet ("10%": of the approved compute nodes not TERMINATED, rounded up, at least 1);
+    0: no bound. A due node waits (out of service) for a free slot; `herd node validate`
+    is not held by it but its checks count."""
 
     @property
     def enabled(self) -> bool:
         return bool(self.command)
+
+    def concurrency(self, fleet: int) -> int | None:
+        """How many validations may run at once in a fleet of ``fleet`` nodes; None: no
+        bound. ``max_concurrent`` is checked at load (``_check_validation``)."""
+        bound = self.max_concurrent
+        if isinstance(bound, int):
+            return bound or None
+        share = float(bound.strip().removesuffix("%")) / 100
+        return max(1, math.ceil(share * fleet - 1e-9))
 
 
 class MetricsConfig(_Section, frozen=True):
@@ -304,6 +319,9 @@ class ConfigError(ValueError):
     pass
 
 
+_PERCENT = re.compile(r"[0-9]+(\.[0-9]+)?%")
+
+
 def _check_validation(validation: ValidationConfig, source: str) -> None:
     if not all(validation.command):
         raise ConfigError(f"{source}: validation.command: an empty word; name the check to "
@@ -319,6 +337,16 @@ def _check_validation(validation: ValidationConfig, source: str) -> None:
     if validation.quarantine_after < 0 or float(validation.window) <= 0:
         raise ConfigError(f"{source}: validation: quarantine_after must be >= 0 and window "
                           "more than 0")
+    bound = validation.max_concurrent
+    if isinstance(bound, int):
+        if bound < 0:
+            raise ConfigError(f"{source}: validation.max_concurrent: must be >= 0 (0: no "
+                              "bound)")
+    elif not (_PERCENT.fullmatch(bound.strip())
+              and 0 < float(bound.strip().removesuffix("%")) <= 100):
+        raise ConfigError(f"{source}: validation.max_concurrent: {bound!r} is neither a "
+                          "number nor a share of the fleet such as \"10%\" (more than 0%, "
+                          "at most 100%)")
 
 
 def load_config(path: str | Path | None) -> Config:

@@ -101,13 +101,32 @@ def _started(view: NodeView, validation: ValidationConfig, trigger: str, reason:
 _WHY = {"returned": "back from {state}", "approved": "first approval"}
 
 
+def in_fleet(view: NodeView) -> bool:
+    """Counted in the fleet that ``validation.max_concurrent``'s share is of."""
+    return (view.type is NodeType.COMPUTE and view.approval is Approval.APPROVED
+            and view.lifecycle is not Lifecycle.TERMINATED)
+
+
+def held_by_bound(validation: ValidationConfig, running: int, fleet: int) -> bool:
+    """No slot free: ``running`` validations already run where ``validation.
+    max_concurrent`` allows that many in a fleet of ``fleet`` nodes."""
+    bound = validation.concurrency(fleet)
+    return bound is not None and running >= bound
+
+
 def decide_due(view: NodeView | None, validation: ValidationConfig | None,
-               context: Context) -> Decision[NodeEvent] | None:
-    """Start the validation a due node needs."""
+               context: Context, running: int = 0,
+               fleet: int = 0) -> Decision[NodeEvent] | None:
+    """Start the validation a due node needs, unless ``running`` validations already use
+    every slot ``validation.max_concurrent`` gives a fleet of ``fleet`` nodes: then it
+    waits, out of service, for one to end (turning the gate on, or a rack coming back,
+    must not take every due node out at once)."""
     if view is None:
         return None
     trigger = due_trigger(view, validation)
     if trigger is None or validation is None:
+        return None
+    if held_by_bound(validation, running, fleet):
         return None
     reason = _WHY.get(trigger, trigger).format(state=view.lifecycle_reason or "a fault")
     return Decision(view.version, [_started(view, validation, trigger, reason, ACTOR,
@@ -250,6 +269,12 @@ class ValidationReactor:
         self._queue: asyncio.Queue[str] = asyncio.Queue()
         self._queued: set[str] = set()
         self._timers: dict[str, asyncio.TimerHandle] = {}
+        # ``max_concurrent``'s bookkeeping, kept from every node change: the nodes whose
+        # check runs, the fleet its share is of, and the due nodes that wait for a slot
+        # (in the order they came: a dict).
+        self._running: set[str] = set()
+        self._fleet: set[str] = set()
+        self._waiting: dict[str, None] = {}
         self._unsubscribe: list[Callable[[], None]] = []
         self._task: asyncio.Task[None] | None = None
 
@@ -260,6 +285,8 @@ class ValidationReactor:
                              self.projector.allocs.subscribe(self._on_alloc)]
         self._task = asyncio.create_task(self._work(), name="validation")
         for view in self.projector.nodes.values():   # what a previous leader left
+            self._count(view.id, view)
+        for view in self.projector.nodes.values():
             if view.validation == "running" or view.validation_due:
                 self._enqueue(view.id)
 
@@ -280,8 +307,43 @@ class ValidationReactor:
             self._queued.add(node_id)
             self._queue.put_nowait(node_id)
 
+    def _count(self, node_id: str, view: NodeView | None) -> bool:
+        """Keep the running and fleet sets; True when the node's check stopped running
+        (a slot freed)."""
+        was = node_id in self._running
+        if view is not None and view.validation == "running":
+            self._running.add(node_id)
+        else:
+            self._running.discard(node_id)
+        if view is not None and in_fleet(view):
+            self._fleet.add(node_id)
+        else:
+            self._fleet.discard(node_id)
+        return was and node_id not in self._running
+
+    def _free(self) -> int | None:
+        """Slots free now; None: no bound."""
+        if self.validation is None:
+            return 0
+        bound = self.validation.concurrency(len(self._fleet))
+        return None if bound is None else max(0, bound - len(self._running))
+
+    def _release(self) -> None:
+        """Queue as many waiting nodes as slots are free, first come first."""
+        free = self._free()
+        while self._waiting and (free is None or free > 0):
+            node_id = next(iter(self._waiting))
+            del self._waiting[node_id]
+            self._enqueue(node_id)
+            if free is not None:
+                free -= 1
+
     def _on_node(self, node_id: str, view: NodeView | None, event: NodeEvent) -> None:
-        if view is not None and (view.validation == "running" or view.validation_due):
+        if self._count(node_id, view):
+            self._release()
+        if view is None:
+            self._waiting.pop(node_id, None)
+        elif view.validation == "running" or view.validation_due:
             self._enqueue(node_id)
 
     def _on_alloc(self, alloc_id: str, alloc: AllocView | None, event: AllocEvent) -> None:
@@ -314,11 +376,20 @@ class ValidationReactor:
         if validation is None:
             return
         nodes: Mapping[str, NodeView] = self.projector.nodes
+        self._waiting.pop(node_id, None)
         started = await self.runner.run("node", node_id, lambda context: decide_due(
-            nodes.get(node_id), validation, context))
+            nodes.get(node_id), validation, context, len(self._running), len(self._fleet)))
         for event in started.events:
             log.info("%s: validating (%s)", node_id, getattr(event, "reason", ""))
         view = nodes.get(node_id)
+        if not started.events and view is not None:
+            if due_trigger(view, validation) is not None:   # held by max_concurrent
+                if not self._waiting:
+                    log.info("%s: due for validation; waits for one of %d running to end "
+                             "(validation.max_concurrent)", node_id, len(self._running))
+                self._waiting[node_id] = None
+                return
+            self._release()   # a node queued for a slot that no longer needed it
         if view is None or view.validation != "running":
             return
         alloc = self._alloc_of(view)
