@@ -302,6 +302,24 @@ class NodeDetail(NodeSummary, frozen=True, kw_only=True):
     """What to do about the node's health verdict (``health_actions``): none,
     restart_workload, reset_gpu, reboot_node or inspect_hardware; None before a verdict
     recorded one."""
+    validation: str | None = None
+    """The node's last validation (docs/remediation.md#validation): running (the node is
+    VALIDATING), passed, failed, interrupted (it went DOWN meanwhile); None: never
+    validated."""
+    validation_due: str | None = None
+    """Why it must be validated before it is back in service: returned (it was DOWN,
+    FAILED or UNHEALTHY), approved (its first approval); None: it need not be."""
+    validation_trigger: str | None = None
+    """What started the last validation: returned, approved or operator."""
+    validation_check: str | None = None
+    """The check's name (``validation.name``)."""
+    validation_alloc: str | None = None
+    """The allocation that runs (ran) the check: `herd alloc status ID`."""
+    validation_started_at: str | None = None
+    validation_at: str | None = None
+    """When the last validation ended (None while it runs)."""
+    validation_reason: str | None = None
+    """How the last validation ended (or why it runs), in one line."""
 
 
 class GpuSummary(_Reply, frozen=True, kw_only=True):
@@ -414,6 +432,10 @@ class NodeDescription(NodeDetail, frozen=True, kw_only=True):
     """Set while two agents heartbeat for this node id (one must be stopped)."""
     gpu_health: list[GpuSummary] = []
     """Every GPU of the node with its health, cause and main readings (``gpu.list``)."""
+    validation_failures: int = 0
+    """Its failed validations within ``validation.window`` (now less the window): the
+    ``validation.quarantine_after``-th quarantines it."""
+    validation_window_s: float | None = None
 
 
 class CommandResult(_Reply, frozen=True, kw_only=True):

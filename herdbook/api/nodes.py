@@ -51,7 +51,7 @@ from herdbook.reactors.membership import decide_approve, decide_delete, decide_r
 from herdbook.reactors.refused import AlreadyDone
 from herdbook.reactors.runner import Context, DecideRunner
 from herdbook.reactors.sweeper import Sweeper
-from herdbook.reactors.validation import decide_validate_request
+from herdbook.reactors.validation import decide_validate_request, failures_within
 from herdbook.text import clip
 
 PAGE_BYTES = 700_000          # replies stay well under NATS's 1 MB max_payload
@@ -228,6 +228,7 @@ class NodeRoutes:
         detail = self.detail(view)
         timeout = self.sweeper.timeouts(view).heartbeat_timeout
         interval = None if heartbeat is None else heartbeat.interval
+        window = float(self.config.validation.window)
         return NodeDescription(**{f: getattr(detail, f) for f in detail.__struct_fields__},
                                heartbeat=heartbeat, resources=resources,
                                heartbeat_interval=interval, heartbeat_timeout=timeout,
@@ -235,7 +236,10 @@ class NodeRoutes:
                                else interval_warning(interval, timeout),
                                agent=_agent_text(view, beat),
                                agent_conflict=self.sweeper.agent_conflict(view),
-                               gpu_health=[] if self.gpu_rows is None else self.gpu_rows(view))
+                               gpu_health=[] if self.gpu_rows is None else self.gpu_rows(view),
+                               validation_failures=failures_within(
+                                   view, window, self.runner.clock.now()),
+                               validation_window_s=window)
 
     async def node_conformance(self, data: bytes) -> Page[dict[str, Any]]:
         """The fleet grouped by conformance fingerprint, per pool, with what drifted."""

@@ -116,6 +116,13 @@ def _detail_fields(view: NodeView) -> dict[str, Any]:
         "wipe_status": view.wipe_status or None, "wipe_attempt": view.wipe_attempt,
         "wipe_steps": shown_map(view.wipe_steps), "version": view.version,
         "recommended_action": view.health_action or None,
+        "validation": view.validation or None, "validation_due": view.validation_due or None,
+        "validation_trigger": view.validation_trigger or None,
+        "validation_check": text(view.validation_check) or None,
+        "validation_alloc": view.validation_alloc or None,
+        "validation_started_at": iso(view.validation_started_at),
+        "validation_at": iso(view.validation_at),
+        "validation_reason": text(view.validation_reason) or None,
     }
 
 

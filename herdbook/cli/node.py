@@ -17,6 +17,7 @@ from herdbook.cli.output import (
     console,
     echo,
     print_hint,
+    print_validation_hint,
     render_object,
     render_rows,
 )
@@ -67,6 +68,7 @@ def describe(ctx: typer.Context,
                                         NodeDescription))
         render_object(node, output)
         print_hint(node.get("recommended_action"), str(node.get("id", node_id)), output)
+        print_validation_hint(node, output)
         return
     from herdbook.api.history_messages import NodeAt
     request = NodeAt(id=node_id, at=parse_at(at))

@@ -174,6 +174,26 @@ def print_hint(action: object, node_id: str, fmt: Format) -> None:
     sys.stdout.write(safe(hint(action, node_id)) + "\n")
 
 
+def validation_hint(node: dict[str, Any]) -> str | None:
+    """One line under `herd node describe`'s table for a VALIDATING node: which check runs
+    as which allocation, since when, and what brings it back (docs/remediation.md)."""
+    if node.get("validation") != "running":
+        return None
+    alloc = node.get("validation_alloc") or "?"
+    since = f" since {node['validation_started_at']}" if node.get("validation_started_at") else ""
+    trigger = f" ({node['validation_trigger']})" if node.get("validation_trigger") else ""
+    return (f"validating: {node.get('validation_check') or 'the check'}{trigger} runs as "
+            f"allocation {alloc}{since}; back in service when it passes (herd alloc status "
+            f"{alloc})")
+
+
+def print_validation_hint(node: dict[str, Any], fmt: Format) -> None:
+    """``validation_hint`` under a table; machine formats carry the fields themselves."""
+    line = validation_hint(node) if fmt is Format.table else None
+    if line:
+        sys.stdout.write(safe(line) + "\n")
+
+
 def render_object(obj: dict[str, Any], fmt: Format) -> None:
     if fmt is Format.json:
         sys.stdout.write(json.dumps(obj, indent=2) + "\n")

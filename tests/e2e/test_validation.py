@@ -68,11 +68,23 @@ def test_a_fault_the_check_finds_keeps_the_node_out_and_a_cleared_one_lets_it_ba
     assert node["schedulable"] is False
     wait_until(lambda: [a["status"] for a in allocs(fleet.url)] == ["running"], timeout=30,
                what="the check running as an allocation")
+    # describe names the check, its allocation and why it runs; the table says so in a line
+    [running] = allocs(fleet.url)
+    detail = describe(fleet.url, "g1")
+    assert (detail["validation"], detail["validation_trigger"], detail["validation_check"],
+            detail["validation_alloc"]) == ("running", "approved", "burn-in", running["id"])
+    table = herd("node", "describe", "g1", server=fleet.url, check=True).stdout
+    assert f"validating: burn-in (approved) runs as allocation {running['id']}" in table
+    # not counted healthy on herd status (nor schedulable)
+    score = json.loads(herd("status", "-o", "json", server=fleet.url, check=True).stdout)[
+        "health_score"]
+    assert (score["validating"], score["gpus_healthy"], score["schedulable"]) == (1, 0.0, 0.0)
     (tmp_path / "hold").unlink()
     wait_until(lambda: fleet.state("g1") == "UNHEALTHY", timeout=60, what="g1 UNHEALTHY")
     detail = describe(fleet.url, "g1")
     assert "burn-in exited 3: GPU 1: Xid 79: fell off the bus" in detail["health_reason"]
     assert detail["schedulable"] is False
+    assert (detail["validation"], detail["validation_failures"]) == ("failed", 1)
     [failed] = allocs(fleet.url)
     assert failed["status"] == "failed"
 
