@@ -35,7 +35,7 @@ def small(name: str, *steps: str) -> str:
 def test_the_scenario_list_is_complete() -> None:
     assert {p.stem for p in SCENARIOS} >= {
         "gpu-failure", "xid-classification", "cordon-drain", "heartbeat-loss", "boot-failure",
-        "registration-timeout", "sensitive-wipe", "auto-replace"}
+        "registration-timeout", "sensitive-wipe", "auto-replace", "validation-gate"}
 
 
 @pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])

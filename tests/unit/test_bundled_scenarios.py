@@ -23,7 +23,8 @@ def test_a_bundled_scenario_is_found_by_name_from_a_cwd_without_the_repo(
         path = find(name)
         assert path.is_file() and not path.is_relative_to(tmp_path)
         assert load_scenario(path).name == "gpu-failure"
-    assert {"gpu-failure", "cordon-drain", "heartbeat-loss", "auto-replace"} <= set(bundled())
+    assert {"gpu-failure", "cordon-drain", "heartbeat-loss", "auto-replace",
+            "validation-gate"} <= set(bundled())
 
 
 def test_a_file_of_that_name_wins_and_anything_else_is_left_to_the_loader(
