@@ -113,3 +113,26 @@ def test_the_burn_in_script_passes_by_its_rule(tmp_path: Path, burn: str, query:
     env = stand_ins(tmp_path, gpu_burn=burn, **{"nvidia-smi": query})
     code, line = run([str(SCRIPT), "5"], env)
     assert (code == 0, line) == (ok, last)
+
+
+def test_the_lifecycle_picture_names_real_events_on_every_step() -> None:
+    """The picture opens the page, links its three sections, and every event it names is
+    one herdbook writes (a renamed event fails here, not in a reader's head)."""
+    from herdbook.events.codec import EVENT_TYPES
+    text = PAGE.read_text()
+    assert text.index("## The lifecycle") < text.index("## Validation")
+    intro = text[:text.index("## The lifecycle")]
+    assert all(f"(#{s})" in intro for s in ("validation", "repairs", "checks"))
+    picture = re.search(r"## The lifecycle.*?```text\n(.*?)```", text, re.S)
+    assert picture is not None
+    named = set(re.findall(r"\b((?:node|alloc)\.[a-z_]+)", picture.group(1)))
+    tags = {cls.__struct_config__.tag for cls in EVENT_TYPES}  # type: ignore[union-attr]
+    assert named - tags == set()
+    assert {"node.health_changed", "node.degraded", "node.down", "node.cordoned",
+            "node.drained", "node.boot_started", "node.terminated", "node.uncordoned",
+            "node.validation_started", "node.validated", "node.validation_failed",
+            "alloc.placed"} <= named
+    for step in ("FAULT DETECTED", "UNHEALTHY", "QUARANTINED", "DRAINED",
+                 "VALIDATING", "BACK IN SERVICE"):
+        assert step in picture.group(1)
+    assert picture.group(1).count("⛔") >= 3        # where the breaker can hold a step
