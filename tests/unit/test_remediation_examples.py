@@ -126,7 +126,7 @@ def test_the_lifecycle_picture_names_real_events_on_every_step() -> None:
     picture = re.search(r"## The lifecycle.*?```text\n(.*?)```", text, re.S)
     assert picture is not None
     named = set(re.findall(r"\b((?:node|alloc)\.[a-z_]+)", picture.group(1)))
-    tags = {cls.__struct_config__.tag for cls in EVENT_TYPES}  # type: ignore[union-attr]
+    tags = {cls.__struct_config__.tag for cls in EVENT_TYPES}
     assert named - tags == set()
     assert {"node.health_changed", "node.degraded", "node.down", "node.cordoned",
             "node.drained", "node.boot_started", "node.terminated", "node.uncordoned",

@@ -84,4 +84,4 @@ def test_the_table_prints_a_hint_line_for_a_validating_node(
         "2026-03-01T12:00:00Z; back in service when it passes (herd alloc status va1)")
     print_validation_hint(detail, Format.table)
     print_validation_hint(detail, Format.json)     # json carries the fields themselves
-    assert capsys.readouterr().out == validation_hint(detail) + "\n"
+    assert capsys.readouterr().out == f"{validation_hint(detail)}\n"
