@@ -436,6 +436,10 @@ class NodeDescription(NodeDetail, frozen=True, kw_only=True):
     """Its failed validations within ``validation.window`` (now less the window): the
     ``validation.quarantine_after``-th quarantines it."""
     validation_window_s: float | None = None
+    validation_waiting: bool = False
+    """Due for a validation the gate runs (``validation.when``) and able to run it, but not
+    started yet: it waits for a free slot (``validation.max_concurrent``). The scheduler
+    places nothing on it meanwhile."""
 
 
 class CommandResult(_Reply, frozen=True, kw_only=True):

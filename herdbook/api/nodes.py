@@ -51,7 +51,7 @@ from herdbook.reactors.membership import decide_approve, decide_delete, decide_r
 from herdbook.reactors.refused import AlreadyDone
 from herdbook.reactors.runner import Context, DecideRunner
 from herdbook.reactors.sweeper import Sweeper
-from herdbook.reactors.validation import decide_validate_request, failures_within
+from herdbook.reactors.validation import decide_validate_request, failures_within, waiting
 from herdbook.text import clip
 
 PAGE_BYTES = 700_000          # replies stay well under NATS's 1 MB max_payload
@@ -239,7 +239,8 @@ class NodeRoutes:
                                gpu_health=[] if self.gpu_rows is None else self.gpu_rows(view),
                                validation_failures=failures_within(
                                    view, window, self.runner.clock.now()),
-                               validation_window_s=window)
+                               validation_window_s=window,
+                               validation_waiting=waiting(view, self.config.validation))
 
     async def node_conformance(self, data: bytes) -> Page[dict[str, Any]]:
         """The fleet grouped by conformance fingerprint, per pool, with what drifted."""

@@ -175,8 +175,13 @@ def print_hint(action: object, node_id: str, fmt: Format) -> None:
 
 
 def validation_hint(node: dict[str, Any]) -> str | None:
-    """One line under `herd node describe`'s table for a VALIDATING node: which check runs
-    as which allocation, since when, and what brings it back (docs/remediation.md)."""
+    """One line under `herd node describe`'s table for a VALIDATING node (which check runs
+    as which allocation, since when, what brings it back) or one waiting for its
+    validation to start (docs/remediation.md#validation)."""
+    if node.get("validation_waiting"):
+        return (f"due for validation ({node.get('validation_due')}): waits to start "
+                "(validation.max_concurrent bounds the checks at once); the scheduler places "
+                "nothing here until it is validated")
     if node.get("validation") != "running":
         return None
     alloc = node.get("validation_alloc") or "?"

@@ -84,6 +84,12 @@ def due_trigger(view: NodeView, validation: ValidationConfig | None) -> str | No
     return view.validation_due
 
 
+def waiting(view: NodeView, validation: ValidationConfig) -> bool:
+    """Due for a check the gate runs, able to run it, not started: it waits for the
+    leader (a moment) or for a slot (``max_concurrent``), out of the scheduler's reach."""
+    return validation.enabled and due_trigger(view, validation) is not None
+
+
 def _can_validate(view: NodeView) -> bool:
     return (view.type is NodeType.COMPUTE and view.approval is Approval.APPROVED
             and view.lifecycle is Lifecycle.READY and view.health is not Health.UNHEALTHY

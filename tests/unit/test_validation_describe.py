@@ -85,3 +85,18 @@ def test_the_table_prints_a_hint_line_for_a_validating_node(
     print_validation_hint(detail, Format.table)
     print_validation_hint(detail, Format.json)     # json carries the fields themselves
     assert capsys.readouterr().out == f"{validation_hint(detail)}\n"
+
+
+def test_a_node_waiting_for_its_validation_says_so() -> None:
+    from herdbook.config import ValidationConfig
+    from herdbook.reactors.validation import waiting
+    due = fold(*BASE)                       # approved, READY, due (approved)
+    gate = ValidationConfig(name="dcgm-diag", command=["dcgmi", "diag", "-r", "2"])
+    assert waiting(due, gate)
+    assert not waiting(due, ValidationConfig())                         # no gate
+    assert not waiting(due, ValidationConfig(command=["x"], when=["returned"]))
+    assert not waiting(fold(*BASE, START), gate)                        # it runs
+    detail = {**node_json(due, None, 30.0), "validation_waiting": True}
+    assert validation_hint(detail) == (
+        "due for validation (approved): waits to start (validation.max_concurrent bounds "
+        "the checks at once); the scheduler places nothing here until it is validated")
