@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import msgspec
@@ -110,3 +111,13 @@ class NodeHealthChanged(NodeEvent, frozen=True, kw_only=True, tag="node.health_c
     def gpus_only(self) -> bool:
         """Only the GPUs' verdicts changed, not the node's health."""
         return self.previous is not None and self.previous is self.health
+
+
+def gpu_level(view_health: Health, gpus: Mapping[int, GpuVerdict], index: int) -> str:
+    """A GPU's health as the API shows it: its verdict's level, ``healthy`` where its
+    node was decided on and the map does not name it, ``unknown`` before any verdict
+    (or after an operator cleared the node, until its next report)."""
+    verdict = gpus.get(index)
+    if verdict is not None:
+        return verdict.level
+    return "unknown" if view_health is Health.UNKNOWN else "healthy"

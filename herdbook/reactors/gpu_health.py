@@ -27,7 +27,12 @@ from typing import cast
 
 from msgspec.structs import replace
 
-from herdbook.events.health_report import GpuVerdict, NodeHealthChanged, VerdictLevel
+from herdbook.events.health_report import (  # noqa: F401 - gpu_level: read here too
+    GpuVerdict,
+    NodeHealthChanged,
+    VerdictLevel,
+    gpu_level,
+)
 from herdbook.events.node import NodeEvent
 from herdbook.events.states import Health
 from herdbook.health_policy import RESULTS, Verdict
@@ -117,16 +122,6 @@ def kept_gpus(before: Mapping[int, GpuVerdict], health: Health, node_id: str,
                                     event.report_seq))
             break
     return out
-
-
-def gpu_level(view_health: Health, gpus: Mapping[int, GpuVerdict], index: int) -> str:
-    """A GPU's health as the API shows it: its verdict's level, ``healthy`` where its
-    node was decided on and the map does not name it, ``unknown`` before any verdict
-    (or after an operator cleared the node, until its next report)."""
-    verdict = gpus.get(index)
-    if verdict is not None:
-        return verdict.level
-    return "unknown" if view_health is Health.UNKNOWN else "healthy"
 
 
 def _level(result: str) -> VerdictLevel:

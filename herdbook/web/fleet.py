@@ -11,13 +11,13 @@ sample object is the cache key), the rest of a row once per view position.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
+from herdbook.events.health_report import gpu_level
 from herdbook.events.states import Health
+from herdbook.events.telemetry import GpuTelemetry
 from herdbook.projector.alloc_view import AllocView
 from herdbook.projector.node_view import NodeView
-from herdbook.reactors.gpu_health import gpu_level
-from herdbook.reactors.telemetry_intake import Sample
 
 STATIC_COLUMNS = ("id", "state", "health", "pool", "class", "labels", "schedulable", "gpus",
                   "approval", "intent", "gpus_healthy", "allocs", "last_event",
@@ -52,6 +52,14 @@ def static_row(view: NodeView, allocs: Mapping[str, int]) -> list[Any]:
             dict(info.labels), view.schedulable, len(info.gpus), view.approval, view.intent,
             gpus_healthy(view), allocs.get(view.id, 0), view.last_event,
             None if view.updated_at is None else view.updated_at.isoformat()]
+
+
+class Sample(Protocol):
+    """A node's latest telemetry as the control plane holds it
+    (``reactors.telemetry_intake.Sample``; web/ reads it, imports nothing of reactors/)."""
+
+    @property
+    def telemetry(self) -> GpuTelemetry: ...
 
 
 def gpu_numbers(sample: Sample | None) -> tuple[float | None, float | None]:
