@@ -3,8 +3,8 @@
 the server (``api/history_routes.py``) and the CLI alike. Light: msgspec only, like
 ``messages``.
 
-Ids are plain strings here: the routes resolve a unique prefix, and a node deleted
-from today's view still has a history. A past node (``list_at``, ``describe_at``) is
+Ids are an id's characters here, not a view's id: the routes resolve a unique prefix, and
+a node deleted from today's view still has a history. A past node (``list_at``, ``describe_at``) is
 ``present.node_json`` with the heartbeat and allocation fields null, so it travels as a
 JSON object, not a Struct.
 """
@@ -12,9 +12,21 @@ JSON object, not a Struct.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
+from msgspec import Meta
+
+from herdbook.api.messages import ApprovalWord, Labels, StateWord
+
+Time = Annotated[datetime, Meta(tz=True, extra_json_schema={"format": "date-time"},
+                                description="RFC 3339, e.g. 2026-11-21T10:00:00Z")]
+"""A time in a request: msgspec decodes RFC 3339 (its schema says only ``string``)."""
+NodeRef = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_-]{1,128}$",
+                              description="a node id or a unique prefix of one")]
+AnyId = Annotated[str, Meta(pattern=r"^([A-Za-z0-9_-]{1,128})?$",
+                              description="empty (any), or an id or a unique prefix of one")]
+Limit = Annotated[int, Meta(ge=1)]
 
 
 class _Request(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -27,8 +39,8 @@ class _Reply(msgspec.Struct, frozen=True, kw_only=True):
 
 # requests -------------------------------------------------------------------------------
 class NodeHistory(_Request, frozen=True, kw_only=True):
-    id: str
-    limit: int = 1000
+    id: NodeRef
+    limit: Limit = 1000
     """The newest N events (at most 5000, and what fits in one reply)."""
 
 
@@ -36,28 +48,28 @@ class NodesAt(_Request, frozen=True, kw_only=True):
     """``node.list_at``: ``node.list``'s filters, as the event log had the nodes at
     ``at`` (default: now)."""
 
-    at: datetime | None = None
-    filter_approval: list[str] = []
-    filter_state: list[str] = []
-    labels: dict[str, str] = {}
+    at: Time | None = None
+    filter_approval: list[ApprovalWord] = []
+    filter_state: list[StateWord] = []
+    labels: Labels = {}
     wide: bool = True
-    limit: int = 1000
+    limit: Limit = 1000
     next_token: str | None = None
 
 
 class NodeAt(_Request, frozen=True, kw_only=True):
-    id: str
-    at: datetime | None = None
+    id: NodeRef
+    at: Time | None = None
 
 
 class AuditList(_Request, frozen=True, kw_only=True):
-    node_id: str = ""
-    since: datetime | None = None
-    limit: int = 1000
+    node_id: AnyId = ""
+    since: Time | None = None
+    limit: Limit = 1000
 
 
 class AuditVerify(_Request, frozen=True, kw_only=True):
-    node_id: str = ""
+    node_id: AnyId = ""
 
 
 # replies --------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from herdbook.api.history_messages import (
     NodesAt,
     PastNodesPage,
 )
-from herdbook.api.lookup import ApiError, resolve
+from herdbook.api.lookup import ApiError, decode, resolve
 from herdbook.api.present import node_json
 from herdbook.clock import SYSTEM_CLOCK, Clock
 from herdbook.events.states import Health, resolve_state_filter
@@ -100,7 +100,7 @@ class HistoryRoutes:
             raise ApiError("unavailable", str(err)) from err
 
     async def history(self, data: bytes) -> NodeHistoryReply:
-        req = msgspec.json.decode(data, type=NodeHistory)
+        req = decode(data, NodeHistory)
         node_id = await self._node_id(req.id)
         result: dict[str, Any] = await self._read(node_history(self.js, node_id))
         if not result["items"]:
@@ -120,7 +120,7 @@ class HistoryRoutes:
         return self._at_cache[1]
 
     async def describe_at(self, data: bytes) -> dict[str, Any]:
-        req = msgspec.json.decode(data, type=NodeAt)
+        req = decode(data, NodeAt)
         at = _utc(req.at or self.clock.now())
         views, seq = await self._nodes_at(at)
         try:
@@ -132,7 +132,7 @@ class HistoryRoutes:
         return {**node_at_json(view), "at": iso(at), "as_of_seq": seq}
 
     async def list_at(self, data: bytes) -> PastNodesPage:
-        req = msgspec.json.decode(data or b"{}", type=NodesAt)
+        req = decode(data, NodesAt, empty=True)
         at = _utc(req.at or self.clock.now())
         approvals = {a.upper() for a in req.filter_approval}
         if approvals - {"PENDING", "APPROVED", "REJECTED"}:
@@ -152,7 +152,7 @@ class HistoryRoutes:
                              at=iso(at), as_of_seq=seq)
 
     async def audit_list(self, data: bytes) -> AuditPage:
-        req = msgspec.json.decode(data or b"{}", type=AuditList)
+        req = decode(data, AuditList, empty=True)
         node_id = await self._node_id(req.node_id) if req.node_id else None
         since = _utc(req.since) if req.since else None
         limit = max(1, min(req.limit, MAX_ITEMS))
@@ -161,7 +161,7 @@ class HistoryRoutes:
         return msgspec.convert({"items": items, "omitted": total - len(items)}, AuditPage)
 
     async def audit_verify(self, data: bytes) -> ChainReport:
-        req = msgspec.json.decode(data or b"{}", type=AuditVerify)
+        req = decode(data, AuditVerify, empty=True)
         node_id = await self._node_id(req.node_id) if req.node_id else None
         report: dict[str, Any] = await self._read(verify(self.js, node_id))
         report["broken"] = report["broken"][:MAX_ITEMS]

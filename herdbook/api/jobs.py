@@ -7,8 +7,6 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import msgspec
-
 from herdbook.api.caller import caller
 from herdbook.api.deciders import (
     decide_new_eval,
@@ -34,7 +32,7 @@ from herdbook.api.messages import (
 )
 from herdbook.api.present import eval_reply
 from herdbook.events.evals import EvalTrigger
-from herdbook.events.jobs import parse_job_spec
+from herdbook.events.jobs import check_job_spec
 from herdbook.projector.alloc_view import AllocView
 from herdbook.projector.eval_view import EvalView
 from herdbook.projector.runner import ProjectorRunner
@@ -116,7 +114,7 @@ class JobRoutes:
     async def job_register(self, data: bytes) -> RegisterResult:
         """Register (or update) a job and create its job-register evaluation."""
         req = decode(data, RegisterJob)
-        spec = parse_job_spec(msgspec.json.encode(req.spec), "job")
+        spec = check_job_spec(req.spec, "job")
         registered = await self.runner.run("job", spec.id, lambda context: decide_register_job(
             self.projector.jobs.get(spec.id), spec, actor=caller(req), context=context),
             wait=False)

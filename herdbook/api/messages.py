@@ -12,16 +12,26 @@ side by side with DESIGN §7; splitting it would split one schema across files.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import StrEnum
-from typing import Annotated, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Generic, TypeVar
 
 import msgspec
 from msgspec import Meta
 
 from herdbook.events.alloc import AllocStatus
 from herdbook.events.evals import EvalStatus, EvalTrigger
-from herdbook.events.jobs import Constraints, Requeue, Resources
-from herdbook.events.states import Approval, Health, Intent, Lifecycle, NodeClass, NodeType
+from herdbook.events.jobs import Constraints, JobSpec, Requeue, Resources
+from herdbook.events.states import (
+    STATE_ALIASES,
+    STATE_ORDER,
+    Approval,
+    Health,
+    Intent,
+    Lifecycle,
+    NodeClass,
+    NodeType,
+)
 from herdbook.events.subjects import ID_PATTERN
 
 MAX_PAGE_ITEMS = 5000
@@ -30,6 +40,9 @@ Id = Annotated[str, Meta(pattern=ID_PATTERN.pattern,
                          description="1-128 characters from A-Z a-z 0-9 _ -, or a unique "
                                      "prefix of an id where the route resolves one")]
 """A node, job, eval, allocation, instance or pool id (one NATS subject token)."""
+OptionalId = Annotated[str, Meta(pattern=r"^([A-Za-z0-9_-]{1,128})?$",
+                                 description="empty (any), or an id or unique prefix of one")]
+"""A filter on an id: empty matches every one."""
 
 MAX_REASON = 1024
 """The most characters of a command's reason (``--message``): it is stored on an event
@@ -51,6 +64,41 @@ Labels = Annotated[dict[Annotated[str, Meta(max_length=MAX_LABEL_KEY)],
                         description=f"at most {MAX_LABELS} labels, keys of at most "
                                     f"{MAX_LABEL_KEY} and values of at most "
                                     f"{MAX_LABEL_VALUE} characters")]
+
+
+def words(name: str, values: Iterable[str], doc: str) -> type[StrEnum]:
+    """The words a filter takes, as an enum of each value in lower and in upper case (the
+    CLI passes what the operator typed; the API and the OpenAPI document name the exact
+    words, so that a value is accepted exactly when the document says it is)."""
+    both = dict.fromkeys(w for v in values for w in (v.lower(), v.upper()))
+    kind = StrEnum(name, {w: w for w in both})   # type: ignore[misc]
+    kind.__doc__ = doc
+    return kind
+
+
+GPU_HEALTH = ("healthy", "degraded", "unhealthy", "critical", "fatal", "unknown")
+"""A GPU's health: its verdict's level (``events.health_report.VerdictLevel``), or
+``unknown`` before its node's first verdict."""
+JOB_STATUSES = ("running", "dead")
+"""A job's status (``JobView.status``): dead once stopped."""
+
+if TYPE_CHECKING:   # str to the type checker; at run time an enum msgspec checks
+    StateWord = str
+    ApprovalWord = str
+    GpuHealthWord = str
+    JobStatusWord = str
+    EvalStatusWord = str
+    AllocStatusWord = str
+else:
+    StateWord = words("StateWord", [*STATE_ORDER, *STATE_ALIASES],
+                      "A node state (``herd node list``'s STATE) or an alias of some.")
+    ApprovalWord = words("ApprovalWord", [a.value for a in Approval], "A node's approval.")
+    GpuHealthWord = words("GpuHealthWord", GPU_HEALTH, "A GPU's health.")
+    JobStatusWord = words("JobStatusWord", JOB_STATUSES, "A job's status.")
+    EvalStatusWord = words("EvalStatusWord", [s.value for s in EvalStatus],
+                           "An evaluation's status.")
+    AllocStatusWord = words("AllocStatusWord", [s.value for s in AllocStatus],
+                            "An allocation's status.")
 
 
 class ErrorCode(StrEnum):
@@ -75,17 +123,12 @@ class ById(_Request, frozen=True, kw_only=True):
 
 
 class ListNodes(_Request, frozen=True, kw_only=True):
-    filter_approval: list[str] = []
-    filter_state: list[str] = []
+    filter_approval: list[ApprovalWord] = []
+    filter_state: list[StateWord] = []
     labels: Labels = {}
     wide: bool = False
     limit: Annotated[int, Meta(ge=1)] = MAX_PAGE_ITEMS
     next_token: str | None = None
-
-
-GPU_HEALTH = ("healthy", "degraded", "unhealthy", "critical", "fatal", "unknown")
-"""A GPU's health: its verdict's level (``events.health_report.VerdictLevel``), or
-``unknown`` before its node's first verdict."""
 
 
 class ListGpus(_Request, frozen=True, kw_only=True):
@@ -93,10 +136,10 @@ class ListGpus(_Request, frozen=True, kw_only=True):
     node (id or unique prefix), with one of these healths (``GPU_HEALTH``)."""
 
     labels: Labels = {}
-    health: list[str] = []
-    node_id: str = ""
+    health: list[GpuHealthWord] = []
+    node_id: OptionalId = ""
     limit: Annotated[int, Meta(ge=1)] = MAX_PAGE_ITEMS
-    next_token: str | None = None
+    next_token: Annotated[str, Meta(pattern=r"^([\s\S]*/[0-9]{1,9})?$")] | None = None
     """``<node id>/<index>`` of the last GPU of the previous page."""
 
 
@@ -108,7 +151,7 @@ class GpuById(_Request, frozen=True, kw_only=True):
 
 
 class ListInstances(_Request, frozen=True, kw_only=True):
-    pool: str = ""
+    pool: OptionalId = ""
 
 
 class PoolByName(_Request, frozen=True, kw_only=True):
@@ -116,24 +159,20 @@ class PoolByName(_Request, frozen=True, kw_only=True):
 
 
 class ListEvals(_Request, frozen=True, kw_only=True):
-    status: list[str] = []
-    job_id: str = ""
+    status: list[EvalStatusWord] = []
+    job_id: OptionalId = ""
 
 
 class ListAllocs(_Request, frozen=True, kw_only=True):
-    node_id: str = ""
-    job_id: str = ""
-    status: list[str] = []
-
-
-JOB_STATUSES = ("running", "dead")
-"""A job's status (``JobView.status``): dead once stopped."""
+    node_id: OptionalId = ""
+    job_id: OptionalId = ""
+    status: list[AllocStatusWord] = []
 
 
 class ListJobs(_Request, frozen=True, kw_only=True):
     """``job.list``: every job, or those with one of these statuses (``JOB_STATUSES``)."""
 
-    status: list[str] = []
+    status: list[JobStatusWord] = []
 
 
 # requests: commands ---------------------------------------------------------------------
@@ -193,8 +232,8 @@ class RequeueAlloc(Command, frozen=True, kw_only=True):
 
 
 class RegisterJob(_Request, frozen=True, kw_only=True):
-    spec: dict[str, Any]
-    """A job spec as ``herdbook.events.jobs.parse_job_spec`` reads it."""
+    spec: JobSpec
+    """A job spec as ``herd job run`` reads it from YAML (``events.jobs.JobSpec``)."""
     actor: Name = "operator"
 
 

@@ -3,10 +3,11 @@ alike. Light: msgspec only, like ``messages``."""
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 import msgspec
+
+from herdbook.api.history_messages import AnyId, Limit, Time
 
 
 class ListRepairs(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -14,12 +15,12 @@ class ListRepairs(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     at or after it; default: the last 7 days), with their percentiles and the fleet's
     availability over the same window."""
 
-    since: datetime | None = None
-    pool: str = ""
+    since: Time | None = None
+    pool: AnyId = ""
     kind: str = ""
     """A fault kind: xid, ecc_dbe, thermal, health, down, failed, validation, ..."""
-    node_id: str = ""
-    limit: int = 1000
+    node_id: AnyId = ""
+    limit: Limit = 1000
     """The newest N episodes listed (the summary counts them all)."""
 
 

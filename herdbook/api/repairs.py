@@ -10,7 +10,7 @@ from typing import Any
 import msgspec
 
 from herdbook.api.history_routes import fitting
-from herdbook.api.lookup import ApiError
+from herdbook.api.lookup import ApiError, decode
 from herdbook.api.repair_messages import ListRepairs, RepairsReply
 from herdbook.clock import Clock
 from herdbook.history.repairs import Episode, availability, episodes, summary
@@ -45,7 +45,7 @@ class RepairRoutes:
                            "event log since this control plane started; try again")
 
     async def repairs(self, data: bytes) -> RepairsReply:
-        req = msgspec.json.decode(data or b"{}", type=ListRepairs)
+        req = decode(data, ListRepairs, empty=True)
         self._ready()
         now = self.clock.now()
         since = _utc(req.since) if req.since is not None else now - DEFAULT_WINDOW

@@ -80,6 +80,11 @@ def selection(ids: list[str] | None, selector: str | None, states: list[str] | N
     return chosen
 
 
+def upper(words: list[str]) -> list[str]:
+    """Words as typed, in the case the API's enum has (it takes upper or lower only)."""
+    return [w.strip().upper() for w in words]
+
+
 async def matching(nc: Any, chosen: Selection) -> list[str]:
     """The compute nodes the query selects, in id order, from `node.list` (its every
     page). The control plane's own requester node is never selected by a query."""
@@ -89,7 +94,7 @@ async def matching(nc: Any, chosen: Selection) -> list[str]:
     token: str | None = None
     while True:
         page = await client.request(nc, "node.list", ListNodes(
-            filter_state=chosen.states, filter_approval=chosen.approvals,
+            filter_state=upper(chosen.states), filter_approval=upper(chosen.approvals),
             labels=chosen.labels, next_token=token), Page[NodeSummary])
         ids.extend(n.id for n in page.items if n.type is not NodeType.REQUESTER)
         token = page.next_token

@@ -51,7 +51,6 @@ def run(ctx: typer.Context, file: Annotated[Path, typer.Argument(help="A YAML jo
         output: Output = Format.table) -> None:
     """Register a job (id, count, priority, resources, constraints, command, requeue) and
     create its job-register evaluation."""
-    import msgspec
 
     from herdbook.api.messages import RegisterJob, RegisterResult
     from herdbook.events.jobs import JobSpecError, parse_job_spec
@@ -62,7 +61,7 @@ def run(ctx: typer.Context, file: Annotated[Path, typer.Argument(help="A YAML jo
     except JobSpecError as err:
         raise client.fail(str(err), client.EXIT_USAGE) from None
     result = client.call(str(ctx.obj["server"]), "job.register",
-                         RegisterJob(spec=msgspec.to_builtins(spec), actor=client.actor()),
+                         RegisterJob(spec=spec, actor=client.actor()),
                          RegisterResult)
     if output is Format.table:
         echo(f"Ok: job {spec.id} registered, evaluation {result.eval_id}")

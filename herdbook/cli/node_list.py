@@ -73,7 +73,9 @@ def list_nodes(server: str, output: Format, wide: bool, filter_approval: list[st
         selector = parse_labels(labels)
     key = order_by.lstrip("-")
     reverse = order_by.startswith("-")
-    approvals, states = split(filter_approval), split(filter_state)
+    # the API's enum has each word in upper or lower case only; typed in any
+    approvals = [w.strip().upper() for w in split(filter_approval)]
+    states = [w.strip().upper() for w in split(filter_state)]
     query = ListNodes(filter_approval=approvals, filter_state=states, labels=selector,
                       wide=output in (Format.json, Format.yaml))
     when = None if at is None else parse_at(at)

@@ -2,44 +2,51 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Annotated, ClassVar, Literal, get_args
 
 import msgspec
+from msgspec import Meta
 
 from herdbook.events.base import Event
 from herdbook.events.errors import error_path
 from herdbook.events.subjects import ID_PATTERN
 
+# The spec's rules are Meta constraints on its fields, so that the decoder enforces them and
+# the HTTP API's OpenAPI document (``web/openapi.py``) states them: one rule, one place. Every
+# stored spec passed them (``parse_job_spec`` checked the same before), so decoding old
+# events under them refuses none.
+RequeuePolicy = Literal["never", "on_node_failure", "always"]
+REQUEUE_POLICIES: tuple[str, ...] = get_args(RequeuePolicy)
+NodeClassName = Literal["standard", "sensitive", "borrowed"]
+MAX_COUNT = 100_000
+
 
 class Resources(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    cpu: float = 1.0
-    memory_mb: int = 256
-    gpus: int = 0
+    cpu: Annotated[float, Meta(gt=0)] = 1.0
+    memory_mb: Annotated[int, Meta(ge=0)] = 256
+    gpus: Annotated[int, Meta(ge=0)] = 0
 
 
 class Constraints(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     labels: dict[str, str] = msgspec.field(default_factory=dict)
-    node_class: str | None = msgspec.field(default=None, name="class")
+    node_class: NodeClassName | None = msgspec.field(default=None, name="class")
 
 
 class Requeue(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    policy: str = "on_node_failure"
-    """never | on_node_failure | always"""
+    policy: RequeuePolicy = "on_node_failure"
     max_requeue: int = 3
 
 
 class JobSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    id: str
-    command: list[str]
+    id: Annotated[str, Meta(pattern=ID_PATTERN.pattern,
+                            description="1-128 characters from A-Z a-z 0-9 _ -")]
+    command: Annotated[list[str], Meta(min_length=1)]
     """Run by the exec driver, e.g. ["python", "train.py"]."""
-    count: int = 1
-    priority: int = 50
+    count: Annotated[int, Meta(ge=1, le=MAX_COUNT)] = 1
+    priority: Annotated[int, Meta(ge=1, le=100)] = 50
     resources: Resources = Resources()
     constraints: Constraints = Constraints()
     requeue: Requeue = Requeue()
-
-
-REQUEUE_POLICIES = ("never", "on_node_failure", "always")
 
 
 class JobSpecError(ValueError):
@@ -92,24 +99,14 @@ def parse_job_spec(text: bytes | str, source: str = "job") -> JobSpec:
         raise JobSpecError(f"{source}: {error_path(str(err))}") from err
     except msgspec.DecodeError as err:
         raise JobSpecError(f"{source}: not valid YAML: {' '.join(str(err).split())}") from err
-    problems = []
+    return check_job_spec(spec, source)
+
+
+def check_job_spec(spec: JobSpec, source: str = "job") -> JobSpec:
+    """What the decoder's constraints cannot say: an id of exactly one subject token (a
+    ``$`` in a pattern also matches before a final newline)."""
     if not ID_PATTERN.fullmatch(spec.id):
-        problems.append("id: use 1-128 characters from A-Z a-z 0-9 _ -")
-    if not spec.command:
-        problems.append("command: must not be empty")
-    if not 1 <= spec.count <= 100_000:
-        problems.append("count: must be between 1 and 100000")
-    if not 1 <= spec.priority <= 100:
-        problems.append("priority: must be between 1 and 100")
-    if spec.requeue.policy not in REQUEUE_POLICIES:
-        problems.append(f"requeue.policy: {spec.requeue.policy!r} is not one of "
-                        + ", ".join(REQUEUE_POLICIES))
-    if spec.resources.gpus < 0 or spec.resources.cpu <= 0 or spec.resources.memory_mb < 0:
-        problems.append("resources: cpu must be > 0, memory_mb and gpus >= 0")
-    if spec.constraints.node_class not in (None, "standard", "sensitive", "borrowed"):
-        problems.append("constraints.class: not one of standard, sensitive, borrowed")
-    if problems:
-        raise JobSpecError(f"{source}: {problems[0]}")
+        raise JobSpecError(f"{source}: id: use 1-128 characters from A-Z a-z 0-9 _ -")
     return spec
 
 

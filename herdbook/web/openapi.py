@@ -11,6 +11,7 @@ a new route is a command until listed here).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple, get_type_hints
 
@@ -139,14 +140,59 @@ READS = frozenset({
     "fleet.repairs",
 })
 
-GET_ALIASES: dict[str, tuple[str, tuple[str, ...]]] = {
-    "/v1/gpus": ("gpu.list", ()),
-    "/v1/nodes/{node_id}/gpus": ("gpu.list", ("node_id",)),
-    "/v1/gpus/{node_id}/{index}": ("gpu.describe", ("node_id", "index")),
-    "/v1/repairs": ("fleet.repairs", ()),
+NODE_FILTERS = {"state": "filter_state", "approval": "filter_approval", "label": "labels"}
+GPU_FILTERS = {"node": "node_id", "label": "labels"}
+
+
+class Alias(NamedTuple):
+    """A REST path that serves a read route with GET: its path parameters fill the request
+    fields of the same name, its query parameters the others (``renames``: a query name
+    for a field, e.g. ``state`` for ``filter_state``); with ``?at=``, route ``at``."""
+
+    route: str
+    at: str | None = None
+    renames: Mapping[str, str] = {}
+
+
+ALIASES: dict[str, Alias] = {
+    "/v1/nodes": Alias("node.list", "node.list_at", NODE_FILTERS),
+    "/v1/nodes/{id}": Alias("node.describe", "node.describe_at"),
+    "/v1/nodes/{id}/history": Alias("node.history"),
+    "/v1/jobs": Alias("job.list"),
+    "/v1/jobs/{id}": Alias("job.status"),
+    "/v1/evals": Alias("eval.list", renames={"job": "job_id"}),
+    "/v1/evals/{id}": Alias("eval.status"),
+    "/v1/allocs": Alias("alloc.list", renames={"node": "node_id", "job": "job_id"}),
+    "/v1/allocs/{id}": Alias("alloc.status"),
+    "/v1/instances": Alias("instance.list"),
+    "/v1/instances/{id}": Alias("instance.describe"),
+    "/v1/pools": Alias("pool.list"),
+    "/v1/pools/{pool}": Alias("pool.status"),
+    "/v1/audit": Alias("audit.list", renames={"node": "node_id"}),
+    "/v1/gpus": Alias("gpu.list", renames=GPU_FILTERS),
+    "/v1/nodes/{node_id}/gpus": Alias("gpu.list", renames=GPU_FILTERS),
+    "/v1/gpus/{node_id}/{index}": Alias("gpu.describe"),
+    "/v1/repairs": Alias("fleet.repairs", renames={"node": "node_id"}),
 }
-"""REST-ish GET paths documented beside the route paths: path -> (route, the request
-fields its path parameters fill). The server routes them (``web/server.py``)."""
+"""The REST paths the README and curl use, beside the route paths; ``web/server.py``
+serves exactly these."""
+
+NODE_ACTION_PATH = "/v1/nodes/{id}/"
+"""``POST /v1/nodes/{id}/<action>``: every node command (a ``node.*`` route that is not a
+read), the id from the path, the rest of the request as the body."""
+
+
+def node_actions(routes: Mapping[str, Any]) -> list[str]:
+    return sorted(name.split(".", 1)[1] for name in routes
+                  if name.startswith("node.") and name not in READS)
+
+
+QUERY_DURATION = r"^[0-9]{1,6}(\.[0-9]{1,6})?(ms|s|m|h|d)$"
+"""A time in a GET's query besides RFC 3339: ``now`` or a duration ago (``5m``)."""
+QUERY_TIME_SCHEMA = {"anyOf": [{"type": "string", "format": "date-time"},
+                               {"type": "string", "enum": ["now"]},
+                               {"type": "string", "pattern": QUERY_DURATION}],
+                     "description": "RFC 3339, now, or a duration ago (5m, 2h, 1d)"}
 
 STATUS_OF_CODE = {
     "not_found": 404, "bad_request": 400, "invalid": 400, "refused": 409, "conflict": 409,
@@ -164,19 +210,136 @@ REF = "#/components/schemas/{name}"
 
 def _error_responses() -> dict[str, Any]:
     error = {"content": {"application/json": {"schema": {"$ref": REF.format(name="HttpError")}}}}
-    return {str(status): {"description": ", ".join(c for c, s in STATUS_OF_CODE.items()
-                                                   if s == status), **error}
-            for status in sorted(set(STATUS_OF_CODE.values()))} | {
+    out = {str(status): {"description": ", ".join(c for c, s in STATUS_OF_CODE.items()
+                                                  if s == status), **error}
+           for status in sorted(set(STATUS_OF_CODE.values()))} | {
         "500": {"description": "internal", **error}}
+    out["401"]["headers"] = {"WWW-Authenticate": {
+        "description": "Bearer (RFC 6750): the scheme a token is sent in",
+        "schema": {"type": "string"}, "required": True}}
+    return out
+
+
+SUMMARIES = {
+    "list": "list {what}s", "describe": "one {what}", "status": "one {what}",
+    "history": "a {what}'s events", "list_at": "{what}s as the event log had them at a time",
+    "describe_at": "one {what} as the event log had it at a time",
+    "conformance": "{what}s that differ from their fingerprint group",
+    "verify": "verify the {what} hash chain", "register": "register or update a {what}",
+    "rebuild": "rebuild the {what} from the event log", "scale": "scale a {what}",
+    "reset": "close the {what}", "requeue": "requeue an {what}", "retry": "retry an {what}",
+}
+
+
+def summary_of(name: str) -> str:
+    """One line per operation (a linter wants one): the route's verb on its noun."""
+    what, _, verb = name.partition(".")
+    if not verb:
+        return f"the control plane's {what}"
+    if what == "fleet":
+        return f"the fleet's {verb}"
+    template = SUMMARIES.get(verb)
+    return template.format(what=what) if template else f"{verb} a {what}"
+
+
+ID_PATTERN = "^[A-Za-z0-9_-]{1,128}$"
+ID_PARAMETER = {"name": "id", "in": "path", "required": True,
+                "schema": {"type": "string", "pattern": ID_PATTERN},
+                "description": "an id, or a unique prefix of one"}
+
+
+def _body_required(request: Any) -> bool:
+    """A body is required when its Struct has a field without a default."""
+    if request is UNTYPED:
+        return False
+    return any(f.required for f in msgspec.structs.fields(request))
+
+
+def _without_id(components: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
+    """A node command's request without ``id`` (the path gives it) as a component."""
+    name = schema["$ref"].rsplit("/", 1)[-1]
+    body = components[name]
+    key = f"{name}Body"
+    components[key] = {**body, "title": key,
+                       "properties": {k: v for k, v in body["properties"].items() if k != "id"},
+                       "required": [r for r in body.get("required", []) if r != "id"]}
+    return {"$ref": REF.format(name=key)}
+
+
+def _alias_get(path: str, alias: Alias, paths: dict[str, Any],
+               errors: dict[str, Any]) -> dict[str, Any]:
+    get = paths[http_path(alias.route)]["get"]
+    in_path = re.findall(r"{(\w+)}", path)
+    query = [p for p in get["parameters"] if p["name"] not in in_path]
+    if alias.at is not None and alias.at in ROUTES:
+        have = {p["name"] for p in query}
+        query += [p for p in paths[http_path(alias.at)]["get"]["parameters"]
+                  if p["name"] not in have and p["name"] not in in_path]
+    by_field = {field: name for name, field in alias.renames.items()}
+    fields = {p["name"]: p for p in get["parameters"]}
+    params = [{**fields[n], "in": "path", "required": True, "schema": _in_path(fields[n])}
+              for n in in_path] + [
+        {**p, "name": by_field.get(p["name"], p["name"])} for p in query]
+    operation_id = path.strip("/").replace("/", "_").replace("{", "").replace("}", "")
+    responses = {**get["responses"], **errors}
+    if alias.at is not None and alias.at in ROUTES:
+        # With ?at= the reply is the past route's: either, as the description says.
+        past = paths[http_path(alias.at)]["get"]["responses"]["200"]
+        reply = responses["200"]["content"]["application/json"]["schema"]
+        responses["200"] = {"description": f"the result ({alias.at} with ?at=)", "content": {
+            "application/json": {"schema": {"anyOf": [
+                reply, past["content"]["application/json"]["schema"]]}}}}
+    return {**get, "operationId": operation_id, "summary": f"{get['summary']} (GET {path})",
+            "parameters": params, "responses": responses}
+
+
+def _in_path(parameter: dict[str, Any]) -> dict[str, Any]:
+    """A path parameter is never empty: an id filter that may be empty in a query is an
+    id in a path."""
+    schema: dict[str, Any] = parameter["schema"]
+    if schema.get("type") == "string":
+        return {**schema, "pattern": ID_PATTERN}
+    return schema
 
 
 def _query_parameters(request: type[Any]) -> list[dict[str, Any]]:
+    """A read's request fields as query parameters (``web/server.py``'s ``query_body``
+    reads them): a list repeats (``?state=READY&state=DOWN``), a time also takes now or a
+    duration ago, ``labels`` takes ``k=v`` (as ``label``); an object field is not one."""
     (schema,), components = msgspec.json.schema_components([request], ref_template=REF)
     struct = components[schema["$ref"].rsplit("/", 1)[-1]]
-    return [{"name": name, "in": "query", "required": name in struct.get("required", []),
-             "schema": prop, **({"explode": True} if prop.get("type") == "array" else {})}
-            for name, prop in struct.get("properties", {}).items()
-            if prop.get("type") != "object"]
+    times = {f.encode_name for f in msgspec.structs.fields(request)
+             if "datetime" in str(f.type)}
+    out = []
+    for name, prop in struct.get("properties", {}).items():
+        if name == "labels":
+            prop = {"type": "array", "items": {"type": "string", "pattern": "^[^=]*=.*$"},
+                    "description": "key=value"}
+        elif prop.get("type") == "object":
+            continue
+        elif name in times:
+            prop = {**QUERY_TIME_SCHEMA, "default": None}
+        if "$ref" in prop or "anyOf" in prop and name not in times:
+            prop = _inline(prop, components)
+        out.append({"name": name, "in": "query", "required": name in struct.get("required", []),
+                    "schema": prop, **({"explode": True} if prop.get("type") == "array" else {})})
+    return out
+
+
+def _inline(prop: dict[str, Any], components: dict[str, Any]) -> dict[str, Any]:
+    """A query parameter's schema without references (``$ref`` to an enum, ``T | None``
+    as just ``T``: a query parameter is absent, never null)."""
+    if "$ref" in prop:
+        return {k: v for k, v in components[prop["$ref"].rsplit("/", 1)[-1]].items()
+                if k != "title"}
+    if "anyOf" in prop:
+        kinds = [k for k in prop["anyOf"] if k.get("type") != "null"]
+        if len(kinds) == 1:
+            return {**_inline(kinds[0], components),
+                    **{k: v for k, v in prop.items() if k not in ("anyOf", "default")}}
+    if prop.get("type") == "array" and "$ref" in prop.get("items", {}):
+        return {**prop, "items": _inline(prop["items"], components)}
+    return prop
 
 
 def untyped(handler: Callable[..., Any]) -> Route:
@@ -218,12 +381,14 @@ def document(extra_paths: dict[str, Any] | None = None,
         ok = {"200": {"description": "the result",
                       "content": {"application/json": {"schema": reply}}}, **errors}
         post: dict[str, Any] = {"operationId": name.replace(".", "_"),
-                                "summary": f"NATS route {name}", "tags": [name.split(".")[0]],
+                                "summary": summary_of(name), "tags": [name.split(".")[0]],
+                                "description": f"NATS route herd.api.v1.{name}",
                                 "responses": ok}
         if route.request is UNTYPED:
-            post["description"] = "not yet in herdbook/web/openapi.py ROUTES: any JSON object"
+            post["description"] += ("; not yet in herdbook/web/openapi.py ROUTES: any JSON "
+                                    "object")
         if request is not None:
-            post["requestBody"] = {"required": False,
+            post["requestBody"] = {"required": _body_required(route.request),
                                    "content": {"application/json": {"schema": request}}}
         item: dict[str, Any] = {"post": post}
         if name in READS:
@@ -232,16 +397,24 @@ def document(extra_paths: dict[str, Any] | None = None,
                            "parameters": _query_parameters(route.request)
                            if route.request is not None else []}
         paths[http_path(name)] = item
-    for path, (name, in_path) in GET_ALIASES.items():
-        get = paths.get(http_path(name), {}).get("get")
-        if get is None:
+    for path, alias in ALIASES.items():
+        if alias.route not in routes:
             continue
-        params = [{**p, "in": "path", "required": True} if p["name"] in in_path else p
-                  for p in get["parameters"]]
-        paths[path] = {"get": {**get, "operationId": path.strip("/").replace("/", "_")
-                               .replace("{", "").replace("}", ""),
-                               "summary": f"{get['summary']} (GET {path})",
-                               "parameters": params}}
+        paths[path] = {"get": _alias_get(path, alias, paths, errors)}
+    for action in node_actions(routes):
+        name = f"node.{action}"
+        post = paths[http_path(name)]["post"]
+        body = _without_id(components, post["requestBody"]["content"]["application/json"]
+                           ["schema"])
+        paths[NODE_ACTION_PATH + action] = {"post": {
+            **{k: v for k, v in post.items() if k != "requestBody"},
+            "operationId": f"nodes_{action}", "summary": f"{summary_of(name)} (by path)",
+            "parameters": [ID_PARAMETER],
+            "requestBody": {"required": False,
+                            "content": {"application/json": {"schema": body}}}}}
+    for item in (extra_paths or {}).values():
+        for operation in item.values():
+            operation["responses"] = {**errors, **operation["responses"]}
     paths.update(extra_paths or {})
     return {
         "openapi": "3.1.0",

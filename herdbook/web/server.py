@@ -18,9 +18,10 @@ import asyncio
 import errno
 import importlib
 import logging
+import re
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 import msgspec
@@ -29,11 +30,12 @@ from multidict import MultiMapping
 from nats.aio.client import Client as NATS
 
 from herdbook.api.caller import CALLER
+from herdbook.api.history_messages import Time
 from herdbook.api.lookup import ApiError, resolve
 from herdbook.api.server import Api
 from herdbook.clock import Clock
 from herdbook.events.states import Lifecycle
-from herdbook.history.fleet import parse_window
+from herdbook.history.fleet import WINDOWS, parse_window
 from herdbook.history.queries import fleet_history
 from herdbook.history.times import iso, parse_time
 from herdbook.web import sse
@@ -49,7 +51,17 @@ from herdbook.web.auth import (
 )
 from herdbook.web.client_errors import ClientErrorLog
 from herdbook.web.fleet import FLEET_COLUMNS, gpu_numbers, live_allocs, static_row
-from herdbook.web.openapi import READS, ROUTES, STATUS_OF_CODE, document, http_path
+from herdbook.web.openapi import (
+    ALIASES,
+    NODE_ACTION_PATH,
+    QUERY_DURATION,
+    READS,
+    ROUTES,
+    STATUS_OF_CODE,
+    document,
+    http_path,
+    node_actions,
+)
 from herdbook.web.timeline import SAMPLE_S, AgeSeries
 
 log = logging.getLogger(__name__)
@@ -88,6 +100,8 @@ def query_body(route: str, query: MultiMapping[str], path: Mapping[str, str] | N
             continue
         name = (renames or {}).get(key, key)
         values = query.getall(key)
+        if name in obj:
+            raise Refused(400, "bad_request", f"query parameter {key!r}: the path gives it")
         if name not in fields:
             raise Refused(400, "bad_request", f"unknown query parameter {key!r}; {route} takes "
                           + ", ".join(sorted(fields)))
@@ -99,6 +113,9 @@ def query_body(route: str, query: MultiMapping[str], path: Mapping[str, str] | N
             obj[name] = {k: v for k, _, v in pairs}
         elif text.startswith("list["):
             obj[name] = [part for v in values for part in v.split(",") if part]
+        elif len(values) > 1:
+            raise Refused(400, "bad_request", f"query parameter {key!r}: given {len(values)} "
+                          "times; it takes one value")
         elif "datetime" in text:
             obj[name] = _time(key, values[-1])
         else:
@@ -109,14 +126,26 @@ def query_body(route: str, query: MultiMapping[str], path: Mapping[str, str] | N
         raise Refused(400, "bad_request", str(err)) from None
 
 
+_QUERY_DURATION = re.compile(QUERY_DURATION)
+
+
 def _time(key: str, text: str) -> str:
-    """A time as the CLI's ``--at``/``--since`` takes it (ISO-8601, a duration ago such as
-    ``5m``, or ``now``), as RFC 3339 for the request."""
+    """A time in a query, as the document says (``openapi.QUERY_TIME_SCHEMA``): RFC 3339,
+    ``now``, or a duration ago such as ``5m``; as RFC 3339 for the request, whose Struct
+    then decodes it as any RFC 3339 time."""
     now = datetime.now(UTC)
+    if text == "now":
+        return now.isoformat()
+    if _QUERY_DURATION.fullmatch(text):
+        try:
+            return parse_time(text, now).isoformat()
+        except OverflowError:   # 999999d ago is before year 1: the start of time
+            return datetime.min.replace(tzinfo=UTC).isoformat()
     try:
-        return (now if text.strip() == "now" else parse_time(text, now)).isoformat()
-    except ValueError as err:
-        raise Refused(400, "bad_request", f"{key}: {err}") from None
+        return msgspec.convert(text, Time).isoformat()
+    except msgspec.ValidationError:
+        raise Refused(400, "bad_request", f"{key}: invalid time {text!r}: write RFC 3339 "
+                      "(2026-11-21T10:00:00Z), now, or a duration ago (10m, 2h, 1d)") from None
 
 
 class WebServer:
@@ -195,28 +224,16 @@ class WebServer:
         get("/v1/nodes/{node_id}/gpus/history", self._gpu_history)
         get("/v1/health-summary", self._health_summary)
         get("/v1/events", self._events)
-        get("/v1/nodes", self._alias("node.list", at="node.list_at", renames=NODE_FILTERS))
-        get("/v1/nodes/{id}", self._alias("node.describe", at="node.describe_at"))
-        get("/v1/nodes/{id}/history", self._alias("node.history"))
-        post("/v1/nodes/{id}/{action}", self._node_action)
-        get("/v1/jobs", self._alias("job.list"))
-        get("/v1/jobs/{id}", self._alias("job.status"))
-        get("/v1/evals", self._alias("eval.list", renames={"job": "job_id"}))
-        get("/v1/evals/{id}", self._alias("eval.status"))
-        get("/v1/allocs", self._alias("alloc.list", renames={"node": "node_id",
-                                                             "job": "job_id"}))
-        get("/v1/allocs/{id}", self._alias("alloc.status"))
-        get("/v1/instances", self._alias("instance.list"))
-        get("/v1/instances/{id}", self._alias("instance.describe"))
-        get("/v1/pools", self._alias("pool.list"))
-        get("/v1/pools/{pool}", self._alias("pool.status"))
-        get("/v1/audit", self._alias("audit.list", renames={"node": "node_id"}))
-        get("/v1/gpus", self._alias("gpu.list", renames=GPU_FILTERS))
-        get("/v1/nodes/{node_id}/gpus", self._alias("gpu.list", renames=GPU_FILTERS))
-        get("/v1/gpus/{node_id}/{index}", self._alias("gpu.describe"))
-        get("/v1/repairs", self._alias("fleet.repairs", renames={"node": "node_id"}))
-        get("/v1/{route:.+}", self._route_get)
-        post("/v1/{route:.+}", self._route_post)
+        for path, alias in ALIASES.items():
+            get(path, self._alias(alias.route, at=alias.at, renames=alias.renames))
+        actions = "|".join(re.escape(a) for a in node_actions(self.api.routes))
+        post(NODE_ACTION_PATH + "{action:(" + actions + ")}", self._node_action)
+        # Every route's own path, with exactly its methods: aiohttp answers another method
+        # 405 with an Allow header listing these (the document's), and an unknown path 404.
+        for route in self.api.routes:
+            post(http_path(route), self._route(route))
+            if route in READS:
+                get(http_path(route), self._route(route))
         try:
             console = importlib.import_module("herdbook.web.console")
         except ModuleNotFoundError:
@@ -248,7 +265,23 @@ class WebServer:
                     self.tokens, request.headers.get("Authorization"), query_token)
             return await handler(request)
         except Refused as err:
-            return error_response(err.status, err.code, str(err))
+            response = error_response(err.status, err.code, str(err))
+            if err.status == 401:   # RFC 6750: say which scheme a token goes in
+                response.headers["WWW-Authenticate"] = 'Bearer realm="herd"'
+            return response
+        except web.HTTPException as err:
+            if err.status not in (404, 405):
+                raise
+            # aiohttp's own answers for no such path and a method the path has not: the
+            # API's JSON error, with aiohttp's Allow header kept on a 405.
+            code = "not_found" if err.status == 404 else "bad_request"
+            message = (f"no route {request.path!r}; see /openapi.json" if err.status == 404
+                       else f"{request.method} {request.path}: allowed "
+                            + err.headers.get("Allow", ""))
+            response = error_response(err.status, code, message)
+            if "Allow" in err.headers:
+                response.headers["Allow"] = err.headers["Allow"]
+            return response
 
     async def call(self, request: web.Request, route: str, body: bytes) -> web.Response:
         """Run the API route ``route`` on ``body`` as the request's principal."""
@@ -272,17 +305,14 @@ class WebServer:
         return response
 
     # handlers -----------------------------------------------------------------------
-    async def _route_post(self, request: web.Request) -> web.Response:
-        return await self.call(request, request.match_info["route"].replace("/", "."),
-                               await request.read())
-
-    async def _route_get(self, request: web.Request) -> web.Response:
-        route = request.match_info["route"].replace("/", ".")
-        if route not in ROUTES:
-            return error_response(404, "not_found", f"no route {route!r}; see /openapi.json")
-        if route not in READS:
-            return error_response(405, "bad_request", f"{route} changes the fleet: POST it")
-        return await self.call(request, route, query_body(route, request.query))
+    def _route(self, route: str) -> Callable[[web.Request], Awaitable[web.Response]]:
+        async def handler(request: web.Request) -> web.Response:
+            if request.method == "POST":
+                return await self.call(request, route, await request.read())
+            if route not in ROUTES:   # an untyped route: no fields to read a query as
+                return await self.call(request, route, b"")
+            return await self.call(request, route, query_body(route, request.query))
+        return handler
 
     def _alias(self, route: str, *, at: str | None = None,
                renames: Mapping[str, str] | None = None) \
@@ -295,9 +325,6 @@ class WebServer:
 
     async def _node_action(self, request: web.Request) -> web.Response:
         route = f"node.{request.match_info['action']}"
-        if route not in ROUTES or route in READS:
-            return error_response(404, "not_found", f"no node action "
-                                  f"{request.match_info['action']!r}; see /openapi.json")
         raw = await request.read()
         try:
             fields = msgspec.json.decode(raw or b"{}")
@@ -307,6 +334,8 @@ class WebServer:
             return error_response(400, "bad_request", "body: JSON nested too deeply")
         if not isinstance(fields, dict):
             return error_response(400, "bad_request", "body: expected a JSON object")
+        if "id" in fields:
+            return error_response(400, "bad_request", "body: id is in the path, not the body")
         return await self.call(request, route, _encode({**fields,
                                                         "id": request.match_info["id"]}))
 
@@ -315,28 +344,34 @@ class WebServer:
                  "/v1/fleet": {"get": {"operationId": "fleet", "tags": ["fleet"],
                                        "summary": "the whole fleet for the grid: "
                                                   + ", ".join(FLEET_COLUMNS),
-                                       "responses": {"200": {"description": "columns, rows"}}}},
+                                       "responses": {"200": {"description": "columns, rows",
+                                                             "content": JSON_OBJECT}}}},
                  "/v1/health-summary": {"get": {
                      "operationId": "health_summary", "tags": ["fleet"],
                      "summary": "leader, projector lag, heartbeat ages, counts",
-                     "responses": {"200": {"description": "the summary"}}}},
+                     "responses": {"200": {"description": "the summary",
+                                           "content": JSON_OBJECT}}}},
                  "/v1/fleet/history": {"get": {
                      "operationId": "fleet_history", "tags": ["fleet"],
                      "summary": "the fleet over a window (?window=15m|1h|6h|24h|7d), from the "
                                 "event log: per bucket state and health counts, health score, "
                                 "detections, recoveries; heartbeat age p50/p99 as sampled",
-                     "parameters": [{"name": "window", "in": "query",
-                                     "schema": {"type": "string", "default": "1h"}}],
-                     "responses": {"200": {"description": "from, to, step_s, points, marks"}}}},
+                     "parameters": [{"name": "window", "in": "query", "schema": {
+                         "type": "string", "enum": list(WINDOWS), "default": "1h"}}],
+                     "responses": {"200": {"description": "from, to, step_s, points, marks",
+                                           "content": JSON_OBJECT}}}},
                  "/v1/nodes/{node_id}/gpus/history": {"get": {
                      "operationId": "gpu_history", "tags": ["gpu"],
                      "summary": "a node's GPUs' recent temperature, power and utilisation "
                                 "(the control plane's in-memory ring, ?window=)",
                      "parameters": [{"name": "node_id", "in": "path", "required": True,
-                                     "schema": {"type": "string"}},
-                                    {"name": "window", "in": "query",
-                                     "schema": {"type": "string", "default": "15m"}}],
-                     "responses": {"200": {"description": "times, gpus"}}}}}
+                                     "schema": {"type": "string",
+                                                "pattern": "^[A-Za-z0-9_-]{1,128}$"}},
+                                    {"name": "window", "in": "query", "schema": {
+                                        "type": "string", "enum": list(WINDOWS),
+                                        "default": "15m"}}],
+                     "responses": {"200": {"description": "times, gpus",
+                                           "content": JSON_OBJECT}}}}}
         return json_response(document(extra, self.api.routes))
 
     async def _index(self, request: web.Request) -> web.Response:
@@ -390,7 +425,7 @@ class WebServer:
     async def _fleet_history(self, request: web.Request) -> web.Response:
         authorize(request[PRINCIPAL], False)
         try:
-            window = parse_window(request.query.get("window", "1h"))
+            window = _window(request.query.get("window", "1h"))
         except ValueError as err:
             return error_response(400, "bad_request", str(err))
         end = self.clock.now()
@@ -407,7 +442,7 @@ class WebServer:
     async def _gpu_history(self, request: web.Request) -> web.Response:
         authorize(request[PRINCIPAL], False)
         try:
-            window = parse_window(request.query.get("window", "15m"))
+            window = _window(request.query.get("window", "15m"))
             view = resolve(self.api.projector.nodes, request.match_info["node_id"], "node")
         except ValueError as err:
             return error_response(400, "bad_request", str(err))
@@ -440,8 +475,16 @@ class WebServer:
             "by_health": dict(Counter(str(n.health) for n in nodes.values()))})
 
 
-NODE_FILTERS = {"state": "filter_state", "approval": "filter_approval", "label": "labels"}
-GPU_FILTERS = {"node": "node_id", "label": "labels"}
+
+
+JSON_OBJECT = {"application/json": {"schema": {"type": "object"}}}
+
+
+def _window(text: str) -> timedelta:
+    """One of the console's windows (``history.fleet.WINDOWS``), as the document says."""
+    if text not in WINDOWS:
+        raise ValueError(f"window {text!r}: choose from {', '.join(WINDOWS)}")
+    return parse_window(text)
 
 
 def _round(age: float | None) -> float | None:

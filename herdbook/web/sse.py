@@ -30,17 +30,28 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
+from herdbook.api.history_messages import Time
 from herdbook.events.authority import Unvouched, bind_event
+from herdbook.events.codec import EVENT_TYPES
 from herdbook.events.subjects import EVENTS_STREAM
 from herdbook.history.times import parse_time
+from herdbook.web.openapi import QUERY_DURATION
 
 KEEP_ALIVE = 15.0
 BACKLOG = 10_000
 ALL = "herd.>"
 ALIAS = "herd.events.>"
 """The contract's name for the whole stream (its subjects are ``herd.<aggregate>.>``)."""
-FAMILIES = ("node", "instance", "job", "eval", "alloc", "pool")
-_TOKEN = re.compile(r"[A-Za-z0-9_\-]+|\*|>")
+FAMILIES = tuple(sorted({kind.aggregate for kind in EVENT_TYPES if kind.aggregate}))
+"""Every aggregate with events in HERD_EVENTS (node, job, ..., breaker): ``herd.<it>.>``."""
+SUBJECT_PATTERN = (r"^(|herd\.events\.>|herd\.>|herd\.(\*|" + "|".join(FAMILIES)
+                   + r")(\.([A-Za-z0-9_-]+|\*))*(\.>)?)$")
+"""What ``subject`` takes, as the OpenAPI document says: empty (all), a filter inside
+HERD_EVENTS with NATS wildcards (``*`` a token, ``>`` the rest), or ``herd.events.>``."""
+_SUBJECT = re.compile(SUBJECT_PATTERN)
+_SEQUENCE = re.compile(r"[1-9][0-9]{0,17}")
+_DURATION = re.compile(QUERY_DURATION)
+_LAST_ID = re.compile(r"[0-9]{1,18}")
 
 
 class BadStream(ValueError):
@@ -49,38 +60,48 @@ class BadStream(ValueError):
 
 def check_subject(subject: str | None) -> str:
     """A NATS subject filter inside HERD_EVENTS (``herd.events.>`` means all of it)."""
-    if not subject or subject == ALIAS:
-        return ALL
-    tokens = subject.split(".")
-    if (len(tokens) < 2 or tokens[0] != "herd" or not all(_TOKEN.fullmatch(t) for t in tokens)
-            or ">" in tokens[:-1] or tokens[1] not in (*FAMILIES, "*", ">")):
+    if subject is not None and not _SUBJECT.fullmatch(subject):
         raise BadStream(f"subject {subject!r}: only HERD_EVENTS subjects stream: herd.>, or "
                         f"herd.<{'|'.join(FAMILIES)}>.<filter> (NATS wildcards * and >)")
+    if not subject or subject == ALIAS:
+        return ALL
     return subject
 
 
 def deliver_from(since: str | None, last_event_id: str | None,
                  now: datetime | None = None) -> ConsumerConfig:
     """Where the stream starts: after ``Last-Event-ID``, else at ``since``, else new
-    events only."""
-    if last_event_id:
-        if not last_event_id.strip().isdigit():
-            raise BadStream(f"Last-Event-ID {last_event_id!r}: not a stream sequence")
-        return ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
-                              opt_start_seq=int(last_event_id) + 1)
-    word = (since or "now").strip()
+    events only (``since`` is checked either way: a request the document refuses is
+    refused whatever else it sends)."""
+    word = since if since is not None else "now"
     if word == "now":
-        return ConsumerConfig(deliver_policy=DeliverPolicy.NEW)
-    if word.isdigit():
-        if int(word) < 1:
-            raise BadStream("since 0: stream sequences start at 1")
-        return ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
-                              opt_start_seq=int(word))
+        return _resume(last_event_id) or ConsumerConfig(deliver_policy=DeliverPolicy.NEW)
+    if _SEQUENCE.fullmatch(word):
+        return _resume(last_event_id) or ConsumerConfig(
+            deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=int(word))
+    now = now or datetime.now(UTC)
     try:
-        start = parse_time(word, now or datetime.now(UTC))
-    except ValueError as err:
-        raise BadStream(f"since: {err}; or a stream sequence, or now") from None
-    return ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_TIME, opt_start_time=start)
+        if _DURATION.fullmatch(word):
+            start = parse_time(word, now)
+        else:
+            start = msgspec.convert(word, Time)
+    except OverflowError:   # 999999d ago is before year 1: from the start
+        start = datetime.min.replace(tzinfo=UTC)
+    except (ValueError, msgspec.ValidationError) as err:
+        raise BadStream(f"since {word!r}: {err}; write a stream sequence, RFC 3339, a "
+                        "duration ago (5m) or now") from None
+    resume = _resume(last_event_id)
+    return resume or ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_TIME,
+                                    opt_start_time=start)
+
+
+def _resume(last_event_id: str | None) -> ConsumerConfig | None:
+    if last_event_id is None:
+        return None
+    if not _LAST_ID.fullmatch(last_event_id):
+        raise BadStream(f"Last-Event-ID {last_event_id!r}: not a stream sequence")
+    return ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+                          opt_start_seq=int(last_event_id) + 1)
 
 
 _encode = msgspec.json.encode
@@ -156,12 +177,21 @@ def sse_paths() -> dict[str, Any]:
         "operationId": "events", "summary": "HERD_EVENTS as Server-Sent Events",
         "tags": ["events"],
         "parameters": [
-            {"name": "subject", "in": "query", "schema": {"type": "string", "default": ALL}},
+            {"name": "subject", "in": "query",
+             "schema": {"type": "string", "default": ALL, "pattern": SUBJECT_PATTERN}},
             {"name": "since", "in": "query",
-             "schema": {"type": "string", "default": "now"},
-             "description": "a stream sequence, ISO-8601, a duration ago (5m) or now"},
+             "schema": {"anyOf": [{"type": "string", "pattern": r"^([1-9][0-9]{0,17}|now)$"},
+                                  {"type": "string", "format": "date-time"},
+                                  {"type": "string", "pattern": QUERY_DURATION}],
+                        "default": "now"},
+             "description": "a stream sequence, RFC 3339, a duration ago (5m) or now"},
             {"name": "token", "in": "query", "schema": {"type": "string"},
              "description": "the bearer token, for an EventSource (it cannot set headers)"},
-            {"name": "Last-Event-ID", "in": "header", "schema": {"type": "string"}}],
+            {"name": "Last-Event-ID", "in": "header",
+             "schema": {"type": "string", "pattern": r"^[0-9]{1,18}$"}}],
         "responses": {"200": {"description": "text/event-stream", "content": {
-            "text/event-stream": {"schema": {"type": "string"}}}}}}}}
+            "text/event-stream": {"schema": {
+                "type": "object", "description": "one message: id (the stream sequence), "
+                "event (its type), data (JSON: seq, subject, event)",
+                "properties": {"id": {"type": "string"}, "event": {"type": "string"},
+                               "data": {"type": "string"}}}}}}}}}}

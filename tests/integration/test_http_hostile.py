@@ -30,13 +30,14 @@ async def test_a_body_nested_50k_deep_is_a_bad_request(plane: ControlPlane,  # n
         status, answer = await call(session, "POST", url(plane, path), data=body)
         assert (status, answer["code"]) == (400, "bad_request"), (path, answer)
         assert "nested" in answer["message"] or "Expected" in answer["message"], answer
-    # 900 deep: under the decoder's limit, over a job spec's (the YAML parser's stack)
+    # 900 deep: under the decoder's limit; the spec is typed (the OpenAPI document says
+    # what it takes), so the decoder refuses it at the first list where a string is due
     status, answer = await call(session, "POST", url(plane, "/v1/job/register"), data=(
         b'{"spec": {"id": "deep", "command": ' + b"[" * 900 + b"]" * 900 + b"}}"))
     assert (status, answer["code"]) == (400, "bad_request"), answer
-    assert "nested 901 levels deep" in answer["message"], answer
+    assert "$.spec.command[0]" in answer["message"], answer
     reply = json.loads((await plane.nc.request("herd.api.v1.job.register", job, timeout=10)).data)
-    assert reply["code"] == "bad_request" and "nested too deeply" in reply["error"], reply
+    assert reply["code"] == "bad_request" and "$.spec.command[0]" in reply["error"], reply
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
     status, _ = await call(session, "GET", url(plane, "/v1/status"))
     assert status == 200

@@ -18,11 +18,11 @@ def test_a_minimal_spec_gets_the_defaults() -> None:
 @pytest.mark.parametrize(("text", "message"), [
     ("command: [a]\n", "missing required field `id`"),
     ("id: a.b\ncommand: [a]\n", "id:"),
-    ("id: x\ncommand: []\n", "command: must not be empty"),
+    ("id: x\ncommand: []\n", "command: Expected `array` of length >= 1"),
     ("id: x\ncommand: [a]\ncount: 0\n", "count:"),
     ("id: x\ncommand: [a]\npriority: 101\n", "priority:"),
     ("id: x\ncommand: [a]\nrequeue: {policy: sometimes}\n", "requeue.policy"),
-    ("id: x\ncommand: [a]\nresources: {gpus: -1}\n", "resources:"),
+    ("id: x\ncommand: [a]\nresources: {gpus: -1}\n", "resources.gpus: Expected `int` >= 0"),
     ("id: x\ncommand: [a]\nconstraints: {class: gold}\n", "constraints.class"),
     ("id: x\ncommand: [a]\nresources: {gpu: 1}\n", "resources: Object contains unknown field"),
     ("id: x\ncommand: [a\n", "not valid YAML"),
