@@ -12,6 +12,7 @@ import herdbook
 from herdbook.clock import Clock
 from herdbook.events.store import stream_last_seq
 from herdbook.events.subjects import EVENTS_STREAM
+from herdbook.projector.node_view import NodeView
 from herdbook.projector.runner import ProjectorRunner
 from herdbook.projector.score import fleet_score
 from herdbook.reactors.breaker import Breaker
@@ -25,8 +26,11 @@ class AdminRoutes:
                  rebuild: Callable[[], Awaitable[dict[str, Any]]], instance: str,
                  is_leader: Callable[[], bool], clock: Clock,
                  breaker: Breaker | None = None,
-                 repairs: Callable[[], dict[str, Any]] | None = None) -> None:
+                 repairs: Callable[[], dict[str, Any]] | None = None,
+                 waiting: Callable[[NodeView], bool] | None = None) -> None:
         self.nc = nc
+        self.waiting = waiting
+        """Whether a node waits for its validation check (out of service: the score)."""
         self.repairs = repairs
         """The last 7 days' repair percentiles and availability (``api/repairs.py``)."""
         self.breaker = breaker
@@ -59,7 +63,8 @@ class AdminRoutes:
             "liveness_detections": self.sweeper.detections,
             "uptime_s": round(self.clock.monotonic() - self.started, 1),
             "leader": self.is_leader(),
-            "health_score": msgspec.to_builtins(fleet_score(self.projector.nodes.values())),
+            "health_score": msgspec.to_builtins(fleet_score(self.projector.nodes.values(),
+                                                            self.waiting)),
             "breaker_open": self.breaker is not None and bool(self.breaker.state.tripped),
             **({"repairs": self.repairs()} if self.repairs is not None else {}),
         }

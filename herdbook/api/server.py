@@ -46,6 +46,7 @@ from herdbook.reactors.breaker import Breaker
 from herdbook.reactors.refused import CommandRefused
 from herdbook.reactors.runner import DecideRunner, KeptChanging
 from herdbook.reactors.sweeper import Sweeper
+from herdbook.reactors.validation import validation_waiting
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +95,8 @@ class Api:
             **PoolRoutes(store, projector, self.runner, self.config).routes(),
             **AdminRoutes(nc, projector, sweeper, rebuild, instance,
                           lambda: self.is_leader(), clock, breaker,
-                          repairs=repair_routes.status if repair_routes else None).routes(),
+                          repairs=repair_routes.status if repair_routes else None,
+                          waiting=validation_waiting(self.config)).routes(),
             **HistoryRoutes(nc, lambda: projector.nodes, clock=clock).routes(),
             **(BreakerRoutes(breaker).routes() if breaker is not None else {}),
             **(repair_routes.routes() if repair_routes is not None else {}),

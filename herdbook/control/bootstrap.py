@@ -86,7 +86,7 @@ from herdbook.reactors.sensitive import SensitiveReactor
 from herdbook.reactors.sweeper import Sweeper
 from herdbook.reactors.telemetry_intake import TelemetryIntake
 from herdbook.reactors.tracking import node_events
-from herdbook.reactors.validation import ValidationReactor
+from herdbook.reactors.validation import ValidationReactor, validation_waiting
 from herdbook.web.auth import check_bind
 from herdbook.web.server import WebServer
 
@@ -240,7 +240,8 @@ def bootstrap(config: Config, *, clock: Clock, demo: int = 0,
                             runner=runner)
     breaker = Breaker(nc, store, projector.nodes, cfg.breaker, clock)
     if metrics is not None:
-        metrics.registry.register(BreakerCollector(breaker, projector))
+        metrics.registry.register(BreakerCollector(breaker, projector,
+                                                   validation_waiting(cfg)))
     classifier = HealthClassifier(nc, store, projector, policy, cfg.health.unhealthy_threshold,
                                   pool_thresholds={name: pool.health.unhealthy_threshold
                                                    for name, pool in cfg.pools.items()},

@@ -260,9 +260,11 @@ class BreakerCollector(Collector):
     """The circuit breaker's families (``reactors/breaker.py``) and the fleet health score
     (``projector/score.py``), read when collected."""
 
-    def __init__(self, breaker: Breaker, projector: ProjectorRunner) -> None:
+    def __init__(self, breaker: Breaker, projector: ProjectorRunner,
+                 waiting: Callable[[NodeView], bool] | None = None) -> None:
         self.breaker = breaker
         self.projector = projector
+        self.waiting = waiting
 
     def collect(self) -> Iterator[Metric]:
         opened = GaugeMetricFamily("herd_breaker_open",
@@ -274,7 +276,7 @@ class BreakerCollector(Collector):
         yield CounterMetricFamily("herd_breaker_held_total",
                                   "node.action_held events folded since this control plane "
                                   "started.", self.breaker.held)
-        score = fleet_score(self.projector.nodes.values())
+        score = fleet_score(self.projector.nodes.values(), self.waiting)
         yield GaugeMetricFamily("herd_fleet_health_score",
                                 "Fleet health, 0-100: the mean of the two shares below.",
                                 score.score)

@@ -11,7 +11,11 @@ Over the approved compute nodes that are not TERMINATED:
 - ``faults``: open faults by kind (``unhealthy``, ``degraded`` health, ``down``,
   ``failed``, ``quarantined``, conformance ``drift``), a node counted once per kind it
   shows;
-- ``validating``: the nodes whose validation check runs (out of service, not a fault).
+- ``validating``: the nodes whose validation check runs (out of service, not a fault);
+- ``validation_waiting``: the nodes due for a check that has not started (the gate holds
+  them for a slot, ``validation.max_concurrent``): out of the scheduler's reach, so
+  neither healthy nor schedulable here either. Which nodes wait depends on the config,
+  so the caller says (``waiting``; ``reactors.validation.waiting``).
 
 ``score = round(100 * (gpus_healthy + schedulable) / 2)``; an empty fleet scores 100
 (nothing is wrong with it) with zero nodes in its breakdown.
@@ -20,7 +24,7 @@ Over the approved compute nodes that are not TERMINATED:
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import msgspec
 
@@ -36,6 +40,7 @@ class FleetScore(msgspec.Struct, frozen=True, kw_only=True):
     schedulable: float
     faults: dict[str, int]
     validating: int = 0
+    validation_waiting: int = 0
 
 
 def _counted(view: NodeView) -> bool:
@@ -58,23 +63,27 @@ def faults_of(view: NodeView) -> list[str]:
     return kinds
 
 
-def fleet_score(views: Iterable[NodeView]) -> FleetScore:
+def fleet_score(views: Iterable[NodeView],
+                waiting: Callable[[NodeView], bool] | None = None) -> FleetScore:
     nodes = [v for v in views if _counted(v)]
     if not nodes:
         return FleetScore(score=100, nodes=0, gpus=0, gpus_healthy=1.0, schedulable=1.0,
                           faults={})
     validating = {v.id for v in nodes if v.validation == "running"}
+    held = ({v.id for v in nodes if v.id not in validating and waiting(v)}
+            if waiting is not None else set())
+    out = validating | held
     weight = {v.id: len(v.info.gpus) for v in nodes}
     gpus = sum(weight.values())
     if not gpus:
         weight = dict.fromkeys(weight, 1)
     healthy = sum(weight[v.id] for v in nodes if v.lifecycle is Lifecycle.READY
                   and v.health not in (Health.UNHEALTHY, Health.DEGRADED)
-                  and v.id not in validating)
+                  and v.id not in out)
     gpus_healthy = healthy / sum(weight.values())
-    schedulable = sum(1 for v in nodes if v.schedulable) / len(nodes)
+    schedulable = sum(1 for v in nodes if v.schedulable and v.id not in held) / len(nodes)
     faults = Counter(kind for v in nodes for kind in faults_of(v))
     return FleetScore(score=round(100 * (gpus_healthy + schedulable) / 2), nodes=len(nodes),
                       gpus=gpus, gpus_healthy=round(gpus_healthy, 4),
                       schedulable=round(schedulable, 4), faults=dict(sorted(faults.items())),
-                      validating=len(validating))
+                      validating=len(validating), validation_waiting=len(held))

@@ -90,6 +90,14 @@ def waiting(view: NodeView, validation: ValidationConfig) -> bool:
     return validation.enabled and due_trigger(view, validation) is not None
 
 
+def validation_waiting(config: Config) -> Callable[[NodeView], bool] | None:
+    """``waiting`` for the fleet score (``projector/score.py``), or None without a gate."""
+    validation = config.validation
+    if not validation.enabled:
+        return None
+    return lambda view: waiting(view, validation)
+
+
 def _can_validate(view: NodeView) -> bool:
     return (view.type is NodeType.COMPUTE and view.approval is Approval.APPROVED
             and view.lifecycle is Lifecycle.READY and view.health is not Health.UNHEALTHY

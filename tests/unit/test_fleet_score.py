@@ -58,3 +58,20 @@ def test_a_validating_node_is_neither_healthy_nor_schedulable_nor_a_fault() -> N
     assert score.gpus_healthy == round(2 / 3, 4)
     assert score.schedulable == round(2 / 3, 4)
     assert (score.validating, score.faults) == (1, {})
+
+
+def test_a_node_waiting_for_its_validation_slot_is_out_of_service_too() -> None:
+    """The gate holds a due node (READY, HEALTHY, ELIGIBLE) until a slot frees: the
+    scheduler skips it, so the score must not count it healthy or schedulable."""
+    from herdbook.config import parse_config
+    from herdbook.reactors.validation import validation_waiting
+
+    views = [node(0), node(1, validation_due="returned"), node(2), node(3)]
+    assert fleet_score(views).schedulable == 1.0               # no gate: nothing waits
+    config = parse_config("validation: {command: ['true'], max_concurrent: 1}\n")
+    waiting = validation_waiting(config)
+    assert waiting is not None
+    score = fleet_score(views, waiting)
+    assert (score.validation_waiting, score.validating, score.faults) == (1, 0, {})
+    assert score.gpus_healthy == 0.75 and score.schedulable == 0.75
+    assert validation_waiting(parse_config("{}\n")) is None    # no gate configured
