@@ -358,8 +358,8 @@ def metrics_endpoint(cfg: Config, metrics: Metrics, projector: ProjectorRunner,
         metrics.registry.register(HealthCollector(lambda: projector.nodes, telemetry))
         gpus = GpuExposition(lambda: projector.nodes, telemetry)
 
-        async def gpu_page(query: dict[str, str]) -> bytes:
-            return gpus.render(*parse_shard(query))
+        async def gpu_page(query: dict[str, str]) -> list[bytes]:
+            return await gpus.chunks(*parse_shard(query))
         pages["/metrics/gpus"] = gpu_page
     return MetricsServer(cfg.metrics.host, cfg.metrics.port,
                          lambda: scrape(metrics.registry, collector, js), pages)

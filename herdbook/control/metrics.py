@@ -188,8 +188,9 @@ async def scrape(registry: CollectorRegistry, collector: ControlPlaneCollector,
     return generate_latest(registry)
 
 
-Page = Callable[[dict[str, str]], Awaitable[bytes]]
-"""Another path's exposition, from the request's query (``/metrics/gpus``); a
+Page = Callable[[dict[str, str]], Awaitable[bytes | list[bytes]]]
+"""Another path's exposition, from the request's query (``/metrics/gpus``): the body or
+its parts in order (written one by one, never joined: a page can be hundreds of MB); a
 ValueError is a 400 with its message."""
 
 
@@ -224,6 +225,7 @@ class MetricsServer:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), REQUEST_TIMEOUT)
             method, _, rest = head.split(b"\r\n", 1)[0].decode("latin-1").partition(" ")
             path, _, query = rest.split(" ", 1)[0].partition("?")
+            body: bytes | list[bytes]
             if method == "GET" and path in self.pages:
                 try:
                     status, body = "200 OK", await self.pages[path](
@@ -241,10 +243,13 @@ class MetricsServer:
                     status, body = "500 Internal Server Error", f"{err!r}\n".encode()
             else:
                 status, body = "404 Not Found", b"not found; try GET /metrics\n"
+            parts = [body] if isinstance(body, bytes) else body
             writer.write(f"HTTP/1.1 {status}\r\nContent-Type: {CONTENT_TYPE}\r\n"
-                         f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-                         .encode() + body)
-            await writer.drain()
+                         f"Content-Length: {sum(map(len, parts))}\r\nConnection: close"
+                         "\r\n\r\n".encode())
+            for part in parts:
+                writer.write(part)
+                await writer.drain()
         except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
                 TimeoutError) as err:
             log.debug("metrics request dropped: %s", err)
