@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import signal
+from typing import Any
 
 import pytest
 
@@ -50,7 +51,6 @@ def test_the_grid_shows_every_node_with_counts_filters_and_search(console: Conso
     search.clear()
     console.js("const s = document.querySelector('#f-state'); s.value = '';"
                "s.dispatchEvent(new Event('input'))")
-    console.screenshot("console-fleet.png")
     assert console.browser_errors() == []
 
 
@@ -133,6 +133,92 @@ def test_the_node_page_shows_an_xid_79_cause_chain_and_the_gpu(console: Console)
                       ".some(li => li.style.opacity === '0.35')")     # later events dimmed
 
 
+# The CLI's node commands that are not buttons on a node's page, and why (docs/console.md).
+NOT_ON_THE_NODE_PAGE = {"list": "the fleet page", "describe": "the node page itself",
+                        "status": "the node page itself", "history": "the page's timeline",
+                        "add": "a node with no page yet: the CLI",
+                        "fingerprint": "asks the agent over NATS, no HTTP route",
+                        "conformance": "fleet-wide, not one node"}
+
+
+def cli_node_commands() -> set[str]:
+    from typer.main import get_command
+
+    from herdbook.cli.main import app
+    group: Any = get_command(app)
+    return set(group.commands["node"].commands) | set(group.commands["admin"].commands["node"]
+                                                       .commands)
+
+
+def command(console: Console, action: str) -> str:
+    """Press `action` on the node page and return the notice it leaves."""
+    console.js("document.querySelector('#notice').innerHTML = ''")
+    console.driver.find_element("css selector", f"#commands [data-action={action}]").click()
+    text: str = console.wait_js("return document.querySelector('#notice .notice')?.textContent",
+                                what=f"{action}'s notice")
+    return text
+
+
+def confirm(console: Console, question: str, typed: str = "") -> None:
+    shown = console.wait_js("const d = document.querySelector('#cmd-dialog');"
+                            "return d.open && d.textContent", what="the confirmation")
+    assert question in shown, shown
+    ok = console.driver.find_element("id", "cmd-ok")
+    if typed:
+        assert not ok.is_enabled()                   # the node's id must be typed first
+        console.driver.find_element("id", "cmd-typed").send_keys(typed)
+    ok.click()
+
+
+def test_every_node_command_of_the_cli_is_on_the_node_page(console: Console) -> None:
+    console.open("node/web-b")
+    console.wait_js("return document.querySelector('#node-state')?.dataset.state === 'READY'",
+                    what="web-b's page")
+    buttons = set(console.js("return [...document.querySelectorAll('#commands [data-action]')]"
+                             ".map(b => b.dataset.action)"))
+    assert buttons == cli_node_commands() - set(NOT_ON_THE_NODE_PAGE), buttons
+    # validate without a configured check: the server's refusal
+    assert "no validation check is configured" in command(console, "validate")
+    # drain --urgent --deadline 30m: asked first, then both land on the event
+    console.driver.find_element("id", "drain-deadline").send_keys("soon")
+    assert "not a duration" in command(console, "drain")               # nothing sent
+    console.driver.find_element("id", "drain-deadline").clear()
+    console.driver.find_element("id", "drain-deadline").send_keys("30m")
+    console.driver.find_element("id", "drain-urgent").click()
+    console.driver.find_element("css selector", "#commands [data-action=drain]").click()
+    confirm(console, "Drain web-b urgently?")
+    console.wait_js("return document.querySelector('#info')?.textContent.includes('urgent, deadline')",
+                    what="the drain's options on the page")
+    tail = herd("events", "tail", "-o", "json", "--subject", "herd.node.web-b.>",
+                server=console.fleet.url, check=True)
+    drains = [e for line in tail.stdout.splitlines()
+              if (e := json.loads(line)).get("type") == "node.drain_started"]
+    assert drains and drains[-1]["urgent"] is True and drains[-1]["deadline_s"] == 1800, drains
+
+    # a sensitive node: claim with user and tenant, release, wipe (--force), delete
+    herd("node", "add", "secure-1", "--class", "sensitive", server=console.fleet.url, check=True)
+    console.open("node/secure-1")
+    console.wait_js("return document.querySelector('#node-state')?.dataset.state === 'UNKNOWN'",
+                    what="secure-1's page")
+    assert "write who claims" in command(console, "claim")
+    console.driver.find_element("id", "claim-user").send_keys("ana")
+    console.driver.find_element("id", "claim-tenant").send_keys("t1")
+    # past the server's "needs --user": user sent, refused for the node's state
+    assert "cannot claim node secure-1: it is UNKNOWN" in command(console, "claim")
+    assert "already released" in command(console, "release")
+    console.driver.find_element("css selector", "#commands [data-action=wipe]").click()
+    confirm(console, "Wipe secure-1?", typed="secure-1")
+    wiped = console.wait_js("return document.querySelector('#notice .bad')?.textContent",
+                            what="the wipe's refusal")
+    assert "cannot wipe node secure-1: it is UNKNOWN" in wiped, wiped      # force was sent
+    console.driver.find_element("css selector", "#commands [data-action=delete]").click()
+    confirm(console, "Delete node secure-1?")
+    console.wait_js("return document.querySelector('#node-state').dataset.state === 'DELETED'",
+                    what="secure-1 deleted")
+    assert "secure-1" not in console.fleet.nodes()
+    assert console.browser_errors() == []
+
+
 def test_pools_jobs_evals_and_the_control_plane_pages(console: Console) -> None:
     console.open("jobs")
     console.wait_js("return document.querySelector('#list')?.textContent.includes('web-train')",
@@ -147,6 +233,11 @@ def test_pools_jobs_evals_and_the_control_plane_pages(console: Console) -> None:
     assert "heartbeat age p99" in status
     assert re.search(r"fleet health score\s+\d+ / 100", status), status   # issue 19 item 5
     assert "open faults" in status
+    assert re.search(r"validating\s+0 node\(s\)", status), status     # issue 29
+    repairs = console.wait_js("return document.querySelector('#repairs dl')?.textContent",
+                              what="the repair metrics")
+    for word in ("MTTR p50 / p90", "time to quarantine", "availability", "GPU-hours"):
+        assert word in repairs, (word, repairs)
     console.open("pools")
     console.wait_js("return document.querySelector('#list')", what="the pools page")
     assert console.browser_errors() == []

@@ -34,6 +34,14 @@ resources: {cpu: 0.01, memory_mb: 1, gpus: 0}
 requeue: {policy: never}
 """
 
+# A check run only when asked (when: []): `validate` on the node page starts it.
+VALIDATION = """
+validation:
+  name: burn-in
+  command: ["sleep", "5"]
+  when: []
+"""
+
 
 @pytest.fixture(scope="module")
 def detail(browser: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
@@ -41,7 +49,7 @@ def detail(browser: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[C
     fleet = Fleet(tmp)
     http_port = free_port()
     try:
-        fleet.up(CONFIG, "--http-port", str(http_port))
+        fleet.up(CONFIG + VALIDATION, "--http-port", str(http_port))
         fleet.agent(NODE, "--fake-gpus", "4", "--telemetry-interval", "1s")
         wait_until(lambda: fleet.state(NODE) == "READY", timeout=60, what=f"{NODE} READY")
         for name, text in (("too-big", TOO_BIG), ("quick", QUICK)):
@@ -84,6 +92,38 @@ def test_a_blocked_job_says_why_and_a_finished_one_is_complete(detail: Console) 
     assert detail.browser_errors() == []
 
 
+def test_validate_from_the_node_page_shows_validating_everywhere(detail: Console) -> None:
+    detail.open(f"node/{NODE}")
+    detail.wait_js("return document.querySelector('#node-state')?.dataset.state === 'READY'",
+                   what=f"{NODE}'s page")
+    assert "never validated" in detail.js("return document.querySelector('#validation').textContent")
+    detail.driver.find_element("css selector", "#commands [data-action=validate]").click()
+    detail.wait_js("return document.querySelector('#node-state').dataset.state === 'VALIDATING'",
+                   timeout=30, what="VALIDATING on the node page")
+    shown = detail.js("return document.querySelector('#validation').textContent")
+    for word in ("running", "operator", "burn-in", "requested"):
+        assert word in shown, (word, shown)
+    # its own glyph and colour in the fleet table and the map's legend
+    detail.open("?state=VALIDATING")
+    glyph = detail.wait_js(f"return document.querySelector(\"#fbody tr[data-id='{NODE}'] .st i\")"
+                           "?.textContent", what="the VALIDATING row")
+    assert glyph == "V"
+    colour = detail.js(f"return getComputedStyle(document.querySelector(\"#fbody tr[data-id='{NODE}']"
+                       " .st i\")).backgroundColor")
+    assert colour not in ("rgb(173, 181, 189)", "rgba(0, 0, 0, 0)"), colour    # not UNKNOWN's
+    detail.open("?view=map")
+    assert "V\nVALIDATING" in detail.wait_js("return document.querySelector('#legend')?.innerText",
+                                             what="the map's legend")
+    detail.open("status")
+    detail.wait_js("return document.querySelector('#status')?.textContent"
+                   ".includes('validating1 node(s)')", what="health_score.validating on status")
+    detail.open(f"node/{NODE}")
+    detail.wait_js("return document.querySelector('#validation')?.dataset.validation === 'passed'",
+                   timeout=40, what="the validation passed")
+    assert detail.js("return document.querySelector('#node-state').dataset.state") == "READY"
+    assert detail.browser_errors() == []
+
+
 def test_a_gpu_card_moves_when_the_agent_injects_thermal_95(detail: Console) -> None:
     detail.open(f"node/{NODE}")
     detail.wait_js("return document.querySelectorAll('.gpu-card').length === 4",
@@ -104,12 +144,19 @@ def test_a_gpu_card_moves_when_the_agent_injects_thermal_95(detail: Console) -> 
                        what="GPU 1's card at 95 °C with its verdict")
     assert after["shown"] == "95 °C" and after["health"] == "UNHEALTHY", after
     assert "thermal" in after["text"] and "sw_thermal" in after["text"], after["text"]
-    assert card(detail, 0)["level"] == "healthy"                 # the others stay healthy
-    # the temperature chart drew the jump from the ring, one line per GPU
+    assert (card(detail, 0) or {}).get("level") == "healthy"      # the others stay healthy
+    # the temperature chart drew the jump from the ring, one line per GPU and the node's
     temps = detail.wait_js("const c = window.herdCharts['gpu-temperature_c'];"
-                           "return c && c.series.length === 4 && c.series[1].values.includes(95)"
+                           "return c && c.series.length === 5 && c.series[1].values.includes(95)"
                            " && c.series[1].values", what="95 °C on the chart")
     assert min(v for v in temps if v is not None) < 85
+    hottest = detail.js("return window.herdCharts['gpu-temperature_c'].series[4]")
+    assert hottest["label"] == "hottest GPU" and 95 in hottest["values"], hottest
+    power = detail.js("return window.herdCharts['gpu-power_w'].series")
+    last = max(i for i, v in enumerate(power[4]["values"]) if v is not None)
+    assert power[4]["label"] == "node total"
+    assert power[4]["values"][last] == pytest.approx(sum(s["values"][last] for s in power[:4]),
+                                                     abs=0.2), power
     assert detail.js("return window.stillTheSamePage") is True
     detail.screenshot("console-gpu-cards.png")
 
@@ -126,6 +173,8 @@ def test_the_fleet_chart_shows_the_detection(detail: Console) -> None:
     states = detail.js("return window.herdCharts.states.series.map(s => s.label)")
     assert "READY" in states or any(s in states for s in ("CORDONED", "UNHEALTHY")), states
     detail.screenshot("console-history.png")
+    # nothing of the pages left before (a node page's late reload) writes into this one
+    assert detail.js("return document.querySelector('#error').hidden") is True
     assert detail.browser_errors() == []
 
 

@@ -15,6 +15,7 @@ FILES = {"index.html": "text/html", "app.js": "text/javascript", "style.css": "t
          "fleet.js": "text/javascript", "node.js": "text/javascript",
          "jobs.js": "text/javascript", "gpus.js": "text/javascript",
          "charts.js": "text/javascript", "detail.css": "text/css",
+         "commands.js": "text/javascript",
          # uPlot (MIT, vendored from its npm package; its LICENSE beside it): the charts
          "vendor/uPlot.iife.min.js": "text/javascript", "vendor/uPlot.min.css": "text/css",
          "vendor/uPlot.LICENSE": "text/plain"}

@@ -7,15 +7,11 @@ import { mountGpus } from "./node.js";
 import { jobPage, jobsPage } from "./jobs.js";
 import { gpusPage } from "./gpus.js";
 import { historyPage } from "./charts.js";
+import { commandBar, mountCommands } from "./commands.js";
 
 export const $ = (sel, root = document) => root.querySelector(sel);
 export const main = () => $("#main");
 const TOKEN_KEY = "herd.token";
-// Every node command of the CLI that takes only a reason (delete, wipe, claim: the CLI).
-export const ACTIONS = ["approve", "reject", "cordon", "uncordon", "drain", "undrain", "disable",
-                        "enable", "reboot"];
-const HEALTH_COLOR = { HEALTHY: "var(--HEALTHY)", DEGRADED: "var(--DEGRADED)",
-                       UNHEALTHY: "var(--UNHEALTHY)", UNKNOWN: "var(--UNKNOWN)" };
 
 // What tests and benchmarks read: when the fleet grid was drawn, each live patch.
 export const probe = window.herdConsole = { fleetRenderedAt: null, fleetPaintedAt: null, fleetRows: 0, fleetVersion: null,
@@ -134,7 +130,7 @@ function notFound() { main().innerHTML = `<h1>No such page</h1><p><a href="#/">t
 
 // -- shared by the pages -------------------------------------------------------------------
 export const STATES = ["READY", "CORDONED", "DRAINING", "DRAINED", "DISABLED", "BOOTING", "DEGRADED",
-                       "UNHEALTHY", "DOWN", "FAILED", "QUARANTINED", "UNKNOWN", "TERMINATED"];
+                       "UNHEALTHY", "VALIDATING", "DOWN", "FAILED", "QUARANTINED", "UNKNOWN", "TERMINATED"];
 
 export function labelsText(labels) {
   return Object.entries(labels || {}).map(([k, v]) => `${k}=${v}`).join(" ");
@@ -158,26 +154,15 @@ function table(rows, columns) {
          `</table>`;
 }
 
-// Each GPU's health as the API says it (node describe's gpu_health: the classifier's
-// per-GPU verdict with its cause, never read from reason text), as the grid's colours.
-const GPU_COLOR_KEY = { healthy: "HEALTHY", degraded: "DEGRADED", unhealthy: "UNHEALTHY",
-                        critical: "UNHEALTHY", fatal: "UNHEALTHY", unknown: "UNKNOWN" };
-export function gpuHealth(rows) {
-  return {
-    health: rows.map(g => GPU_COLOR_KEY[g.health] || "UNKNOWN"),
-    reasons: rows.map(g => [g.health, g.cause].filter(Boolean).join(": ")),
-  };
-}
-
 async function nodePage(id) {
   main().innerHTML = `<h1>Node <span id="node-id">${esc(id)}</span> <span id="node-state"></span></h1>
-    <div class="card actions">
-      <input id="reason" placeholder="reason (recorded with the event)">
-      ${ACTIONS.map(a => `<button data-action="${a}">${a}</button>`).join("")}
-    </div>
+    ${commandBar()}
     <div id="notice"></div>
     <div class="columns">
-      <div class="card"><h2>Info</h2><div id="info"></div></div>
+      <div>
+        <div class="card"><h2>Info</h2><div id="info"></div></div>
+        <div class="card"><h2>Validation</h2><div id="validation"></div></div>
+      </div>
       <div>
         <div class="card"><h2>GPUs</h2><div class="gpus" id="gpus"></div></div>
         <div class="card"><h2>Allocations</h2><div id="allocs"></div></div>
@@ -189,24 +174,43 @@ async function nodePage(id) {
       </div>
     </div>
     <div class="card"><h2>History</h2><ul class="timeline" id="timeline"></ul></div>`;
-  for (const button of document.querySelectorAll("[data-action]")) {
-    button.addEventListener("click", () => act(id, button.dataset.action));
-  }
   const range = probe.asOfRange = { from: 0, to: Date.now() };
   let timer = null;
   $("#at").addEventListener("input", () => {
     clearTimeout(timer);
     timer = setTimeout(() => showAsOf(id, range), 150);
   });
+  // a deleted node is out of the view (404) but its history stays in the log
+  const load = () => loadNode(id, range).catch(err => (err.status === 404 ? gone(id) : showError(err)));
+  mountCommands(id, load);                 // commands.js: every node command of the CLI
   await loadNode(id, range);
   const stopGpus = await mountGpus(id);    // node.js: a card per GPU, charts
   let reload = null;
   const stopLive = onLive(message => {
     if (subjectNode(message.subject) !== id) return;
     clearTimeout(reload);
-    reload = setTimeout(() => loadNode(id, range).catch(showError), 100);
+    reload = setTimeout(load, 100);
   });
-  leave = () => { stopLive(); stopGpus(); };
+  leave = () => { stopLive(); stopGpus(); clearTimeout(reload); };
+}
+
+function gone(id) {
+  $("#node-state").innerHTML = badge("DELETED", "var(--TERMINATED)");
+  $("#node-state").dataset.state = "DELETED";
+  $("#info").innerHTML = `<p class="muted">${esc(id)} is not in the view (deleted); its events stay in the log ` +
+    `(herd node history ${esc(id)}). An agent that registers again under this id is PENDING.</p>`;
+}
+
+// The validation gate's fields of node describe (docs/remediation.md#validation).
+function validationRows(node) {
+  const status = node.validation ?? "never validated";
+  const waiting = node.validation_waiting ? " (due, waiting for a free slot: validation.max_concurrent)" : "";
+  const window = node.validation_window_s == null ? "" : ` within ${Math.round(node.validation_window_s / 3600)} h`;
+  return [["status", `${status}${waiting}`], ["due", node.validation_due ?? "no"],
+          ["trigger", node.validation_trigger], ["check", node.validation_check],
+          ["allocation", node.validation_alloc], ["started", node.validation_started_at?.slice(0, 19)],
+          ["ended", node.validation_at?.slice(0, 19)], ["reason", node.validation_reason],
+          ["failures", `${node.validation_failures ?? 0}${window}`]];
 }
 
 async function loadNode(id, range) {
@@ -215,17 +219,26 @@ async function loadNode(id, range) {
     api(`/v1/nodes/${encodeURIComponent(id)}/history`).catch(err => { showError(err); return null; }),
     api(`/v1/allocs?node_id=${encodeURIComponent(id)}`).catch(() => []),
   ]);
+  if ($("#node-id")?.textContent !== id) return;    // the page was left meanwhile
   $("#node-state").innerHTML = badge(node.state);
   $("#node-state").dataset.state = node.state;
   $("#info").innerHTML = kv([
     ["state", node.state], ["approval", node.approval], ["lifecycle", `${node.lifecycle} ${node.lifecycle_reason ?? ""}`],
-    ["health", `${node.health} ${node.health_reason ?? ""}`], ["intent", `${node.intent} ${node.intent_reason ?? ""}`],
+    ["health", `${node.health} ${node.health_reason ?? ""}`],
+    ["recommended action", node.recommended_action ?? "none"],
+    ["intent", `${node.intent} ${node.intent_reason ?? ""}`],
+    ...(node.drain_urgent || node.drain_deadline ? [["drain", `${node.drain_urgent ? "urgent" : "not urgent"}` +
+      `${node.drain_deadline ? `, deadline ${node.drain_deadline.slice(0, 19)}` : ""}`]] : []),
+    ...(node.class === "sensitive" ? [["claimed by", node.claimed_by ? `${node.claimed_by}${node.tenant ? ` (tenant ${node.tenant})` : ""}` : "nobody"],
+                                      ["wipe", node.wipe_status ? `${node.wipe_status} (attempt ${node.wipe_attempt})` : "none"]] : []),
     ["schedulable", node.schedulable], ["class", node.class], ["pool", node.pool],
     ["labels", labelsText(node.labels)], ["hostname", node.hostname], ["agent", node.agent_version],
     ["cpus", node.cpus], ["memory", node.memory_bytes ? `${(node.memory_bytes / 2 ** 30).toFixed(1)} GiB` : null],
     ["last heartbeat", node.heartbeat_age == null ? "never" : `${node.heartbeat_age.toFixed(1)} s ago`],
     ["heartbeat warning", node.heartbeat_warning], ["last event", node.last_event], ["version", node.version],
   ]);
+  $("#validation").innerHTML = kv(validationRows(node));
+  $("#validation").dataset.validation = node.validation ?? "";
   const items = history?.items ?? [];
   const short = (text, n) => (text && text.length > n ? `${text.slice(0, n - 1)}…` : text);
   $("#allocs").innerHTML = table(items_(allocs).map(a => ({ id: a.id.slice(0, 12), job: a.job_id,
@@ -264,21 +277,6 @@ async function showAsOf(id, range) {
   }
 }
 
-async function act(id, action) {
-  const reason = $("#reason").value.trim();
-  const notice = $("#notice");
-  try {
-    const result = await api(`/v1/nodes/${encodeURIComponent(id)}/${action}`, { method: "POST", body: { reason } });
-    // unchanged: the goal already held ("node x already cordoned"), nothing appended
-    notice.innerHTML = `<div class="notice good">${esc(action)}: ${esc(result?.unchanged || result?.event || "done")}` +
-                       `${result?.seq && !result?.unchanged ? ` (seq ${result.seq})` : ""}</div>`;
-    await loadNode(id, { from: 0, to: Date.now() });
-  } catch (err) {
-    const text = err instanceof ApiError ? `${action} refused (${err.status} ${err.code}): ${err.message}` : String(err);
-    notice.innerHTML = `<div class="notice bad" data-status="${esc(err.status)}">${esc(text)}</div>`;
-  }
-}
-
 // -- pools, jobs, evaluations, the control plane -----------------------------------------
 async function listPage(title, path, columns) {
   main().innerHTML = `<h1>${esc(title)}</h1><div id="list"></div>`;
@@ -301,14 +299,48 @@ function healthScoreRows(score) {
   const faults = Object.entries(score.faults || {}).map(([k, n]) => `${k} ${n}`).join(", ") || "none";
   return [["fleet health score", `${score.score} / 100`],
           ["GPUs healthy", share(score.gpus_healthy)], ["nodes schedulable", share(score.schedulable)],
-          ["open faults", faults]];
+          ["open faults", faults],
+          ["validating", `${score.validating ?? 0} node(s)` +
+            `${score.validation_waiting ? `, ${score.validation_waiting} due and waiting for a slot` : ""}`]];
+}
+
+// A duration in seconds as an operator reads it; null (no episode back in service): "—".
+function duration(s) {
+  if (typeof s !== "number") return "—";
+  return s < 120 ? `${s.toFixed(s < 10 ? 1 : 0)} s` : s < 7200 ? `${(s / 60).toFixed(1)} min`
+       : s < 172800 ? `${(s / 3600).toFixed(1)} h` : `${(s / 86400).toFixed(1)} d`;
+}
+
+// The status reply's repairs: the repair fold's last 7 days (the same as GET /v1/repairs'
+// default window, docs/remediation.md#repairs), without a second request each 2 s.
+function repairsHtml(r) {
+  if (!r) return `<p class="muted">not served by this control plane</p>`;
+  if (r.reading_log) return `<p class="muted">still reading the event log${r.error ? `: ${esc(r.error)}` : ""}</p>`;
+  const share = v => (typeof v === "number" ? `${(100 * v).toFixed(2)} %` : "—");
+  const p = row => (row ? `${duration(row.p50_s)} / ${duration(row.p90_s)} (${row.count})` : "—");
+  const groups = (title, rows, extra) => {
+    const keys = Object.keys(rows || {});
+    if (!keys.length) return "";
+    return `<table class="repairs-by"><tr><th>${esc(title)}</th><th>MTTR p50 / p90 (episodes)</th>` +
+      `${extra ? `<th>availability</th>` : ""}</tr>` + keys.map(k => `<tr><td>${esc(k)}</td>` +
+        `<td>${esc(p(rows[k]))}</td>${extra ? `<td>${esc(share(extra[k]))}</td>` : ""}</tr>`).join("") + `</table>`;
+  };
+  return kv([["window", r.window], ["episodes back in service", r.back_in_service], ["open episodes", r.open],
+             ["MTTR p50 / p90", p(r.mttr)], ["time to quarantine p50 / p90", p(r.time_to_quarantine)],
+             ["time to drain p50 / p90", p(r.time_to_drain)], ["time in repair p50 / p90", p(r.time_in_repair)],
+             ["availability", `${share(r.availability)} (${r.gpu_hours_in_service ?? "?"} of ` +
+                              `${r.gpu_hours_owned ?? "?"} GPU-hours in service)`]]) +
+    groups("pool", r.mttr_by_pool, r.availability_by_pool) + groups("fault kind", r.mttr_by_kind);
 }
 
 async function statusPage() {
-  main().innerHTML = `<h1>Control plane</h1><div class="card" id="status"></div>`;
+  main().innerHTML = `<h1>Control plane</h1><div class="card" id="status"></div>
+    <div class="card"><h2>Repairs <span class="muted">(herd fleet repairs; every episode: GET /v1/repairs)</span></h2>
+      <div id="repairs"></div></div>`;
   const draw = async () => {
     const status = await api("/v1/status");
     const extra = await api("/v1/health-summary").catch(() => ({}));
+    if (!$("#status")) return;    // the page was left meanwhile
     const all = { ...status, ...extra };
     const pct = all.heartbeat_age ?? all.heartbeat_age_percentiles ?? {};
     const fmt = v => (typeof v === "number" ? `${v.toFixed(2)} s` : v);
@@ -322,6 +354,7 @@ async function statusPage() {
           ["heartbeat age max", fmt(pct.max ?? all.heartbeat_age_max)],
           ...Object.entries(all).filter(([, v]) => v === null || typeof v !== "object")
                                 .map(([k, v]) => [k.replaceAll("_", " "), v])]);
+    $("#repairs").innerHTML = repairsHtml(all.repairs);
   };
   await draw();
   const timer = setInterval(() => draw().catch(showError), 2000);

@@ -12,7 +12,8 @@ const COLORS = ["#2b7bb9", "#d9822b", "#3a9d5d", "#c23030", "#8f5bd4", "#6b7785"
 const STATE_COLORS = { READY: "#3a9d5d", CORDONED: "#bf8b00", DRAINING: "#d9822b",
                        DRAINED: "#a66b00", DISABLED: "#6b7785", BOOTING: "#2b7bb9",
                        DEGRADED: "#d9822b", UNHEALTHY: "#c23030", DOWN: "#8a1c1c",
-                       FAILED: "#5c0f0f", QUARANTINED: "#8f5bd4", UNKNOWN: "#999", TERMINATED: "#444" };
+                       FAILED: "#5c0f0f", QUARANTINED: "#8f5bd4", UNKNOWN: "#999", TERMINATED: "#444",
+                       VALIDATING: "#0c8599" };
 
 // What tests read: per chart id, its series' labels and data as drawn.
 const probe = window.herdCharts = window.herdCharts || {};

@@ -20,7 +20,7 @@ const HEALTHS = ["HEALTHY", "DEGRADED", "UNHEALTHY", "UNKNOWN"];
 // Each state's mark, so that no state is told by its colour alone (the legend names them).
 export const GLYPH = { READY: "", CORDONED: "C", DRAINING: "d", DRAINED: "D", DISABLED: "–",
                        BOOTING: "b", DEGRADED: "~", UNHEALTHY: "!", DOWN: "×", FAILED: "F",
-                       QUARANTINED: "Q", UNKNOWN: "?", TERMINATED: "T" };
+                       QUARANTINED: "Q", UNKNOWN: "?", TERMINATED: "T", VALIDATING: "V" };
 
 const F = {
   columns: {}, rows: new Map(), version: 0, shown: [], selected: new Set(), cursor: 0,

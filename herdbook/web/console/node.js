@@ -97,6 +97,22 @@ async function drawCards(id, box) {
                                     temperature_c: g.readings?.temperature_c ?? g.temperature_c ?? null }));
 }
 
+// The node as one line beside its GPUs' (issue 28 item 4's per-node charts): the hottest
+// GPU, the node's total power, its mean utilisation; a time with no GPU reading is a gap.
+export const NODE_SERIES = { temperature_c: ["hottest GPU", vs => Math.max(...vs)],
+                             power_w: ["node total", vs => vs.reduce((a, b) => a + b, 0)],
+                             gpu_util_pct: ["node mean", vs => vs.reduce((a, b) => a + b, 0) / vs.length] };
+
+export function nodeLine(columns, field) {
+  const [label, fold] = NODE_SERIES[field];
+  const length = Math.max(0, ...columns.map(c => c.length));
+  const values = Array.from({ length }, (_, i) => {
+    const vs = columns.map(c => c[i]).filter(v => v !== null && v !== undefined);
+    return vs.length ? Math.round(10 * fold(vs)) / 10 : null;
+  });
+  return { label, values, color: "#1d2330" };
+}
+
 async function drawCharts(id, window_) {
   const h = await api(`/v1/nodes/${encodeURIComponent(id)}/gpus/history?window=${window_}`);
   const gpus = Object.keys(h.gpus).sort((a, b) => a - b);
@@ -108,8 +124,10 @@ async function drawCharts(id, window_) {
                                       ["power_w", "GPU power", "W"],
                                       ["gpu_util_pct", "GPU utilisation", "%"]]) {
     const el = box.querySelector(`[data-field="${field}"]`);
+    const series = gpus.map(g => ({ label: `GPU ${g}`, values: h.gpus[g][field] }));
     lineChart(el, `gpu-${field}`, title, h.times,
-              gpus.map(g => ({ label: `GPU ${g}`, values: h.gpus[g][field] })), { unit, height: 160 });
+              series.length ? [...series, nodeLine(series.map(s => s.values), field)] : series,
+              { unit, height: 160 });
   }
 }
 
@@ -121,7 +139,7 @@ export async function mountGpus(id) {
   const card = box.closest(".card");
   const charts = document.createElement("div");
   charts.className = "card";
-  charts.innerHTML = `<h2>GPU readings over time <span id="gpu-window"></span></h2>
+  charts.innerHTML = `<h2>GPU and node readings over time <span id="gpu-window"></span></h2>
     <p class="muted" id="gpu-charts-note"></p>
     <div id="gpu-charts">${["temperature_c", "power_w", "gpu_util_pct"].map(f =>
       `<div data-field="${f}"></div>`).join("")}</div>`;
