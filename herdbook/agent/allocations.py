@@ -18,6 +18,7 @@ import msgspec
 from nats.aio.client import Client as NATS
 
 from herdbook.agent.executor import Executor
+from herdbook.backoff import Backoff
 from herdbook.events.alloc import AllocEvent, AllocStopRequested
 from herdbook.events.authority import Unvouched, bind_event
 from herdbook.events.codec import encode
@@ -27,6 +28,8 @@ from herdbook.projector.alloc_view import AllocView, apply_alloc
 
 log = logging.getLogger(__name__)
 
+CATCH_UP_RETRY = Backoff(0.5, cap=10.0)
+"""No control plane answers the catch-up yet: asked again after 0.5 s, 1, 2 ... 10 s."""
 MAX_AWAITING = 10_000
 AWAIT_LIMIT = 10.0
 """Seconds an event seen live may stay missing from the catch-up reads before the
@@ -108,7 +111,8 @@ class AllocationFollower:
         answers."""
         stops: dict[str, AllocStopRequested] = {}
         changed: dict[str, AllocView] = {}
-        delay = 0.5
+        delays = CATCH_UP_RETRY.delays()
+        delay = next(delays)
         while not self._stop.is_set():
             try:
                 msg = await nc.request(sync_subject(self.node_id),
@@ -126,7 +130,7 @@ class AllocationFollower:
                     await asyncio.wait([stopping], timeout=delay)
                 finally:
                     stopping.cancel()
-                delay = min(delay * 2, 10.0)
+                delay = next(delays)
                 continue
             for synced in reply.events:
                 self._awaiting.pop(_event_id_of(synced), None)

@@ -11,6 +11,7 @@ from typing import Any
 import nats
 from nats.aio.client import Client as NATS
 
+from herdbook.backoff import Backoff
 from herdbook.credentials import CredentialsError, NatsAuth, redact, url_user
 from herdbook.events.base import Event
 from herdbook.events.store import ConflictError, EventStore
@@ -20,6 +21,10 @@ log = logging.getLogger("herdbook.nats")
 
 AGENT_NAME = "herd-agent:"
 """How an agent names its connection: ``herd-agent:<node id>`` (``agent.main``)."""
+CONNECT_RETRY = Backoff(0.5, cap=10.0)
+"""Reaching NATS at start: 0.5 s, 1, 2 ... 10 s (the client reconnects by itself after)."""
+APPEND_RETRY = Backoff(0.5, cap=10.0)
+"""An append through an outage: 0.5 s, 1, 2 ... 10 s."""
 
 
 def creds_of_another_node(user: str | None, node_id: str) -> str | None:
@@ -46,8 +51,9 @@ async def connect_until_reached(server: str, auth: NatsAuth | None, name: str,
                                       name.removeprefix(AGENT_NAME))
         if wrong is not None:
             raise CredentialsError(wrong)
-    delay = 0.5
+    delays = CONNECT_RETRY.delays()
     while not stop.is_set():
+        delay = next(delays)
         try:
             return await nats.connect(
                 server_list(server), name=name,
@@ -62,7 +68,6 @@ async def connect_until_reached(server: str, auth: NatsAuth | None, name: str,
                 await asyncio.wait_for(stop.wait(), delay)
             except TimeoutError:
                 pass
-            delay = min(delay * 2, 10.0)
     raise asyncio.CancelledError
 
 
@@ -71,7 +76,8 @@ async def append_until_stored(store: EventStore, event: Event, stop: asyncio.Eve
     """Append until it lands; the event id makes a retry a no-op for the server. Once
     ``stop`` is set a failure is raised instead. With ``expected_version``, another
     writer first is a ``ConflictError`` for the caller."""
-    delay = 0.5
+    delays = APPEND_RETRY.delays()
+    delay = next(delays)
     while True:
         try:
             await store.append(event, expected_version)
@@ -85,4 +91,4 @@ async def append_until_stored(store: EventStore, event: Event, stop: asyncio.Eve
                 raise
             log.warning("%s not stored yet (%s); retrying", event.event_name, err)
             await asyncio.sleep(delay)
-            delay = min(delay * 2, 10.0)
+            delay = next(delays)

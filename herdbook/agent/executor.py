@@ -30,6 +30,7 @@ from pathlib import Path
 from herdbook.agent import procs
 from herdbook.agent.workload import Workload
 from herdbook.agent.workload_state import STATE_FILE, StateEntry, read_state, write_state
+from herdbook.backoff import Backoff
 from herdbook.events.alloc import (
     VALIDATION_JOB,
     AllocCompleted,
@@ -47,6 +48,8 @@ log = logging.getLogger(__name__)
 
 ALLOCS_DIR = "allocs"
 OUTPUT_TAIL = 2048
+REPORT_RETRY = Backoff(0.5, cap=10.0)
+"""A workload's event not reported yet: 0.5 s, 1, 2 ... 10 s, in order (the next waits)."""
 VANISHED_AWAY = "workload vanished while the agent was away"
 VANISHED = "workload exited without leaving an exit status"
 UNKNOWN = "the agent has no record of this workload"
@@ -267,15 +270,14 @@ class Executor:
     async def _send(self) -> None:
         while True:
             event, settles = await self._outbox.get()
-            delay = 0.5
+            delays = REPORT_RETRY.delays()
             while True:
                 try:
                     await self._report(event)
                     break
                 except Exception as err:  # noqa: BLE001 - keep the order: retry this one
                     log.warning("%s not reported yet (%s); retrying", event.event_name, err)
-                    await asyncio.sleep(delay)
-                    delay = min(delay * 2, 10.0)
+                    await asyncio.sleep(next(delays))
             if settles is not None:
                 self._unreported.pop(settles, None)
                 self._write_state()

@@ -18,6 +18,7 @@ from herdbook.agent.executor import Executor
 from herdbook.agent.gpu_checks import HealthMonitor
 from herdbook.agent.liveness import HeartbeatPace
 from herdbook.agent.protocol import NodeProtocol, send_heartbeat
+from herdbook.backoff import Backoff
 from herdbook.events.agent_requests import (
     FingerprintReply,
     InjectReply,
@@ -30,6 +31,8 @@ from herdbook.events.heartbeat import Heartbeat
 from herdbook.events.subjects import health_subject
 
 log = logging.getLogger(__name__)
+HEALTH_RETRY = Backoff(0.5, factor=1.0, step=0.5)
+"""A health report not stored yet: again after 0.5 s, 1, 1.5, 2 (five tries in all)."""
 
 
 class NodeReports:
@@ -87,7 +90,7 @@ class NodeReports:
                 if attempt == 4:
                     raise
                 log.debug("health report not stored yet: %s", err)
-                await asyncio.sleep(0.5 * (attempt + 1))
+                await asyncio.sleep(HEALTH_RETRY.nth(attempt))
 
     async def refresh_fingerprint(self) -> str:
         """Recompute the conformance fingerprint; the next heartbeat carries it if it

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+from herdbook.backoff import Backoff
 from herdbook.clock import SYSTEM_CLOCK, Clock
 from herdbook.config import Config
 from herdbook.control.providers import InstanceSpec, Provider, ProviderError
@@ -41,6 +42,8 @@ from herdbook.reactors.runner import Appended, DecideRunner, Decision
 from herdbook.reactors.sweeper import Sweeper
 
 log = logging.getLogger(__name__)
+PROVISION_RETRY = Backoff(5.0, cap=300.0)
+"""A pool whose provider refused: provisioned again after 5 s, 10, 20 ... 5 min."""
 
 
 class InstanceManager:
@@ -186,7 +189,7 @@ class InstanceManager:
             try:
                 ref = await self.providers[pool.provider].provision(spec)
             except ProviderError as err:
-                delay = min(300.0, self._retry_delay.get(pool_name, 2.5) * 2)
+                delay = PROVISION_RETRY.next(self._retry_delay.get(pool_name))
                 self._retry_delay[pool_name] = delay
                 self._retry_at[pool_name] = self.clock.monotonic() + delay
                 await self._on_instance(instance_id,

@@ -32,6 +32,7 @@ from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy, Header
 from nats.js.errors import APIError, NotFoundError
 
+from herdbook.backoff import Backoff
 from herdbook.events import nats_private
 from herdbook.events.authority import Unvouched, bind_event
 from herdbook.events.base import Event
@@ -59,6 +60,10 @@ EXPECTED_LAST_SUBJECT_SEQ_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject
 CONFLICT_CODES = frozenset({10071, 10164})
 CHAIN_ATTEMPTS = 20
 RETRYABLE_CODES = frozenset({10163})
+TIMEOUT_RETRY = Backoff(0.2, factor=1.0, step=0.2)
+"""An append that timed out (or found no responders) is sent again after 0.2 s, 0.4 ..."""
+CODE_RETRY = Backoff(0.05, factor=1.0, step=0.05)
+"""... one answered with a ``RETRYABLE_CODES`` code after 0.05 s, 0.1 ... (a short race)."""
 STORAGE_FULL_CODES = frozenset({10023, 10047})
 """JetStream's "insufficient resources" (the server's storage limit reached) and
 "insufficient storage resources available" (a stream or its reservation does not fit)."""
@@ -242,7 +247,7 @@ class EventStore:
                 self._check_storage()
                 if attempt + 1 == self.attempts:
                     raise
-                await asyncio.sleep(0.2 * (attempt + 1))
+                await asyncio.sleep(TIMEOUT_RETRY.nth(attempt))
                 continue
             except APIError as caught:
                 err = caught
@@ -258,7 +263,7 @@ class EventStore:
                     return landed
                 raise ConflictError(filt, expected_version or 0, err.description or "") from err
             if err.err_code in retry and attempt + 1 < self.attempts:
-                await asyncio.sleep(0.05 * (attempt + 1))
+                await asyncio.sleep(CODE_RETRY.nth(attempt))
                 continue
             raise err
         raise AssertionError("unreachable")

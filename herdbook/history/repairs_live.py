@@ -19,12 +19,15 @@ from typing import Any, Protocol
 
 from nats.js import JetStreamContext
 
+from herdbook.backoff import Backoff
 from herdbook.events.instance import InstanceProvisioning
 from herdbook.history.reader import NODE_EVENTS, LogEntry, scan_log
 from herdbook.history.repairs import RepairsState, apply
 
 log = logging.getLogger(__name__)
 INSTANCE_EVENTS = "herd.instance.>"
+SEED_RETRY = Backoff(2.0, factor=1.0, step=2.0, cap=30.0)
+"""Reading the log for repairs failed: again after 2 s, 4, 6 ... 30 s."""
 
 
 class Listened(Protocol):
@@ -105,7 +108,7 @@ class LiveRepairs:
                 attempt += 1
                 self.failed = f"reading the log for repairs failed: {err}"
                 log.warning("%s (attempt %d); trying again", self.failed, attempt)
-                await asyncio.sleep(min(30.0, 2.0 * attempt))
+                await asyncio.sleep(SEED_RETRY.nth(attempt - 1))
         for seq, event in self._held or ():
             apply(state, event, seq)
         self.state, self._held, self.ready, self.failed = state, None, True, None

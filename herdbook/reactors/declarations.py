@@ -3,7 +3,7 @@ through the decide runner (the transitions, apart from the timers that find them
 
 A declaration that another writer beat is decided again at once from the newer view (the
 runner). One whose append fails otherwise is retried after a delay that doubles per
-failure of that node (``APPEND_RETRY_FIRST`` .. ``APPEND_RETRY_MAX``), logged on the
+failure of that node (``APPEND_RETRY``: 1 s doubling up to ``APPEND_RETRY_MAX``), logged on the
 first only. While a declaration is in flight its node is not decided again.
 """
 
@@ -14,6 +14,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from herdbook.backoff import Backoff
 from herdbook.clock import Clock
 from herdbook.events.node import NodeEvent
 from herdbook.events.subjects import printable
@@ -24,8 +25,8 @@ from herdbook.reactors.runner import DecideRunner, Decision, Reads
 
 log = logging.getLogger(__name__)
 
-APPEND_RETRY_FIRST = 1.0
-APPEND_RETRY_MAX = 60.0
+APPEND_RETRY = Backoff(1.0, cap=60.0)
+APPEND_RETRY_MAX = APPEND_RETRY.cap
 """A liveness append that fails (not a conflict) is retried after 1s, 2s, 4s ... 60s."""
 IN_FLIGHT = 5.0
 """How long a declaration's node waits for the view to fold it before deciding again."""
@@ -87,8 +88,7 @@ class Declarations:
                 log.error("liveness append for %s failed: %s; retrying with backoff (up to "
                           "%gs), logged again once it succeeds", printable(node_id),
                           printable(f"{type(err).__name__}: {err}"), APPEND_RETRY_MAX)
-            retry_in = (APPEND_RETRY_FIRST if backoff is None
-                        else min(backoff[0] * 2, APPEND_RETRY_MAX))
+            retry_in = APPEND_RETRY.next(None if backoff is None else backoff[0])
             self.backoff[node_id] = (retry_in, self.clock.monotonic() + retry_in)
         else:
             self.detections += len(done.events)

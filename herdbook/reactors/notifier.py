@@ -29,6 +29,9 @@ import shlex
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+import aiohttp
+
+from herdbook.backoff import Backoff
 from herdbook.clock import SYSTEM_CLOCK, Clock
 from herdbook.config import NotifierConfig
 from herdbook.events.codec import AnyEvent
@@ -145,7 +148,8 @@ class Notifier:
         self.failed = 0
         self._tasks: set[asyncio.Task[Any]] = set()
         self._poller: asyncio.Task[None] | None = None
-        self._client: Any = None
+        self._client: aiohttp.ClientSession | None = None
+        """The webhook's HTTP client: one session (its connection pool) per notifier."""
         self._slurm = Slurm(config.slurm) if config.type == "slurm" else None
         self.position = position
         self.events = events
@@ -168,9 +172,10 @@ class Notifier:
         if self.config.type == "none":
             return
         if self.config.type == "webhook":
-            import httpx
-            self._client = httpx.AsyncClient(timeout=float(self.config.webhook.timeout),
-                                             headers=dict(self.config.webhook.headers))
+            # aiohttp serves the API already: its client spares a second HTTP stack.
+            self._client = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=float(self.config.webhook.timeout)),
+                headers=dict(self.config.webhook.headers))
         # Subscribed first, at a point the view has folded ``through``: what comes after
         # is told to ``_on_change``; the log up to it is read by ``_resume``.
         self._unsubscribe = self.projector.nodes.subscribe(self._on_change)
@@ -201,7 +206,8 @@ class Notifier:
             except Exception:  # noqa: BLE001 - logged by _commit, or slow: sent again
                 pass
         if self._client is not None:
-            await self._client.aclose()
+            await self._client.close()
+            self._client = None
 
     # following the log -----------------------------------------------------------------
     def _on_change(self, node_id: str, view: NodeView | None, event: NodeEvent) -> None:
@@ -345,6 +351,7 @@ class Notifier:
         the event that called for it, sent as the idempotency key; ``seq``: its
         HERD_EVENTS sequence; ``recommended``: a health verdict's recommended action."""
         attempts = self.config.retries + 1
+        delays = Backoff(float(self.config.backoff), factor=2.0).delays()   # uncapped
         error = ""
         for attempt in range(attempts):
             try:
@@ -357,7 +364,7 @@ class Notifier:
                 log.warning("%s notification for %s failed (%d/%d): %s", action, node_id,
                             attempt + 1, attempts, error)
                 if attempt + 1 < attempts:
-                    await asyncio.sleep(float(self.config.backoff) * 2 ** attempt)
+                    await asyncio.sleep(next(delays))
         self.failed += 1
         await self.runner.run("node", node_id, lambda _: decide_failed(
             self.projector.nodes.get(node_id), action, error, attempts))
@@ -378,9 +385,10 @@ class Notifier:
             if key:
                 body |= {"event_id": key, "seq": seq}
                 headers[IDEMPOTENCY_HEADER] = key
-            response = await self._client.post(url, json=body, headers=headers)
-            if response.status_code >= 400:
-                raise RuntimeError(f"{url} answered {response.status_code}")
+            assert self._client is not None
+            async with self._client.post(url, json=body, headers=headers) as response:
+                if response.status >= 400:
+                    raise RuntimeError(f"{url} answered {response.status}")
         elif self.config.type == "exec":
             template = getattr(self.config.exec, action)
             if template is None:
@@ -417,10 +425,12 @@ class Notifier:
     async def drained(self, node_id: str) -> tuple[bool, str]:
         """Ask the drain-status source whether the workload system drained the node."""
         if self.config.type == "webhook":
-            response = await self._client.get(self.config.webhook.drain_status_url,
-                                               params={"node_id": node_id})
-            response.raise_for_status()
-            body = response.json()
+            url = self.config.webhook.drain_status_url
+            assert self._client is not None and url is not None
+            async with self._client.get(url, params={"node_id": node_id}) as response:
+                response.raise_for_status()
+                # any content type: a receiver may answer JSON as text/plain
+                body = await response.json(content_type=None)
             return bool(body.get("drained")), str(body.get("message", ""))
         if self._slurm is not None:
             return await self._slurm.drained(self._slurm_name(node_id))

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import httpx
+import aiohttp
 import pytest
 
 from herdbook.control.plane import ControlPlane
@@ -52,8 +52,9 @@ async def api(plane: ControlPlane, route: str, body: dict[str, Any]) -> Any:
 
 async def metric(plane: ControlPlane, line: str) -> float | None:
     assert plane.metrics_server is not None
-    async with httpx.AsyncClient() as client:
-        text = (await client.get(plane.metrics_server.url)).text
+    async with aiohttp.ClientSession() as client, \
+            client.get(plane.metrics_server.url) as response:
+        text = await response.text()
     for row in text.splitlines():
         if row.startswith(line + " "):
             return float(row.split()[-1])

@@ -310,3 +310,18 @@ class Helper:
         f"{cli}.main imports {PACKAGE}.projector.node_view (line 9, outside a function)",
         f"{cli}.node imports {PACKAGE}.agent (line 1, outside a function)",
     ]
+
+
+def test_one_http_stack_aiohttp() -> None:
+    """aiohttp serves the API and sends the webhooks (issue 30): a second HTTP client
+    (httpx, requests) would be a dependency that pays for nothing. The tests too: the
+    test extras install only what pyproject names."""
+    tests = Path(__file__).parents[1]
+    files = [(name, is_package, path) for name, (path, is_package) in module_names().items()]
+    files += [(name, is_package, path)
+              for name, (path, is_package) in module_names(tests).items()]
+    wrong = [f"{name} imports {imported} (line {line})"
+             for name, is_package, path in sorted(files)
+             for imported, line in imported_names(name, is_package, path.read_text()).items()
+             if _inside(imported, ("httpx", "requests"))]
+    assert not wrong, "\n".join(wrong)
