@@ -50,7 +50,7 @@ from herdbook.web.auth import (
     same_origin,
 )
 from herdbook.web.client_errors import ClientErrorLog
-from herdbook.web.fleet import FLEET_COLUMNS, gpu_numbers, live_allocs, static_row
+from herdbook.web.fleet import FLEET_COLUMNS, FleetJson
 from herdbook.web.openapi import (
     ALIASES,
     NODE_ACTION_PATH,
@@ -165,11 +165,10 @@ class WebServer:
         """Why it does not serve (``best_effort`` and the port in use), or None."""
         self.closing = asyncio.Event()
         self._runner: web.AppRunner | None = None
-        self._fleet: tuple[int, list[list[Any]]] | None = None
+        self._fleet = FleetJson()
         self.ages = AgeSeries()
         """The fleet's heartbeat age p50/p99 every ``SAMPLE_S`` (charts; not in the log)."""
         self._sampler: asyncio.Task[None] | None = None
-        self._gpu_numbers: dict[str, tuple[Any, tuple[float | None, float | None]]] = {}
 
     @property
     def serving(self) -> bool:
@@ -381,33 +380,19 @@ class WebServer:
     async def _events(self, request: web.Request) -> web.StreamResponse:
         return await sse.stream(request, self.nc.jetstream(), self.closing)
 
-    def fleet(self) -> dict[str, Any]:
-        """The console's rows (``web/fleet.py``): the event-log columns built once per view
-        position; the heartbeat age and the GPU numbers per request, the GPU numbers
-        computed once per telemetry sample (80k readings are not re-read each time)."""
+    def fleet(self) -> bytes:
+        """The console's rows as the reply's JSON (``web/fleet.py``'s ``FleetJson``): a
+        row's event-log columns encoded once per view version, its GPU numbers once per
+        telemetry sample, the heartbeat age per request."""
         projector = self.api.projector
-        if self._fleet is None or self._fleet[0] != projector.folded_seq:
-            allocs = live_allocs(projector.allocs.values())
-            rows = [static_row(view, allocs) for _, view in sorted(projector.nodes.items())]
-            self._fleet = (projector.folded_seq, rows)
-        age = self.heartbeats.heartbeat_age
-        telemetry = self.api.gpus.telemetry
-        out = []
-        for row in self._fleet[1]:
-            node_id = str(row[0])
-            sample = telemetry.of(node_id)
-            cached = self._gpu_numbers.get(node_id)
-            if cached is None or cached[0] is not sample:
-                cached = self._gpu_numbers[node_id] = (sample, gpu_numbers(sample))
-            out.append([*row, _round(age(node_id)), *cached[1]])
-        if len(self._gpu_numbers) > len(out):     # deleted nodes: their numbers go
-            ids = {str(row[0]) for row in out}
-            self._gpu_numbers = {k: v for k, v in self._gpu_numbers.items() if k in ids}
-        return {"version": projector.committed_seq, "columns": FLEET_COLUMNS, "rows": out}
+        nodes = projector.nodes
+        return self._fleet.reply(getattr(nodes, "rows", nodes), projector.allocs.values,
+                                 projector.folded_seq, projector.committed_seq,
+                                 self.heartbeats.heartbeat_age, self.api.gpus.telemetry.of)
 
     async def _fleet_reply(self, request: web.Request) -> web.Response:
         authorize(request[PRINCIPAL], False)
-        return json_response(self.fleet())
+        return web.Response(body=self.fleet(), content_type="application/json")
 
     def heartbeat_ages(self) -> list[float]:
         """Seconds since each heartbeating node's last heartbeat."""
