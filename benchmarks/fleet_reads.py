@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import random
 import statistics
 import time
 from collections.abc import Awaitable, Callable
@@ -30,20 +31,40 @@ from typing import Any
 
 import msgspec
 import nats
+from nats.aio.client import Client as NATS
 
 from benchmarks.common import free_port, machine, sizes_arg, start_server, stop_server
-from benchmarks.console_fleet import fill, name, samples
+from benchmarks.console_fleet import GPUS, fill, name
+from herdbook.agent.protocol import send_heartbeat
 from herdbook.api.messages import ListNodes, Page
 from herdbook.cli.output import json_items
 from herdbook.clock import SYSTEM_CLOCK
 from herdbook.config import parse_config
 from herdbook.control.bootstrap import bootstrap
 from herdbook.control.nats_parts import ensure_streams
+from herdbook.events.codec import encode
+from herdbook.events.heartbeat import Heartbeat
+from herdbook.events.subjects import telemetry_subject
+from herdbook.events.telemetry import GpuReading, GpuTelemetry
 
+BATCH = 2000
 LIMIT = 1.5
 """The largest per-node cost over the smallest fleet's that still counts as linear."""
 
 _page = msgspec.json.Decoder(Page[msgspec.Raw])
+
+
+async def samples(nc: NATS, count: int, first: int) -> None:
+    """One heartbeat and one telemetry sample (8 GPUs) for nodes ``first..first+count``."""
+    rng = random.Random(first)
+    for i in range(first, first + count):
+        await send_heartbeat(nc, Heartbeat(node_id=name(i), boot_id="b1", seq=1,
+                                           sent_at=time.time()))
+        sample = GpuTelemetry(node_id=name(i), boot_id="b1", sampled_at=time.time(), gpus=tuple(
+            GpuReading(index=g, uuid=f"GPU-{i}-{g}", temperature_c=float(rng.randint(30, 90)),
+                       gpu_util_pct=float(rng.randint(0, 100))) for g in range(GPUS)))
+        await nc.publish(telemetry_subject(name(i)), encode(sample))
+    await nc.flush()
 
 
 def reply_json(web: Any) -> bytes:
@@ -92,7 +113,10 @@ async def measure(nodes: int, runs: int) -> dict[str, list[float]]:
         await ensure_streams(nc, 1, 3600.0)
         await fill(nc, nodes)
         config = parse_config(f"nats: {{url: '{server.url}'}}\ndata_dir: '{tmp / 'd'}'\n"
-                              f"http: {{host: 127.0.0.1, port: {free_port()}}}\n")
+                              f"http: {{host: 127.0.0.1, port: {free_port()}}}\n"
+                              # a starved event loop must not lose the lease nor the
+                              # nodes go DOWN while 100k are filled: events would churn
+                              "lifecycle: {heartbeat_timeout: 1h}\nleader_ttl: 120s\n")
         plane = bootstrap(config, clock=SYSTEM_CLOCK)
         await plane.start()
         try:
@@ -100,22 +124,23 @@ async def measure(nodes: int, runs: int) -> dict[str, list[float]]:
             assert plane.api is not None
             while len(plane.projector.nodes) < nodes:
                 await asyncio.sleep(0.1)
-            await samples(nc, nodes)
             telemetry = plane.api.gpus.telemetry
-            while telemetry.of(name(nodes - 1)) is None:
-                await asyncio.sleep(0.1)
+            for start in range(0, nodes, BATCH):    # paced: a burst of 100k samples would
+                await samples(nc, min(BATCH, nodes - start), start)   # be a slow consumer
+                while telemetry.of(name(min(nodes, start + BATCH) - 1)) is None:
+                    await asyncio.sleep(0.05)
             web, routes = plane.web, plane.api.routes
-            encode = msgspec.json.encode
+            json = msgspec.json.encode
             reply_json(web)                               # the first build: not measured
             await list_all(routes["node.list"])
             for run in range(runs):
                 seconds, body = cpu(lambda: reply_json(web))
                 out["fleet_warm"].append(seconds)
-                await routes["node.approve"](encode({"id": name(2 * run % nodes)}))
+                await routes["node.approve"](json({"id": name(2 * run % nodes)}))
                 seconds, body = cpu(lambda: reply_json(web))
                 out["fleet_event"].append(seconds)
                 out["fleet_floor"].append(floor(msgspec.json.decode(body)))
-                await routes["node.approve"](encode({"id": name((2 * run + 1) % nodes)}))
+                await routes["node.approve"](json({"id": name((2 * run + 1) % nodes)}))
                 seconds, chunks = await acpu(lambda: list_all(routes["node.list"]))
                 out["list"].append(seconds)
                 objects = msgspec.json.decode(b"[" + b",".join(chunks) + b"]")
