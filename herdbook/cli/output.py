@@ -127,9 +127,20 @@ def render_columns(columns: list[tuple[str, list[Any]]], fmt: Format) -> None:
         writer.writerow([header for header, _ in columns])
         writer.writerows(zip(*(_cells(values) for _, values in columns), strict=True))
         return
+    write_table([[header, *_cells(values)] for header, values in columns])
+
+
+def table_cells(values: list[Any]) -> list[str]:
+    """One column's cells as ``render_columns`` prints them, for ``write_table`` (made
+    page by page as a listing's pages arrive: a column's cells are each value's alone)."""
+    return _cells(values)
+
+
+def write_table(cells: list[list[str]]) -> None:
+    """``render_columns``' table from its cells, column by column, each headed by its
+    header."""
     # Plain aligned columns, built column by column: rich's Table takes seconds at 10k
     # rows, and a Python call per cell a tenth of one.
-    cells = [[header, *_cells(values)] for header, values in columns]
     # the last column needs no padding: every line loses its trailing blanks
     widths = [max(map(len, column)) for column in cells[:-1]]
     padded = [[cell.ljust(width) for cell in column]

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from herdbook.cli.entry import parse_node_list
+from herdbook.cli.entry import parse_list, parse_node_list
 
 
 def test_takes_the_list_options_in_each_written_form() -> None:
@@ -32,6 +32,26 @@ def test_takes_the_list_options_in_each_written_form() -> None:
 ])
 def test_leaves_anything_else_to_the_typer_app(args: list[str]) -> None:
     assert parse_node_list(args) is None
+
+
+def test_takes_gpu_list_and_its_options() -> None:
+    assert parse_list(["-s", "nats://h:1", "gpu", "list", "--health", "critical",
+                       "--health=fatal,unknown", "-l", "pool=a", "--node", "n1", "-o",
+                       "json"]) == ("gpu", {
+        "server": "nats://h:1", "health": ["critical", "fatal,unknown"], "labels": "pool=a",
+        "node": "n1", "output": "json"})
+    assert parse_list(["gpu", "list"]) == ("gpu", {"health": []})
+    assert parse_list(["node", "list"]) == ("node", {"filter_approval": [],
+                                                     "filter_state": [], "wide": False})
+
+
+@pytest.mark.parametrize("args", [
+    ["gpu"], ["gpu", "describe", "n1/0"], ["gpu", "list", "--help"], ["gpu", "list", "--wide"],
+    ["gpu", "list", "--filter-state", "ready"], ["gpu", "list", "-o", "JSON"],
+    ["gpu", "--node", "n1", "list"], ["gpu", "list", "x"], ["gpu", "list", "--health"],
+])
+def test_leaves_any_other_gpu_command_to_the_typer_app(args: list[str]) -> None:
+    assert parse_list(args) is None
 
 
 DEFERRED = """
@@ -72,6 +92,11 @@ PATHS = {"fast": "import sys; from herdbook.cli.entry import main; sys.argv[0] =
     ["--server", "http://x", "node", "list"],
     ["--server", "", "node", "list"],
     ["node", "list", "--order-by", "colour"],
+    ["--server", "nats://127.0.0.1:1", "gpu", "list"],
+    ["gpu", "list", "--health", "sick"],
+    ["gpu", "list", "--node", "no such id"],
+    ["--server", "http://x", "gpu", "list", "-o", "csv"],
+    ["gpu", "list", "-l", "novalue"],
 ])
 def test_refusals_read_as_the_typer_app_says_them(args: list[str]) -> None:
     """No control plane needed: what is refused before or at the connection prints the

@@ -1,0 +1,198 @@
+"""`herd gpu list` itself, without typer: the typer command (``herdbook.cli.gpu``) and
+the parse of ``herdbook.cli.entry`` both call ``list_gpus``, so what either prints is the
+same by construction. Imports msgspec, nats and the API's messages, nothing of typer or
+rich unless an error is printed or labels are parsed (as ``herd node list``): at 80k
+GPUs the listing's target is 1 s, the process's start included."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Iterator
+from typing import Any, TypeVar
+
+import msgspec
+
+from herdbook.cli import client
+from herdbook.cli.output import (
+    Format,
+    json_items,
+    render_columns,
+    render_json_chunks,
+    render_rows,
+    table_cells,
+    write_table,
+)
+
+T = TypeVar("T")
+HEALTHS = ("healthy", "degraded", "unhealthy", "critical", "fatal", "unknown")
+COLUMNS = [("NODE", "node_id"), ("GPU", "index"), ("MODEL", "model"), ("HEALTH", "health"),
+           ("TEMP", "temp"), ("POWER", "power"), ("UTIL", "util"), ("MEMORY", "memory"),
+           ("NODE STATE", "node_state"), ("CAUSE", "cause")]
+CSV_COLUMNS = [("NODE", "node_id"), ("GPU", "index"), ("UUID", "uuid"), ("MODEL", "model"),
+               ("HEALTH", "health"), ("CAUSE", "cause"), ("SINCE", "since"),
+               ("TEMPERATURE_C", "temperature_c"), ("POWER_W", "power_w"),
+               ("GPU_UTIL_PCT", "gpu_util_pct"), ("FB_USED_MIB", "fb_used_mib"),
+               ("FB_TOTAL_MIB", "fb_total_mib"), ("NODE_STATE", "node_state"),
+               ("SAMPLED_AT", "sampled_at")]
+
+
+def _memory(used: float | None, total: float | None) -> str:
+    return "" if used is None else f"{used:g}/{total:g} MiB" if total else f"{used:g} MiB"
+
+
+class Next(msgspec.Struct):
+    next_token: str | None = None
+
+
+def next_token(page: bytes) -> str | None:
+    """A page's ``next_token`` without decoding its items: the control plane writes it
+    last (``{"items":[...],"next_token":...}``), so it is read from the end; a page
+    written otherwise is decoded for it (msgspec skipping the items)."""
+    at = page.rfind(b'"next_token":')
+    if at >= 0:
+        try:
+            return msgspec.json.decode(page[at + 13:-1], type=str | None)
+        except msgspec.DecodeError:
+            pass
+    return msgspec.json.decode(page, type=Next).next_token
+
+
+class Shown(msgspec.Struct, frozen=True):
+    """A GPU of a ``gpu.list`` page, only what the table or CSV shows: msgspec skips the
+    rest of the row without building it (the values as the page has them, untyped, so
+    each cell is the text it was as a dict's value)."""
+
+    node_id: Any = None
+    index: Any = None
+    uuid: Any = None
+    model: Any = None
+    health: Any = None
+    cause: Any = None
+    since: Any = None
+    temperature_c: Any = None
+    power_w: Any = None
+    gpu_util_pct: Any = None
+    fb_used_mib: Any = None
+    fb_total_mib: Any = None
+    node_state: Any = None
+    sampled_at: Any = None
+
+
+def table_columns(rows: list[Shown]) -> list[tuple[str, list[str]]]:
+    """The table's columns (``COLUMNS``) of these rows, each as (header, its cells): every
+    cell a string ("" for None), so ``output._cells`` takes each column in one pass at C
+    speed, and each the text a dict row's value made (``_number``, ``_memory``)."""
+    def number(values: Iterator[float | None], unit: str) -> list[str]:
+        return ["" if v is None else f"{v:g}{unit}" for v in values]
+    derived: dict[str, list[str]] = {
+        "index": [str(r.index) for r in rows],
+        "temp": number((r.temperature_c for r in rows), "C"),
+        "power": number((r.power_w for r in rows), "W"),
+        "util": number((r.gpu_util_pct for r in rows), "%"),
+        "memory": [_memory(r.fb_used_mib, r.fb_total_mib) for r in rows]}
+    return [(header, derived[key] if key in derived
+             else ["" if v is None else v for v in (getattr(r, key) for r in rows)])
+            for header, key in COLUMNS]
+
+
+def csv_columns(rows: list[Shown]) -> list[tuple[str, list[Any]]]:
+    return [(header, [getattr(r, key) for r in rows]) for header, key in CSV_COLUMNS]
+
+
+class Printed:
+    """What a listing prints, gathered page by page as the pages arrive (the next page
+    already asked for, so this overlaps the control plane building it): with json each
+    page formatted, with a table or csv each column's cells, with yaml the rows."""
+
+    def __init__(self, output: Format) -> None:
+        self.output = output
+        self.chunks: list[bytes] = []
+        self.rows: list[Any] = []
+        heads = COLUMNS if output is Format.table else CSV_COLUMNS
+        self.columns: list[tuple[str, list[Any]]] = [(header, []) for header, _ in heads]
+
+    def add(self, items: list[Any]) -> None:
+        if self.output is Format.json:
+            self.chunks.append(json_items(items))
+        elif self.output is Format.yaml:
+            self.rows.extend(items)
+        elif self.output is Format.table:     # the cells themselves, ready to pad
+            for (_, cells), (_, values) in zip(self.columns, table_columns(items),
+                                               strict=True):
+                cells.extend(table_cells(values))
+        else:
+            for (_, cells), (_, values) in zip(self.columns, csv_columns(items), strict=True):
+                cells.extend(values)
+
+    def print(self) -> None:
+        if self.output is Format.json:
+            render_json_chunks(self.chunks)
+        elif self.output is Format.yaml:
+            render_rows(self.rows, CSV_COLUMNS, self.output)
+        elif self.output is Format.table:
+            write_table([[header, *cells] for header, cells in self.columns])
+        else:
+            render_columns(self.columns, self.output)
+
+
+async def asked(nc: Any, request: Awaitable[T]) -> asyncio.Future[T]:
+    """``request`` (of one NATS request) started, returned once it is on the wire: its
+    message published (nats-py counts it) and the loop turned once more, which is when
+    nats-py's flusher writes what was published. A request that fails before it is
+    published is returned done."""
+    published = nc.stats["out_msgs"]
+    future = asyncio.ensure_future(request)
+    while nc.stats["out_msgs"] == published and not future.done():
+        await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    return future
+
+
+def split(values: list[str] | None) -> list[str]:
+    return [v.strip().lower() for item in values or [] for v in item.split(",") if v.strip()]
+
+
+def list_gpus(server: str, output: Format, labels: str | None, health: list[str] | None,
+              node: str | None) -> None:
+    """Follow the API's pages and print every GPU."""
+    healths = split(health)
+    bad = [h for h in healths if h not in HEALTHS]
+    if bad:
+        raise client.fail(f"unknown GPU health {bad[0]!r}; choose from {', '.join(HEALTHS)}",
+                          client.EXIT_USAGE)
+    if node is not None:
+        client.check_id(node)
+    from herdbook.api.messages import ListGpus, Page
+    selector: dict[str, str] = {}
+    if labels is not None:
+        from herdbook.cli.node_args import parse_labels
+        selector = parse_labels(labels)
+    query = ListGpus(labels=selector, health=healths, node_id=node or "")
+    client.check_request(query)
+
+    # json prints the pages' objects as they came (the bytes the rows would encode to
+    # again), formatted page by page; a table or csv decodes only the fields it shows.
+    items_of: Any = {Format.json: Page[msgspec.Raw], Format.yaml: Page[dict[str, Any]]}.get(
+        output, Page[Shown])
+
+    async def page(nc: Any, token: str | None) -> msgspec.Raw:
+        return await client.request(nc, "gpu.list", replace(query, next_token=token),
+                                    msgspec.Raw)
+
+    async def fetch(nc: Any) -> Printed:
+        """Every page, each added to what is printed. The next page is asked for (on the
+        wire) before this one is decoded, so the control plane builds it while this
+        process decodes and formats: at 80k GPUs, 60 pages, both sides about as costly."""
+        printed = Printed(output)
+        pending: asyncio.Future[msgspec.Raw] = asyncio.ensure_future(page(nc, None))
+        while True:
+            raw = bytes(await pending)
+            token = next_token(raw)
+            if token:
+                pending = await asked(nc, page(nc, token))
+            printed.add(msgspec.json.decode(raw, type=items_of).items)
+            if not token:
+                return printed
+
+    from msgspec.structs import replace
+    client.run(server, fetch).print()
