@@ -5,14 +5,16 @@ GET /v1/gpus and /v1/nodes/{id}/gpus. Pure apart from msgspec."""
 
 from __future__ import annotations
 
+import gc
+import weakref
 from datetime import UTC, datetime
 
 import msgspec
 import pytest
 
-from herdbook.api.gpus import GpuRoutes, node_gpus
+from herdbook.api.gpus import GpuRoutes, node_gpus, node_rows
 from herdbook.api.lookup import ApiError
-from herdbook.api.messages import GpuDetail
+from herdbook.api.messages import GpuDetail, GpuSummary
 from herdbook.events.health_report import GpuEvent, GpuVerdict, HealthReport
 from herdbook.events.node import GpuInfo, NodeInfo
 from herdbook.events.states import Approval, Health, Lifecycle, NodeType
@@ -134,3 +136,76 @@ def test_the_openapi_document_has_the_gpu_routes_and_rest_paths() -> None:
         assert "get" in paths[path], path
     params = {p["name"]: p["in"] for p in paths["/v1/nodes/{node_id}/gpus"]["get"]["parameters"]}
     assert params["node_id"] == "path" and params["health"] == "query"
+
+
+class HeldSample(Sample):
+    """A Sample a weak reference can watch (``Sample`` has slots and no ``__weakref__``)."""
+
+
+def reading_sample(node_id: str, temperature: float, at: float) -> Sample:
+    return HeldSample(GpuTelemetry(
+        node_id=node_id, boot_id="b", sampled_at=at, hostname=f"host-{node_id}",
+        gpus=tuple(GpuReading(index=i, uuid=f"GPU-{node_id}-{i}", temperature_c=temperature)
+                   for i in range(4))), at + 1, True)
+
+
+async def test_the_row_cache_keeps_no_replaced_sample_alive_and_follows_the_new_one() -> None:
+    routes, nodes, samples, _ = world()
+    samples.by_node["a2"] = first = reading_sample("a2", 40.0, T0)
+    assert (await listed(routes, node_id="a2"))[0][0]["temperature_c"] == 40.0
+    watch = weakref.ref(first)
+    samples.by_node["a2"] = reading_sample("a2", 41.0, T0 + 15)   # the agent's next one
+    del first
+    gc.collect()
+    assert watch() is None, "the gpu.list row cache holds a replaced sample"
+    items, _ = await listed(routes, node_id="a2")
+    assert [i["temperature_c"] for i in items] == [41.0] * 4
+    # a view change alone rebuilds the rows too (same sample)
+    nodes["a2"] = msgspec.structs.replace(nodes["a2"], health=Health.UNKNOWN)
+    assert {i["health"] for i in (await listed(routes, node_id="a2"))[0]} == {"unknown"}
+
+
+async def test_whole_node_fragments_page_as_single_rows_would() -> None:
+    """Pages made of each node's cached fragment hold the GPUs, in order and byte for
+    byte, that pages of one GPU each hold; a health filter takes only matching GPUs."""
+    routes, *_ = world()
+    one_by_one: list[bytes] = []
+    token = None
+    while True:
+        page = msgspec.json.decode(bytes(await routes.gpu_list(msgspec.json.encode(
+            {"limit": 1, **({"next_token": token} if token else {})}))), type=RawPage)
+        one_by_one += [bytes(item) for item in page.items]
+        token = page.next_token
+        if token is None:
+            break
+    whole = msgspec.json.decode(bytes(await routes.gpu_list(b"{}")), type=RawPage)
+    assert [bytes(i) for i in whole.items] == one_by_one and len(one_by_one) == 16
+    critical = msgspec.json.decode(bytes(await routes.gpu_list(
+        msgspec.json.encode({"health": ["critical"]}))), type=RawPage)
+    assert [bytes(i) for i in critical.items] == [one_by_one[3]]
+
+
+class RawPage(msgspec.Struct):
+    items: list[msgspec.Raw]
+    next_token: str | None = None
+
+
+def test_the_listing_rows_encode_as_gpu_summaries_do() -> None:
+    """``node_rows`` builds positional rows for speed: the JSON of each is that of the
+    ``GpuSummary`` of the same GPU, every field in its order and with its value."""
+    routes, nodes, samples, _ = world()
+    view, sample = nodes["a1"], samples.of("a1")
+    rows = node_rows(view, sample)
+    summaries = node_gpus(view, sample)
+    assert [msgspec.json.encode(r) for r in rows] == [msgspec.json.encode(s) for s in summaries]
+    bad = msgspec.structs.asdict(summaries[3])
+    assert list(bad) == list(GpuSummary.__struct_fields__)
+    assert bad == {
+        "node_id": "a1", "index": 3, "uuid": "GPU-a1-3", "serial": "1650921000123",
+        "model": "NVIDIA H100", "hostname": "host-a1", "health": "critical",
+        "cause": "critical-xid: XID 48 on GPU 3", "since": "2027-01-15T08:00:00Z",
+        "node_state": "UNHEALTHY", "node_health": Health.UNHEALTHY, "pool": "a100",
+        "temperature_c": 71.0, "power_w": 402.5, "gpu_util_pct": 97.0,
+        "fb_used_mib": 61000.0, "fb_total_mib": 81559.0, "sampled_at": "2027-01-15T08:00:00Z",
+        "recommended_action": None, "power_limit_w": None, "ecc_sbe_volatile": None,
+        "ecc_dbe_volatile": None, "remapped_rows_uncorrectable": None}

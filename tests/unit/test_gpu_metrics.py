@@ -5,8 +5,11 @@ exports. Pure (views and samples in memory)."""
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import json
 import re
+import weakref
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
@@ -171,3 +174,48 @@ def test_every_dashboard_query_names_series_herdbook_exports() -> None:
 def test_the_query_reader_finds_a_series_that_is_not_exported() -> None:
     assert series_of('sum by (node) (rate(herd_nope_total{a="b"}[5m]))') == {"herd_nope_total"}
     assert "herd_nope_total" not in herdbook_series()
+
+
+class HeldSample(Sample):
+    """A Sample a weak reference can watch (``Sample`` has slots and no ``__weakref__``)."""
+
+
+def test_a_scrape_keeps_no_sample_alive() -> None:
+    """Nothing of a scrape is kept: at 15 s samples and a 60 s scrape a cache of each
+    node's lines never hit, and it held the sample and the page (~1 GB at 10k nodes)."""
+    first = HeldSample(SAMPLES.by_node["n1"].telemetry, 0.0, True)
+    samples = Samples({"n1": first})
+    exposition = GpuExposition(lambda: NODES, samples)
+    assert b"DCGM_FI_DEV_GPU_TEMP{" in exposition.render()
+    watch = weakref.ref(first)
+    samples.by_node["n1"] = Sample(SAMPLES.by_node["n1"].telemetry, 15.0, True)
+    del first
+    gc.collect()
+    assert watch() is None, "/metrics/gpus keeps a replaced sample"
+
+
+async def test_the_page_gives_the_event_loop_back_between_chunks_of_nodes() -> None:
+    nodes = {f"n{i:03d}": view(f"n{i:03d}") for i in range(3 * gpu_metrics.CHUNK + 1)}
+    exposition = GpuExposition(lambda: nodes, Samples({}))
+    turns = 0
+
+    async def beside() -> None:
+        nonlocal turns
+        while True:
+            turns += 1
+            await asyncio.sleep(0)
+
+    other = asyncio.ensure_future(beside())
+    await asyncio.sleep(0)
+    before = turns
+    parts = await exposition.chunks()
+    other.cancel()
+    assert turns - before >= 4, "the whole page rendered without returning to the loop"
+    assert b"".join(parts) == exposition.render()
+    # a node deleted while the page renders is left out, the others are all there
+    gone = GpuExposition(lambda: nodes, Samples({}))
+    steps = asyncio.ensure_future(gone.chunks())
+    await asyncio.sleep(0)
+    del nodes["n150"]
+    text = b"".join(await steps).decode()
+    assert 'node="n150"' not in text and 'node="n149"' in text and 'node="n000"' in text
