@@ -3,12 +3,10 @@ beside its limit measured in the same run: decode + fold of the same events in m
 (no NATS, no SQLite). Rebuild and limit alternate, ``--rounds`` times; medians printed,
 with the cost per event (µs) to show it stays flat across ``--sizes``.
 
-The rebuild runs as `herd up` runs it: a backlog of ``forked_reader.FORK_MIN`` events
-or more is read by a forked child while this process folds, on a machine with
-``forked_reader.MIN_CPUS`` CPUs or more (in this process on fewer). ``--stages`` adds, per
-round, the same rebuild read the other way, the reader alone (``BacklogReader`` with a callback
-that does nothing) and the CPU the rebuild used: this process (all its threads) and
-nats-server, as a share of one core over the rebuild's wall time."""
+The rebuild runs as `herd up` runs it: the backlog read and folded in this process.
+``--stages`` adds, per round, the reader alone (``BacklogReader`` with a callback that does
+nothing) and the CPU the rebuild used: this process (all its threads) and nats-server, as
+a share of one core over the rebuild's wall time."""
 
 from __future__ import annotations
 
@@ -24,7 +22,6 @@ from nats.aio.client import Client as NATS
 
 from benchmarks.common import cpu_seconds, report, sizes_arg, start_server, stop_server
 from herdbook.control.nats_parts import ensure_streams
-from herdbook.events import forked_reader
 from herdbook.events.authority import bind_event
 from herdbook.events.backlog_reader import BacklogReader
 from herdbook.events.codec import encode
@@ -63,15 +60,9 @@ def fold_limit(messages: list[tuple[str, bytes, str]]) -> float:
         return len(messages) / (time.perf_counter() - start)
 
 
-async def rebuild(nc: NATS, db: Path, last: int, url: str,
-                  forked: bool | None = None) -> tuple[float, int]:
-    """As `herd up` rebuilds (``forked`` None: a backlog this large is read by a forked
-    child on a machine with ``forked_reader.MIN_CPUS`` CPUs, in this process on fewer);
-    ``forked`` True or False: that way whatever the machine."""
+async def rebuild(nc: NATS, db: Path, last: int) -> tuple[float, int]:
+    """As `herd up` rebuilds."""
     runner = ProjectorRunner(nc, str(db))
-    runner.backlog_connect = lambda: {"servers": [url]}
-    if forked is not None:
-        runner.fork_min = 1 if forked else None
     start = time.monotonic()
     await runner.start()
     await runner.wait_applied(last, timeout=600)
@@ -109,21 +100,17 @@ async def one_size(events: int, nodes: int, rounds: int,
             await asyncio.sleep(0.5)
             last = await stream_last_seq(nc.jetstream(), EVENTS_STREAM)
         figures, limits, rows = [], [], 0
-        forking = forked_reader.worthwhile() and last >= forked_reader.FORK_MIN
-        how = "read by a forked child" if forking else "read in this process"
         assert server.proc is not None
         for _ in range(rounds):
             limits.append(fold_limit(messages))
             if stages:
                 reading = await read_only(nc, last)
-                other, _ = await rebuild(nc, tmp / "view.db", last, server.url, not forking)
             wall, cpu, server_cpu = time.monotonic(), time.process_time(), cpu_seconds(server.proc.pid)
-            rate, rows = await rebuild(nc, tmp / "view.db", last, server.url)
+            rate, rows = await rebuild(nc, tmp / "view.db", last)
             figures.append(rate)
             if stages:
                 wall = time.monotonic() - wall
-                print(f"    round: rebuild {rate:,.0f}/s ({how}), limit {limits[-1]:,.0f}/s, "
-                      f"{'in process' if forking else 'forked reader'} {other:,.0f}/s, reader "
+                print(f"    round: rebuild {rate:,.0f}/s, limit {limits[-1]:,.0f}/s, reader "
                       f"alone {reading:,.0f}/s; during the rebuild this process used "
                       f"{(time.process_time() - cpu) / wall:.0%} of a core, nats-server "
                       f"{(cpu_seconds(server.proc.pid) - server_cpu) / wall:.0%}")
@@ -137,7 +124,7 @@ async def one_size(events: int, nodes: int, rounds: int,
         print(f"  {events:>9,} events {rows:>7,} nodes: rebuild {figure:>9,.0f}/s "
               f"({1e6 / figure:.1f} µs/event)  limit {limit:>9,.0f}/s ({1e6 / limit:.1f} µs/event)"
               f"  ratio {figure / limit:.2f}  (per round {paired[0]:.2f}-{paired[-1]:.2f}, "
-              f"median {statistics.median(paired):.2f}; {how})"
+              f"median {statistics.median(paired):.2f})"
               f"  (rebuild runs {', '.join(f'{f:,.0f}' for f in figures)}; spread {spread:.0%})")
         return figure, limit, rows, statistics.median(paired)
     finally:

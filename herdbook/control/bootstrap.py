@@ -21,7 +21,6 @@ from __future__ import annotations
 import functools
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
 from nats.aio.client import Client as NATS
 from nats.js.api import StreamConfig
@@ -67,7 +66,6 @@ from herdbook.events.streams import all_streams
 from herdbook.events.subjects import EVENTS_STREAM, validate_id
 from herdbook.health_policy import Policy, PolicyError
 from herdbook.history.repairs_live import LiveRepairs
-from herdbook.nats_connection import quiet_errors, server_list
 from herdbook.natsd.http_tokens import HttpTokens
 from herdbook.natsd.server import EmbeddedNats
 from herdbook.natsd.storage_watch import StorageWatch
@@ -158,13 +156,6 @@ def bootstrap(config: Config, *, clock: Clock, demo: int = 0,
                          data_dir=data_dir)
     parts.append(Service("replica claim", claim.start, claim.stop))
 
-    def backlog_connect() -> dict[str, Any]:
-        """The projector's forked backlog reader connects as the control plane does."""
-        _, options = connection_auth(auth, users)().resolve(url)
-        return {"servers": server_list(url), "name": f"herd-control:{node_id}:backlog",
-                "connect_timeout": 5, "error_cb": quiet_errors, **options}
-
-    projector.backlog_connect = backlog_connect
     store = EventStore(nc.jetstream(), storage_full=storage.full if storage is not None else None)
 
     async def start_projector() -> None:

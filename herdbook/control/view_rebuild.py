@@ -41,7 +41,6 @@ class ViewRebuild:
             leftover.unlink(missing_ok=True)
         fresh = ProjectorRunner(self.nc, str(tmp), batch_size=self.config.batch_size,
                                 batch_interval=float(self.config.batch_interval))
-        fresh.backlog_connect = self.projector.backlog_connect
         await fresh.start()
         last = await stream_last_seq(self.nc.jetstream(), EVENTS_STREAM)
         # catch_up, not a wait for ``last``: a stream created again empty says a last

@@ -1,9 +1,9 @@
 """Catching up on a stream's backlog at the speed of the fold, not of the client.
 
 ``BacklogReader`` reads what a stream held when a reader started (the projector's
-rebuild or restart; ``forked_reader`` runs it in a child for a large backlog). It is a
-pull consumer minus nats-py's per-message work (a regex per frame, a ``Msg``, header
-parsing, a queue and a task hop): on a 200k-event backlog here it read 390-455k msg/s
+rebuild or restart), in the process that folds it. It is a pull consumer minus nats-py's
+per-message work (a regex per frame, a ``Msg``, header parsing, a queue and a task hop):
+on a 200k-event backlog here it read 390-455k msg/s
 (benchmarks/view_rebuild.py, docs/performance.md). ``StreamFeed`` (live) routes its own
 inbox through the same narrow parser (``sid_routes``), one frame at a time.
 

@@ -56,7 +56,7 @@ ParserBase: type[Any] = Parser if Parser is not None else object
 """What the narrow parser (``backlog_reader._NarrowParser``) extends: nats-py's parser."""
 
 _verdict: bool | None = None
-"""Whether this process uses the private parts: decided once (forked children inherit it)."""
+"""Whether this process uses the private parts: decided once."""
 _why = ""
 
 

@@ -31,7 +31,7 @@ import gc
 import logging
 import sqlite3
 import time
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Coroutine, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -39,7 +39,6 @@ from msgspec.structs import replace
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
-from herdbook.events import forked_reader
 from herdbook.events.alloc import AllocEvent
 from herdbook.events.authority import Unvouched, bind_event, family_of
 from herdbook.events.backlog_reader import BacklogReader, Frames
@@ -152,13 +151,6 @@ class ProjectorRunner:
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._first_waiter = float("inf")    # the lowest sequence someone waits for
         self._follower: asyncio.Task[None] | None = None
-        self.backlog_connect: Callable[[], dict[str, Any]] | None = None
-        """``nats.connect`` arguments for a forked reader of a backlog of ``fork_min``
-        messages or more (``forked_reader``); None: every backlog is read in this process."""
-        self.fork_min: int | None = (forked_reader.FORK_MIN if forked_reader.worthwhile()
-                                     else None)
-        """From how many messages a backlog is read by a forked child; None: never (fewer
-        than ``forked_reader.MIN_CPUS`` CPUs here)."""
 
     @property
     def nodes(self) -> Table[NodeView, NodeEvent]:
@@ -211,9 +203,6 @@ class ProjectorRunner:
         # leaving it costs one collection (17 ms at 10k nodes), after the view is served.
         with catch_up_gc():
             try:
-                if (self.backlog_connect is not None and self.fork_min is not None
-                        and forked_reader.available() and end - self.folded_seq >= self.fork_min):
-                    await self._read_forked(end, self.backlog_connect())
                 if self.folded_seq < end:   # subject None: the whole stream (BacklogReader)
                     await BacklogReader(self.nc, self.stream, None, self.folded_seq + 1,
                                         end, self._take, batch=PULL_BATCH,
@@ -250,17 +239,6 @@ class ProjectorRunner:
                           self.db_path, err)
             return str(err)
         return None
-
-    async def _read_forked(self, end: int, connect: dict[str, Any]) -> None:
-        """Fold the backlog read by a forked child (``forked_reader``); what it did not
-        read is read here after it."""
-        try:
-            await forked_reader.ForkedBacklog(connect, self.stream, None,
-                                              self.folded_seq + 1, end, self._take_all,
-                                              batch=PULL_BATCH).run()
-        except OSError as err:   # no fork (limits): read it here
-            log.info("backlog of %s: cannot fork a reader (%s); reading it here",
-                     self.stream, err)
 
     async def _open_fresh(self) -> None:
         await self._close_db()

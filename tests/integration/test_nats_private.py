@@ -51,7 +51,6 @@ async def projector(url: str, db: Path, last: int) -> tuple[Any, ProjectorRunner
     nc = await nats.connect(url)
     await nats_private.self_check(nc, sid_routes)
     runner = ProjectorRunner(nc, str(db), batch_size=200)
-    runner.fork_min = None   # the backlog read in this process: its parser is looked at
     await runner.start()
     await runner.wait_applied(last, timeout=60)
     return nc, runner

@@ -325,3 +325,16 @@ def test_one_http_stack_aiohttp() -> None:
              for imported, line in imported_names(name, is_package, path.read_text()).items()
              if _inside(imported, ("httpx", "requests"))]
     assert not wrong, "\n".join(wrong)
+
+
+def test_no_process_of_herdbook_forks() -> None:
+    """The backlog is read in the process that folds it: the forked reader was slower on
+    the 2 CPUs measured and is gone (issue 30, docs/performance.md). A fork in an asyncio
+    process with a NATS connection is a second reader to watch; one comes back only with
+    a benchmark that shows it winning."""
+    wrong = [f"{name} line {node.lineno}"
+             for name, (path, _) in sorted(module_names().items())
+             for node in ast.walk(ast.parse(path.read_text(), filename=name))
+             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+             and node.value.id == "os" and node.attr in ("fork", "forkpty")]
+    assert not wrong, "\n".join(wrong)
