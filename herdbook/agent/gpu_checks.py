@@ -84,10 +84,14 @@ class HealthMonitor:
         if self.nvml is None:
             return None
         r = telemetry.Reader(self.nvml)
-        count = r.get("nvmlDeviceGetCount", then=int)
-        if count is None:
+        try:
+            count = r.get("nvmlDeviceGetCount", then=int)
+            if count is None:
+                return None
+            return [telemetry.read_gpu(r, i, None) for i in range(count)]
+        except Exception as err:  # noqa: BLE001 - a broken NVML: the GPU and boot checks say so
+            log.debug("GPU readings unavailable for the deeper checks: %s", err)
             return None
-        return [telemetry.read_gpu(r, i, None) for i in range(count)]
 
     def deep_events(self) -> list[GpuEvent]:
         """The deeper checks' findings now (``deep_checks``, ``infiniband``)."""

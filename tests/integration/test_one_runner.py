@@ -24,7 +24,7 @@ async def test_the_reactors_and_the_api_share_the_planes_runner(tmp_path: Path) 
         deciders: dict[str, Any] = {p.name: p.current for p in terms
                                     if hasattr(p.current, "runner")}
         assert set(deciders) == {"instance manager", "notifier", "allocation reactor",
-                                 "scheduler", "sensitive reactor"}
+                                 "scheduler", "sensitive reactor", "validation reactor"}
         deciders |= {"api": plane.api, "approver": plane.approver,
                      "classifier": plane.classifier,
                      "sweeper's declarations": plane.sweeper.declarations}
