@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import resource
 import statistics
@@ -323,17 +324,22 @@ class Results:
     """output -> (herd wall s, herd CPU s, limit wall s, control plane CPU s per herd list)"""
     scrapes: dict[str, list[tuple[float, int, float]]] = field(default_factory=dict)
     """page -> (wall s, bytes, control plane CPU s) per scrape"""
-    stalls: dict[str, float] = field(default_factory=dict)
-    """what ran -> the control plane's event loop's longest stall meanwhile, seconds"""
+    stalls: dict[str, tuple[float, float]] = field(default_factory=dict)
+    """what ran -> the control plane's event loop's longest stall meanwhile and its
+    longest garbage collection, seconds"""
 
 
 class LoopProbe:
     """The event loop's longest stall while it runs: a task that sleeps ``PROBE`` at a
     time, each wake-up's lateness. The control plane ingests heartbeats and samples on
-    this loop, so a stall is that long with nothing ingested."""
+    this loop, so a stall is that long with nothing ingested. Beside it, the longest
+    garbage collection meanwhile (``gc.callbacks``): a full one walks every object of
+    the process, whatever the code running when it falls due."""
 
     def __init__(self) -> None:
         self.longest = 0.0
+        self.longest_gc = 0.0
+        self._gc_start = 0.0
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -343,12 +349,20 @@ class LoopProbe:
             await asyncio.sleep(PROBE)
             self.longest = max(self.longest, time.monotonic() - start - PROBE)
 
+    def _gc(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._gc_start = time.monotonic()
+        else:
+            self.longest_gc = max(self.longest_gc, time.monotonic() - self._gc_start)
+
     def __enter__(self) -> LoopProbe:
         self._task = asyncio.ensure_future(self._run())
+        gc.callbacks.append(self._gc)
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
+        gc.callbacks.remove(self._gc)
 
 
 class Bench:
@@ -434,12 +448,12 @@ class Bench:
         lines = self.last_output.count(b"\n")
         if output == "table" and lines < gpus:
             raise RuntimeError(f"herd gpu list printed {lines} lines for {gpus} GPUs")
-        stall = 0.0
+        stall = (0.0, 0.0)
         for _ in range(runs):
             await self.fill()                   # every node's sample new: no cached row
             with LoopProbe() as probe:
                 wall, cpu, plane_cpu = await self.timed(herd)
-            stall = max(stall, probe.longest)
+            stall = max(stall, (probe.longest, probe.longest_gc))
             walls.append(wall), cpus.append(cpu), plane.append(plane_cpu)
             await self.fill()
             limits.append((await self.timed(limit))[0])
@@ -464,8 +478,8 @@ class Bench:
                     stderr=subprocess.PIPE)
                 text, err = await proc.communicate()
             label = label or page
-            self.results.stalls[label] = max(self.results.stalls.get(label, 0.0),
-                                             probe.longest)
+            self.results.stalls[label] = max(self.results.stalls.get(label, (0.0, 0.0)),
+                                             (probe.longest, probe.longest_gc))
             code, wall, size = text.decode().split()
             if proc.returncode != 0 or code != "200":
                 raise RuntimeError(f"GET {page}: exit {proc.returncode}, HTTP {code}: "
@@ -636,9 +650,10 @@ def show(r: Results, args: argparse.Namespace) -> None:
         else:
             line(page, f"{median(walls):.3f} s wall, {median(sizes) / 1e6:.2f} MB, control "
                  f"plane CPU {median(cpus):.3f} s", "Prometheus default scrape_timeout 10 s")
-    for what, stall in r.stalls.items():
+    for what, (stall, collection) in r.stalls.items():
         line(f"control plane event loop, longest stall during {what}",
-             f"{stall * 1000:,.0f} ms", "nothing is ingested meanwhile")
+             f"{stall * 1000:,.0f} ms (its longest garbage collection meanwhile "
+             f"{collection * 1000:,.0f} ms)", "nothing is ingested meanwhile")
     print(f"reproduce: python -m benchmarks.gpu_telemetry --nodes {r.nodes} --gpus {r.gpus} "
           f"--interval {args.interval:g} --rate {args.rate} --phase-seconds {args.phase_seconds:g} "
           f"--rounds {args.rounds} --runs {args.runs} --shards {args.shards}"
