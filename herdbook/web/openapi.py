@@ -421,6 +421,8 @@ def document(extra_paths: dict[str, Any] | None = None,
         "info": {"title": "herdbook HTTP API", "version": herdbook.__version__,
                  "description": "The NATS request/reply API of the control plane over HTTP: "
                                 "every route a.b is POST /v1/a/b with the same JSON body."},
+        "servers": [{"url": "/", "description": "the control plane that serves this document "
+                                               "(herd up --http-port, default 8641)"}],
         "paths": paths,
         "components": {"schemas": components, "securitySchemes": {
             "bearer": {"type": "http", "scheme": "bearer",
