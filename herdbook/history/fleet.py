@@ -30,7 +30,8 @@ from herdbook.projector.node_view import NodeView, apply
 from herdbook.projector.score import faults_of, fleet_score
 
 WINDOWS = {"15m": 900, "1h": 3600, "6h": 6 * 3600, "24h": 86400, "7d": 7 * 86400}
-"""The console's choices; any duration from 1 minute to 7 days is taken."""
+"""The console's choices, and all that ``GET /v1/fleet/history?window=`` takes (the
+OpenAPI document's enum); ``parse_window`` reads any duration from 1 minute to 7 days."""
 BUCKETS = 120
 MAX_MARKS = 500
 """The most detections and recoveries listed one by one (the newest); counts are exact."""

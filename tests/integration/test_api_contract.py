@@ -101,3 +101,38 @@ def test_an_openapi_linter_reports_no_error(tmp_path: Path) -> None:
     if result.returncode != 0 and ("npm ERR!" in text or "npm error" in text):
         pytest.skip("npx could not install @redocly/cli: " + text.strip().splitlines()[-1])
     assert result.returncode == 0, text[-8000:]
+
+
+async def test_what_the_fuzzer_found_before_holds_one_request_each(tmp_path: Path) -> None:
+    """Quick witnesses of the causes the fuzzer found (the fuzz runs above are slow)."""
+    import aiohttp
+    async with running_plane(config(tmp_path)) as plane, aiohttp.ClientSession() as web:
+        assert plane.web is not None
+        base = plane.web.url.rstrip("/")
+        async with web.post(base + "/v1/fleet") as answer:    # GET-only: 405, not 404
+            assert (answer.status, answer.headers["Allow"]) == (405, "GET,HEAD")
+            assert (await answer.json())["code"] == "bad_request"
+        async with web.get(base + "/v1/node/cordon") as answer:
+            assert (answer.status, answer.headers["Allow"]) == (405, "POST")
+        async with web.post(base + "/v1/node/cordon") as answer:   # a required body
+            assert answer.status == 400
+        async with web.post(base + "/v1/node/list", json={"limit": 2.0}) as answer:
+            assert answer.status == 200, await answer.text()    # 2.0 is an integer
+        async with web.post(base + "/v1/node/list",
+                            json={"filter_state": ["Ready"]}) as answer:
+            assert answer.status == 400     # the enum's words only
+        async with web.post(base + "/v1/job/register", json={"spec": {}}) as answer:
+            assert answer.status == 400 and "id" in (await answer.json())["message"]
+        async with web.get(base + "/v1/pools") as answer:        # README paths served
+            assert answer.status == 200
+        async with web.get(base + "/v1/events?subject=herd.breaker.>") as answer:
+            assert answer.status == 200
+        doc = document(live=plane.api.routes)
+        body = doc["paths"]["/v1/node/cordon"]["post"]["requestBody"]
+        assert body["required"] is True
+    async with running_plane(config(tmp_path / "auth", auth=True)) as plane, \
+            aiohttp.ClientSession() as web:
+        assert plane.web is not None
+        async with web.get(plane.web.url + "v1/status") as answer:
+            assert answer.status == 401
+            assert answer.headers["WWW-Authenticate"].startswith("Bearer")
