@@ -87,10 +87,12 @@ def sample_key(sample: Sample | None) -> tuple[str, float, float] | None:
 
 
 FIELDS: tuple[str, ...] = GpuSummary.__struct_fields__
-_Row = msgspec.defstruct("_Row", [(name, Any) for name in FIELDS])
+_Row = msgspec.defstruct("_Row", [(name, Any) for name in FIELDS], gc=False)
 """A ``GpuSummary`` as the listing builds it: the same fields in the same order, so the
 same JSON, but made from positional values (a 23-keyword Struct call is ~1.5 µs, most
-of a GPU's row at 80k of them)."""
+of a GPU's row at 80k of them), and not tracked by the garbage collector (it holds only
+strings, numbers and None: no cycle), so 80k of them do not bring on the collections,
+each a walk of the whole heap when full, that a cold listing otherwise triggers."""
 
 
 def node_rows(view: NodeView, sample: Sample | None) -> list[Any]:
@@ -166,14 +168,16 @@ def fault_counts(faults: list[GpuFault], now: float) -> dict[str, dict[str, int]
 
 
 class _Rows(NamedTuple):
-    """One node's ``gpu.list`` rows: (index, health) of each GPU and every row's JSON as
+    """One node's ``gpu.list`` rows: each GPU's index and health and every row's JSON as
     they stand in a page (comma-separated), built from this view (the current one, or
     one the projector replaced since: small, its parts shared with the new one) and the
     sample of this ``sample_key``, which it names but does not hold."""
 
     view: NodeView
     sample: tuple[str, float, float] | None
-    gpus: tuple[tuple[int, str], ...]
+    indexes: tuple[int, ...]
+    health_of: tuple[str, ...]
+    """Each GPU's health, in the order of ``indexes``."""
     healths: frozenset[str]
     body: bytes
 
@@ -217,9 +221,10 @@ class GpuRoutes:
         if cached is not None and cached.view is view and cached.sample == key:
             return cached
         gpus = node_rows(view, sample)
+        health_of = tuple([g.health for g in gpus])
         entry = self._rows[view.id] = _Rows(
-            view, key, tuple((g.index, g.health) for g in gpus),
-            frozenset(g.health for g in gpus), _encoder.encode(gpus)[1:-1])
+            view, key, tuple([g.index for g in gpus]), health_of, frozenset(health_of),
+            _encoder.encode(gpus)[1:-1])
         return entry
 
     def _bodies(self, view: NodeView) -> list[bytes]:
@@ -254,18 +259,19 @@ class GpuRoutes:
             if req.labels and any(view.info.labels.get(k) != v for k, v in req.labels.items()):
                 continue
             entry = self.rows(view)
-            if not entry.gpus or (healths and not entry.healths & healths):
+            if not entry.indexes or (healths and not entry.healths & healths):
                 continue
             # The whole node in one piece where it fits: what a page is made of
             if node_id != after_node and (not healths or entry.healths <= healths):
-                more = len(entry.gpus)
+                more = len(entry.indexes)
                 if count + more <= limit and size + len(entry.body) + 1 <= PAGE_BYTES:
                     items.append(entry.body)
                     count += more
                     size += len(entry.body) + 1
-                    last = f"{node_id}/{entry.gpus[-1][0]}"
+                    last = f"{node_id}/{entry.indexes[-1]}"
                     continue
-            for (gpu, health), body in zip(entry.gpus, self._bodies(view), strict=True):
+            for gpu, health, body in zip(entry.indexes, entry.health_of, self._bodies(view),
+                                         strict=True):
                 if node_id == after_node and gpu <= after_index:
                     continue
                 if healths and health not in healths:

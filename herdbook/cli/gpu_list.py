@@ -57,10 +57,11 @@ def next_token(page: bytes) -> str | None:
     return msgspec.json.decode(page, type=Next).next_token
 
 
-class Shown(msgspec.Struct, frozen=True):
+class Shown(msgspec.Struct, frozen=True, gc=False):
     """A GPU of a ``gpu.list`` page, only what the table or CSV shows: msgspec skips the
     rest of the row without building it (the values as the page has them, untyped, so
-    each cell is the text it was as a dict's value)."""
+    each cell is the text it was as a dict's value; JSON scalars only: no cycle, so not
+    tracked by the garbage collector)."""
 
     node_id: Any = None
     index: Any = None
