@@ -209,3 +209,14 @@ def test_the_listing_rows_encode_as_gpu_summaries_do() -> None:
         "fb_used_mib": 61000.0, "fb_total_mib": 81559.0, "sampled_at": "2027-01-15T08:00:00Z",
         "recommended_action": None, "power_limit_w": None, "ecc_sbe_volatile": None,
         "ecc_dbe_volatile": None, "remapped_rows_uncorrectable": None}
+
+
+def test_samples_and_listing_rows_are_not_walked_by_the_garbage_collector() -> None:
+    """A control plane holds ~180k readings at 10k nodes and a cold listing makes 80k
+    rows: untracked, a full collection (which stalls the loop) walks none of them."""
+    body = msgspec.json.encode(GpuTelemetry(node_id="n", boot_id="b", gpus=(
+        GpuReading(index=0, nvlink_up=(True, False), throttle_names=("hw_slowdown",)),)))
+    decoded = msgspec.json.decode(body, type=GpuTelemetry)
+    assert not gc.is_tracked(decoded) and not gc.is_tracked(decoded.gpus[0])
+    routes, nodes, samples, _ = world()
+    assert not any(gc.is_tracked(row) for row in node_rows(nodes["a1"], samples.of("a1")))
