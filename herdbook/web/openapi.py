@@ -266,6 +266,42 @@ def _without_id(components: dict[str, Any], schema: dict[str, Any]) -> dict[str,
     return {"$ref": REF.format(name=key)}
 
 
+LINKS: dict[tuple[str, str], dict[str, tuple[str, str]]] = {
+    # (path, method) of the operation whose 200 gives an id -> link name -> (the operation
+    # that takes it, the runtime expression of the value for its ``id`` parameter)
+    ("/v1/node/add", "post"): {
+        "describe": ("v1_nodes_id", "$request.body#/id"),
+        "history": ("v1_nodes_id_history", "$request.body#/id"),
+        "cordon": ("nodes_cordon", "$request.body#/id"),
+        "drain": ("nodes_drain", "$request.body#/id"),
+        "approve": ("nodes_approve", "$request.body#/id"),
+        "delete": ("nodes_delete", "$request.body#/id")},
+    ("/v1/job/register", "post"): {
+        "status": ("v1_jobs_id", "$response.body#/job/id"),
+        "eval": ("v1_evals_id", "$response.body#/eval_id")},
+    ("/v1/nodes/{id}/cordon", "post"): {
+        "uncordon": ("nodes_uncordon", "$request.path.id"),
+        "describe": ("v1_nodes_id", "$request.path.id")},
+    ("/v1/nodes/{id}/drain", "post"): {
+        "undrain": ("nodes_undrain", "$request.path.id")},
+}
+"""The document's links: the stateful phase of a fuzzer follows them (add a node, then
+act on it; register a job, then read it and its evaluation)."""
+
+
+def _link(paths: dict[str, Any]) -> None:
+    ops = {op["operationId"] for item in paths.values() for op in item.values()}
+    for (path, method), links in LINKS.items():
+        operation = paths.get(path, {}).get(method)
+        if operation is None:
+            continue
+        # a copy: an operation's responses are shared with the paths it has beside it
+        operation["responses"] = {**operation["responses"], "200": {
+            **operation["responses"]["200"], "links": {
+                name: {"operationId": target, "parameters": {"id": value}}
+                for name, (target, value) in links.items() if target in ops}}}
+
+
 def _alias_get(path: str, alias: Alias, paths: dict[str, Any],
                errors: dict[str, Any]) -> dict[str, Any]:
     get = paths[http_path(alias.route)]["get"]
@@ -416,6 +452,7 @@ def document(extra_paths: dict[str, Any] | None = None,
         for operation in item.values():
             operation["responses"] = {**errors, **operation["responses"]}
     paths.update(extra_paths or {})
+    _link(paths)
     return {
         "openapi": "3.1.0",
         "info": {"title": "herdbook HTTP API", "version": herdbook.__version__,
