@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from nats.aio.msg import Msg
@@ -65,7 +65,14 @@ async def last_message(js: JetStreamContext, subject: str,
     return int(msg.seq or 0), msg.time
 
 
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 def _deliver_from(start_seq: int, start_time: datetime | None) -> ConsumerConfig:
+    if start_time is not None and start_time <= EPOCH:
+        # nothing is stored before 1970, and a consumer asked to start before it never
+        # answers (nats-server takes the negative Unix time): from the first message
+        start_time = None
     if start_time is not None:
         return ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_TIME,
                               opt_start_time=start_time)

@@ -34,6 +34,7 @@ from herdbook.api.history_messages import Time
 from herdbook.events.authority import Unvouched, bind_event
 from herdbook.events.codec import EVENT_TYPES
 from herdbook.events.subjects import EVENTS_STREAM
+from herdbook.history.reader import EPOCH
 from herdbook.history.times import parse_time
 from herdbook.web.openapi import QUERY_DURATION
 
@@ -91,6 +92,8 @@ def deliver_from(since: str | None, last_event_id: str | None,
         raise BadStream(f"since {word!r}: {err}; write a stream sequence, RFC 3339, a "
                         "duration ago (5m) or now") from None
     resume = _resume(last_event_id)
+    if start <= EPOCH:   # nothing is stored before 1970; nats-server never answers one
+        return resume or ConsumerConfig(deliver_policy=DeliverPolicy.ALL)
     return resume or ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_TIME,
                                     opt_start_time=start)
 
