@@ -50,7 +50,9 @@ class RepairRoutes:
         now = self.clock.now()
         since = _utc(req.since) if req.since is not None else now - DEFAULT_WINDOW
         if since > now:
-            raise ApiError("bad_request", f"since {iso(since)} is in the future")
+            # a well-formed time the clock refuses, not a bad request (the OpenAPI
+            # document cannot say "not in the future"): refused, 409, exit 1
+            raise ApiError("refused", f"since {iso(since)} is in the future")
         state = self.live.state
         found = episodes(state, since, pool=req.pool, kind=req.kind, node_id=req.node_id)
         items = [episode_json(e) for e in found]

@@ -140,6 +140,9 @@ async def test_what_the_fuzzer_found_before_holds_one_request_each(tmp_path: Pat
             got = b""
             while b"id: 1\n" not in got:    # from the first event on
                 got += await answer.content.readany()
+        async with web.post(base + "/v1/fleet/repairs",    # valid, and refused (seed 4)
+                            json={"since": "3426-04-29T09:58:04Z"}) as answer:
+            assert (answer.status, (await answer.json())["code"]) == (409, "refused")
         doc = document(live=plane.api.routes)
         body = doc["paths"]["/v1/node/cordon"]["post"]["requestBody"]
         assert body["required"] is True
