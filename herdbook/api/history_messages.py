@@ -17,7 +17,7 @@ from typing import Annotated, Any
 import msgspec
 from msgspec import Meta
 
-from herdbook.api.messages import ApprovalWord, Labels, StateWord
+from herdbook.api.messages import ApprovalWord, Labels, StateWord, _Request
 
 Time = Annotated[datetime, Meta(tz=True, extra_json_schema={"format": "date-time"},
                                 description="RFC 3339, e.g. 2026-11-21T10:00:00Z")]
@@ -27,10 +27,6 @@ NodeRef = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_-]{1,128}$",
 AnyId = Annotated[str, Meta(pattern=r"^([A-Za-z0-9_-]{1,128})?$",
                               description="empty (any), or an id or a unique prefix of one")]
 Limit = Annotated[int, Meta(ge=1)]
-
-
-class _Request(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    pass
 
 
 class _Reply(msgspec.Struct, frozen=True, kw_only=True):

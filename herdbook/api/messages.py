@@ -17,6 +17,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any, Generic, TypeVar
 
 import msgspec
+import msgspec.inspect
 from msgspec import Meta
 
 from herdbook.events.alloc import AllocStatus
@@ -111,7 +112,35 @@ class ErrorCode(StrEnum):
 
 
 class _Request(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    pass
+    def __post_init__(self) -> None:
+        # msgspec checks a pattern with Python's re.search, whose ``$`` also matches before
+        # a final newline: ``"gpu-1\n"`` would pass ``^[A-Za-z0-9_-]{1,128}$``, which JSON
+        # Schema (the OpenAPI document) reads as refusing it. A patterned field ending in
+        # a newline is refused here, so the server and the document agree.
+        for name in _patterned(type(self)):
+            value = getattr(self, name)
+            if isinstance(value, str) and value.endswith("\n"):
+                raise ValueError(f"Expected `str` matching its pattern, not ending in a "
+                                 f"newline - at `$.{name}`")
+
+
+_PATTERNED: dict[type[Any], tuple[str, ...]] = {}
+
+
+def _patterned(kind: type[Any]) -> tuple[str, ...]:
+    """The fields of a request Struct whose string has a pattern (looked up once)."""
+    found = _PATTERNED.get(kind)
+    if found is None:
+        def bare(t: Any) -> Any:
+            return bare(t.type) if isinstance(t, msgspec.inspect.Metadata) else t
+        info = msgspec.inspect.type_info(kind)
+        names = []
+        for field in getattr(info, "fields", ()):
+            kinds = [bare(k) for k in getattr(bare(field.type), "types", (field.type,))]
+            if any(isinstance(k, msgspec.inspect.StrType) and k.pattern for k in kinds):
+                names.append(field.name)
+        found = _PATTERNED[kind] = tuple(names)
+    return found
 
 
 # requests: reads ------------------------------------------------------------------------

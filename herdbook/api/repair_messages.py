@@ -8,9 +8,10 @@ from typing import Any
 import msgspec
 
 from herdbook.api.history_messages import AnyId, Limit, Time
+from herdbook.api.messages import _Request
 
 
-class ListRepairs(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class ListRepairs(_Request, frozen=True, kw_only=True):
     """Repair episodes that touch ``since`` .. now (open, or detected or back in service
     at or after it; default: the last 7 days), with their percentiles and the fleet's
     availability over the same window."""

@@ -143,6 +143,8 @@ async def test_what_the_fuzzer_found_before_holds_one_request_each(tmp_path: Pat
         async with web.post(base + "/v1/fleet/repairs",    # valid, and refused (seed 4)
                             json={"since": "3426-04-29T09:58:04Z"}) as answer:
             assert (answer.status, (await answer.json())["code"]) == (409, "refused")
+        async with web.get(base + "/v1/instances?pool=%0A") as answer:    # seed 6
+            assert answer.status == 400     # Python's $ matched before the newline
         doc = document(live=plane.api.routes)
         body = doc["paths"]["/v1/node/cordon"]["post"]["requestBody"]
         assert body["required"] is True
