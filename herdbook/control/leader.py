@@ -28,6 +28,30 @@ log = logging.getLogger(__name__)
 BUCKET = "herd_leases"
 
 
+async def open_leases(nc: NATS, ttl: float, replicas: int) -> Any:
+    """The leases bucket (the leader lease, the replicas' node-id claims), created if
+    missing; its TTL removes a key ``ttl`` after its last renewal."""
+    js = nc.jetstream()
+    try:
+        return await js.key_value(BUCKET)
+    except (NotFoundError, Exception):  # noqa: BLE001 - not there yet: create it
+        return await js.create_key_value(KeyValueConfig(
+            bucket=BUCKET, ttl=ttl, history=1, storage=StorageType.FILE, replicas=replicas))
+
+
+async def every_third_of(ttl: float, renew: Callable[[], Awaitable[None]], what: str) -> None:
+    """Renew every ``ttl / 3`` until cancelled; a failed renewal (NATS away) is one
+    WARNING and the next tick tries again."""
+    while True:
+        await asyncio.sleep(ttl / 3)
+        try:
+            await renew()
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:  # noqa: BLE001 - NATS away: try again next tick
+            log.warning("%s: %s", what, err)
+
+
 class LeaderLease:
     def __init__(self, nc: NATS, holder: str, *, name: str = "control", ttl: float = 6.0,
                  replicas: int = 1,
@@ -50,19 +74,14 @@ class LeaderLease:
         """Open the bucket and try once (so a lone replica leads when start returns)."""
         await self.open_bucket()
         await self._tick()
-        self._task = asyncio.create_task(self._loop(), name="leader-lease")
+        self._task = asyncio.create_task(every_third_of(self.ttl, self._tick, "leader lease"),
+                                         name="leader-lease")
 
     async def open_bucket(self) -> None:
         """Open the lease's bucket, created if missing: at the first start, and when it
         was deleted from outside (the streams guard calls this; the next tick elects a
         leader again without a restart)."""
-        js = self.nc.jetstream()
-        try:
-            self._kv = await js.key_value(BUCKET)
-        except (NotFoundError, Exception):  # noqa: BLE001 - not there yet: create it
-            self._kv = await js.create_key_value(KeyValueConfig(
-                bucket=BUCKET, ttl=self.ttl, history=1, storage=StorageType.FILE,
-                replicas=self.replicas))
+        self._kv = await open_leases(self.nc, self.ttl, self.replicas)
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -77,16 +96,6 @@ class LeaderLease:
                 await self._kv.delete(self.name, last=self.revision)
             except Exception:  # noqa: BLE001 - it expires anyway
                 pass
-
-    async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.ttl / 3)
-            try:
-                await self._tick()
-            except asyncio.CancelledError:
-                raise
-            except Exception as err:  # noqa: BLE001 - NATS away: try again next tick
-                log.warning("leader lease: %s", err)
 
     async def _tick(self) -> None:
         if self.leader:

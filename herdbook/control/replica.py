@@ -31,11 +31,10 @@ from typing import Any
 
 import msgspec
 from nats.aio.client import Client as NATS
-from nats.js.api import KeyValueConfig, StorageType
-from nats.js.errors import KeyNotFoundError, NotFoundError
+from nats.js.errors import KeyNotFoundError
 
 from herdbook.control.errors import StartupError
-from herdbook.control.leader import BUCKET
+from herdbook.control.leader import every_third_of, open_leases
 from herdbook.files import write_atomic
 
 log = logging.getLogger(__name__)
@@ -125,15 +124,11 @@ class ReplicaClaim:
 
     async def start(self) -> None:
         """Claim the node id; ``StartupError`` (one line) when a live process holds it."""
-        js = self.nc.jetstream()
-        try:
-            self._kv = await js.key_value(BUCKET)
-        except (NotFoundError, Exception):  # noqa: BLE001 - not there yet: create it
-            self._kv = await js.create_key_value(KeyValueConfig(
-                bucket=BUCKET, ttl=self.ttl, history=1, storage=StorageType.FILE,
-                replicas=self.replicas))
+        self._kv = await open_leases(self.nc, self.ttl, self.replicas)
         await self._claim()
-        self._task = asyncio.create_task(self._renew_loop(), name="replica-claim")
+        self._task = asyncio.create_task(
+            every_third_of(self.ttl, self.renew, f"node id {self.node_id}: claim not renewed"),
+            name="replica-claim")
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -182,16 +177,6 @@ class ReplicaClaim:
                     pass
                 continue
             await asyncio.sleep(POLL_INTERVAL)
-
-    async def _renew_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.ttl / 3)
-            try:
-                await self.renew()
-            except asyncio.CancelledError:
-                raise
-            except Exception as err:  # noqa: BLE001 - NATS away: try again next tick
-                log.warning("node id %s: claim not renewed: %s", self.node_id, err)
 
     async def renew(self) -> None:
         try:
