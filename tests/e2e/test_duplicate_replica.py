@@ -30,13 +30,8 @@ def plane_as(r: Replicas, name: str, node_id: str) -> subprocess.Popen[bytes]:
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Replicas]:
     """A nats-server of its own, and the `herd up` processes each test starts on it."""
-    r = Replicas(tmp_path)
-    r.server.start()
-    r.url = r.server.url
-    try:
+    with Replicas.running(tmp_path) as r:
         yield r
-    finally:
-        r.stop()
 
 
 def leading(url: str) -> bool:

@@ -84,13 +84,8 @@ class NotifyingReplicas(Replicas):
 
 @pytest.fixture
 def replicas(tmp_path: Path) -> Iterator[NotifyingReplicas]:
-    r = NotifyingReplicas(tmp_path)
-    r.server.start()
-    r.url = r.server.url
-    try:
+    with NotifyingReplicas.running(tmp_path) as r:
         yield r
-    finally:
-        r.stop()
 
 
 def test_a_cordon_folded_during_a_leader_change_reaches_the_webhook_once(

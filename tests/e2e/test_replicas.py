@@ -5,12 +5,14 @@ replica is SIGKILLed the API keeps answering and the other takes over."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import signal
 import subprocess
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import pytest
 
@@ -65,16 +67,23 @@ class Replicas(Fleet):
         super().stop()          # the processes, then the workloads the agents left
         self.server.stop()
 
+    @classmethod
+    @contextlib.contextmanager
+    def running(cls, tmp: Path) -> Iterator[Self]:
+        """Its nats-server started, everything stopped at the end (every replica fixture)."""
+        r = cls(tmp)
+        r.server.start()
+        r.url = r.server.url
+        try:
+            yield r
+        finally:
+            r.stop()
+
 
 @pytest.fixture
-def replicas(tmp_path: Path) -> Any:
-    r = Replicas(tmp_path)
-    r.server.start()
-    r.url = r.server.url
-    try:
+def replicas(tmp_path: Path) -> Iterator[Replicas]:
+    with Replicas.running(tmp_path) as r:
         yield r
-    finally:
-        r.stop()
 
 
 def status(url: str) -> dict[str, Any]:

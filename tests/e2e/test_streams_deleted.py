@@ -203,13 +203,8 @@ def test_the_health_and_heartbeat_streams_deleted_a_fatal_xid_is_still_acted_on(
 @pytest.fixture
 def replicas(tmp_path: Path) -> Iterator[Replicas]:
     """Two `herd up --nats-url` on a nats-server of their own (``test_replicas``)."""
-    fleet = Replicas(tmp_path)
-    fleet.server.start()
-    fleet.url = fleet.server.url
-    try:
+    with Replicas.running(tmp_path) as fleet:
         yield fleet
-    finally:
-        fleet.stop()
 
 
 def test_two_replicas_both_rebase_and_every_command_lands_whichever_answers(
