@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from herdbook.cli import client
 from herdbook.cli.cluster import refuse_open_listener
@@ -119,37 +120,41 @@ def up(
     setup_logging(log_level)
 
     def ready(info: dict[str, object]) -> None:
+        lines: list[str] = []
+        say = lines.append
         where = "embedded nats-server" if info["embedded"] else "NATS"
-        console.print(f"herd control plane [bold]{info['node_id']}[/] is up "
-                      f"({info['nodes']} nodes in the view)")
-        console.print(f"  {where} listening on {info['nats_url']}, data in {info['data_dir']}")
+        say(f"herd control plane [bold]{info['node_id']}[/] is up "
+            f"({info['nodes']} nodes in the view)")
+        say(f"  {where} listening on {info['nats_url']}, data in {info['data_dir']}")
         if info.get("auth"):
-            console.print("  credentials on:    every client needs its own user "
-                          f"(`herd creds agent|operator --data-dir {info['data_dir']}`)")
-            console.print(f"  connect an agent:  herd creds agent node-1 --data-dir "
-                          f"{info['data_dir']}, then herd agent --node-id node-1 "
-                          "--creds agent-node-1.creds --fake-gpus 8")
-            console.print(f"  list the nodes:    herd creds operator --data-dir "
-                          f"{info['data_dir']}, then herd --creds op-admin.creds node list")
+            say("  credentials on:    every client needs its own user "
+                f"(`herd creds agent|operator --data-dir {info['data_dir']}`)")
+            say(f"  connect an agent:  herd creds agent node-1 --data-dir "
+                f"{info['data_dir']}, then herd agent --node-id node-1 "
+                "--creds agent-node-1.creds --fake-gpus 8")
+            say(f"  list the nodes:    herd creds operator --data-dir "
+                f"{info['data_dir']}, then herd --creds op-admin.creds node list")
         else:
-            console.print(f"  connect an agent:  herd agent --server {info['nats_url']} "
-                          "--node-id node-1 --fake-gpus 8")
-            console.print(f"  list the nodes:    herd --server {info['nats_url']} node list")
-            console.print(f"  watch the fleet:   herd --server {info['nats_url']} top")
+            say(f"  connect an agent:  herd agent --server {info['nats_url']} "
+                "--node-id node-1 --fake-gpus 8")
+            say(f"  list the nodes:    herd --server {info['nats_url']} node list")
+            say(f"  watch the fleet:   herd --server {info['nats_url']} top")
         if demo:
             herd = ("herd --creds op-admin.creds" if info.get("auth")
                     else f"herd --server {info['nats_url']}")
-            console.print(f"  demo fleet:        {demo} simulated nodes (demo-000...), "
-                          + ("approved as they register" if cfg.approval.auto_approve else
-                             f"PENDING until approved: {herd} node approve -l demo=true"))
+            say(f"  demo fleet:        {demo} simulated nodes (demo-000...), "
+                + ("approved as they register" if cfg.approval.auto_approve else
+                   f"PENDING until approved: {herd} node approve -l demo=true"))
         if info.get("http_url"):
-            console.print(f"  console, HTTP API: {info['http_url']} (OpenAPI: "
-                          f"{info['http_url']}openapi.json)", markup=False)
+            say(escape(f"  console, HTTP API: {info['http_url']} (OpenAPI: "
+                       f"{info['http_url']}openapi.json)"))
         elif info.get("http_off"):
-            console.print(f"  console, HTTP API: off: {info['http_off']}", markup=False)
+            say(escape(f"  console, HTTP API: off: {info['http_off']}"))
         if info.get("metrics_url"):
-            console.print(f"  Prometheus:        {info['metrics_url']}")
-        console.print("  stop:              Ctrl-C")
+            say(f"  Prometheus:        {info['metrics_url']}")
+        say("  stop:              Ctrl-C")
+        # one write: a reader that sees "is up" sees the whole block, the URL included
+        console.print("\n".join(lines))
 
     try:
         asyncio.run(run(cfg, demo=demo, on_ready=ready,
