@@ -77,6 +77,10 @@ class LifecycleConfig(_Section, frozen=True):
     recover_down_on_heartbeat: bool = False
     """A DOWN node whose heartbeats resume from the same boot (a healed partition)
     returns to READY by itself; off: it stays DOWN, shown as heartbeating."""
+    liveness_shards: int = 1
+    """Heartbeat intake and the sweeper run per shard (DESIGN §10, ``events.hb_shards``):
+    the NATS server maps herd.hb.<node> onto this many shards, each leased by one replica.
+    1: no mapping, every replica sweeps the whole fleet."""
     heartbeats_max_age: Duration | None = None
     """Retention of HERD_HEARTBEATS: the last heartbeat of a node silent this long
     expires. At least the longest heartbeat timeout + grace period; unset: 1d, or twice
@@ -399,6 +403,8 @@ def parse_config(raw: bytes | str, source: str = "config") -> Config:
     _check_validation(config.validation, source)
     if not 1 <= config.projector.batch_size <= 10_000:
         raise ConfigError(f"{source}: projector.batch_size: must be between 1 and 10000")
+    if not 1 <= config.lifecycle.liveness_shards <= 1024:
+        raise ConfigError(f"{source}: lifecycle.liveness_shards: must be between 1 and 1024")
     if config.view.snapshot_every_events < 1 or config.view.snapshots_kept < 1:
         raise ConfigError(f"{source}: view: snapshot_every_events and snapshots_kept must be "
                           "at least 1")

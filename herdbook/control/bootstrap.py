@@ -130,7 +130,8 @@ def bootstrap(config: Config, *, clock: Clock, demo: int = 0,
         users = UserRegistry(data_dir / "nats") if cfg.nats.auth else None
         embedded = EmbeddedNats(data_dir / "nats", cfg.nats.port, cfg.nats.host,
                                 cfg.nats.sync_interval,
-                                users_conf=users.conf_path if users is not None else None)
+                                users_conf=users.conf_path if users is not None else None,
+                                liveness_shards=cfg.lifecycle.liveness_shards)
         url = embedded.url
         server = EmbeddedServer(embedded, users)
         supervisor = ServerSupervisor(embedded, clock, on_failure or (lambda: None))

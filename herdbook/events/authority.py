@@ -40,6 +40,7 @@ from herdbook.events.alloc import (
 from herdbook.events.base import Event
 from herdbook.events.breaker import BreakerEvent
 from herdbook.events.eval_events import EvalEvent
+from herdbook.events.hb_shards import shard_in_subject
 from herdbook.events.health_report import HealthReport
 from herdbook.events.heartbeat import Heartbeat, NodeResources
 from herdbook.events.instance import InstanceEvent
@@ -157,7 +158,11 @@ def publishers(cls: type) -> frozenset[Publisher]:
 def agent_publish_subjects(node_id: str) -> list[str]:
     """Every stream subject the agent of ``node_id`` may publish on."""
     nid = validate_id(node_id)
-    return [subject for family in FAMILIES for subject in family.agent_subjects(nid)]
+    # The heartbeat as the server's liveness-shard mapping delivers it: nats-server checks
+    # a publish permission after mapping (``events.hb_shards``); any shard, since which one
+    # is the server's to say, and the reader checks it is the node's own.
+    return [subject for family in FAMILIES for subject in family.agent_subjects(nid)] + [
+        f"herd.hb.*.{nid}"]
 
 
 _ID_FIELDS_OF: dict[type, tuple[str, ...]] = {}
@@ -278,8 +283,12 @@ def bind_event(subject: str, data: bytes | bytearray) -> codec.AnyEvent:
 
 def bind_node_report(subject: str, node_id: str) -> None:
     """A heartbeat, resource or health report on ``herd.<hb|res|health>.<id>`` must name
-    that id (valid) as its ``node_id``; else ``Unvouched``."""
+    that id (valid) as its ``node_id``; else ``Unvouched``. A heartbeat may also come as
+    ``herd.hb.<shard>.<id>`` (the server's liveness-shard mapping, ``events.hb_shards``):
+    the id is still bound from the subject's last token."""
     parts = subject.split(".")
+    if len(parts) == 4 and parts[1] == "hb" and shard_in_subject(subject) is not None:
+        parts = parts[:2] + parts[3:]
     if len(parts) != 3:
         raise Unvouched(f"subject {printable(subject, 120)!r} is not herd.<kind>.<node id>")
     try:

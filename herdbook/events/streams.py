@@ -40,7 +40,8 @@ def heartbeats_stream(replicas: int = 1, max_age_s: float = DAY) -> StreamConfig
     # last-value-per-subject semantics of heartbeats.
     return StreamConfig(
         name=HEARTBEATS_STREAM,
-        subjects=["herd.hb.*", "herd.res.*", "herd.gpu.*", "herd.clock.probe"],
+        subjects=["herd.hb.*", "herd.hb.*.*", "herd.res.*", "herd.gpu.*",
+                  "herd.clock.probe"],   # herd.hb.<shard>.<node>: events.hb_shards
         retention=RetentionPolicy.LIMITS,
         storage=StorageType.FILE,
         max_msgs_per_subject=1,

@@ -25,6 +25,7 @@ from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
+from herdbook.events.hb_shards import mapping_conf
 from herdbook.natsd.ownership import PID_FILE, leftover_servers, stop_pid
 
 log = logging.getLogger(__name__)
@@ -68,8 +69,10 @@ class EmbeddedNats:
 
     def __init__(self, store_dir: str | Path, port: int = 4222, host: str = "127.0.0.1",
                  sync_interval: str | None = None, name: str = "herd",
-                 users_conf: Path | None = None) -> None:
+                 users_conf: Path | None = None, liveness_shards: int = 1) -> None:
         self.store_dir = Path(store_dir)
+        self.liveness_shards = liveness_shards
+        """Heartbeat subjects mapped onto this many shards (``events.hb_shards``)."""
         self.port = port
         self.host = host
         self.sync_interval = sync_interval
@@ -136,6 +139,7 @@ class EmbeddedNats:
         if self.sync_interval:
             lines.append(f"  sync_interval: {self.sync_interval}")
         lines.append("}")
+        lines += mapping_conf(self.liveness_shards)
         # What the next start recognises a server left running on this store by.
         lines.append(f'pid_file: "{(self.store_dir / PID_FILE).resolve()}"')
         if self.users_conf is not None:

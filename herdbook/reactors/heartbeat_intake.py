@@ -9,6 +9,11 @@ Bounded by the fleet, not by what is published (``reactors.heartbeats``): a hear
 its subject does not vouch for is dead-lettered; one of a node not in the view is only
 counted, and keeps no state; one of a boot the node has not announced is dropped, the
 latest kept per known node until its announcement is folded.
+
+Per shard (``events.hb_shards``): with ``lifecycle.liveness_shards`` S > 1 it reads only
+the shards this replica holds (``open``/``close``, driven by ``control.shards``), each on
+``herd.hb.<shard>.*``, and keeps nothing of the other shards' nodes. With S = 1 it holds
+the one shard from the start, on ``herd.hb.*``, as before sharding.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from herdbook.events.authority import bind_node_report
 from herdbook.events.codec import decode_heartbeat
 from herdbook.events.deadletters import DeadLetters
 from herdbook.events.feed import StreamFeed
+from herdbook.events.hb_shards import heartbeat_filter, shard_in_subject, shard_of
 from herdbook.events.heartbeat import Heartbeat
 from herdbook.events.subjects import CLOCK_PROBE_SUBJECT, HEARTBEATS_STREAM, ID_PATTERN
 from herdbook.projector.node_view import NodeView
@@ -44,6 +50,55 @@ async def probe_server_clock(nc: NATS) -> datetime:
     msg = await js.get_msg(HEARTBEATS_STREAM, ack.seq)
     assert msg.time is not None
     return msg.time
+
+
+MAPPING_PROBES = 8
+
+
+class MappingMissing(RuntimeError):
+    """The NATS server does not partition the heartbeats as configured."""
+
+
+async def check_mapping(nc: NATS, shards: int, timeout: float = 2.0) -> None:
+    """Raise ``MappingMissing`` unless the server maps ``herd.hb.<id>`` onto the shard
+    ``shard_of`` names, for a few probe ids: a replica reading shards a server does not
+    make would hear no heartbeat and declare the whole fleet DEGRADED (DESIGN §9)."""
+    probes = [f"herd-shard-probe-{i}" for i in range(MAPPING_PROBES)]
+    arrived: dict[str, str] = {}
+    done = asyncio.Event()
+
+    async def heard(msg: Msg) -> None:
+        arrived[msg.subject.rsplit(".", 1)[-1]] = msg.subject
+        if len(arrived) == len(probes):
+            done.set()
+    subs = [await nc.subscribe(f"herd.hb.{p}", cb=heard) for p in probes]
+    subs += [await nc.subscribe(f"herd.hb.*.{p}", cb=heard) for p in probes]
+    try:
+        for probe in probes:
+            await nc.publish(f"herd.hb.{probe}", b"")
+        await nc.flush()
+        try:
+            await asyncio.wait_for(done.wait(), timeout)
+        except TimeoutError:
+            pass
+    finally:
+        for sub in subs:
+            await _unsubscribe(sub)
+        js = nc.jetstream()
+        for probe in probes:   # the stream captured them: they are no node's heartbeats
+            for subject in (f"herd.hb.{probe}", f"herd.hb.*.{probe}"):
+                try:
+                    await js.purge_stream(HEARTBEATS_STREAM, subject=subject)
+                except Exception:  # noqa: BLE001 - left for the reader to dead-letter
+                    pass
+    wrong = [p for p in probes
+             if arrived.get(p) != f"herd.hb.{shard_of(p, shards)}.{p}"]
+    if wrong:
+        seen = arrived.get(wrong[0], "nothing")
+        raise MappingMissing(
+            f"lifecycle.liveness_shards is {shards} but the NATS server does not map "
+            f"herd.hb.* onto {shards} shards (herd.hb.{wrong[0]} arrived as {seen}); add "
+            f"the mapping (`herd nats config`, docs/scale.md) or set liveness_shards: 1")
 
 
 def record(beat: NodeBeat | None, hb: Heartbeat, observed: float) -> NodeBeat:
@@ -77,8 +132,12 @@ class HeartbeatIntake:
     of every heartbeat that counts."""
 
     def __init__(self, nc: NATS, nodes: Mapping[str, NodeView], clock: Clock,
-                 on_counted: Callable[[str, NodeView], None]) -> None:
+                 on_counted: Callable[[str, NodeView], None], *, shards: int) -> None:
         self.nc = nc
+        self.shards = shards
+        self.held: dict[int, Any] = {0: None} if shards <= 1 else {}
+        """The shards read here, each with its live subscription (None before ``open``)."""
+        self._shard_of: dict[str, int] = {}
         self.nodes = nodes
         self.clock = clock
         self.on_counted = on_counted
@@ -97,19 +156,38 @@ class HeartbeatIntake:
         current one's count (``AgentConflict``): one entry per node at most."""
         self.probe_time: datetime | None = None
         self.probe_clock = 0.0
-        self._sub: Any = None
 
     async def start(self) -> None:
+        """Read the server's clock; with one shard, read it (``open``)."""
         self.probe_time = await probe_server_clock(self.nc)
         self.probe_clock = self.clock.monotonic()
+        if self.shards <= 1:
+            await self.open(0)
+
+    def shard(self, node_id: str) -> int:
+        """The node's shard (cached: FNV-1a over the id costs microseconds in Python)."""
+        if self.shards <= 1:
+            return 0
+        shard = self._shard_of.get(node_id)
+        if shard is None:
+            shard = self._shard_of[node_id] = shard_of(node_id, self.shards)
+        return shard
+
+    def holds(self, node_id: str) -> bool:
+        """Whether the node's heartbeats are read here."""
+        return self.shards <= 1 or self.shard(node_id) in self.held
+
+    async def open(self, shard: int) -> None:
+        """Read one shard's heartbeats: live, then the last stored one of each node."""
+        subject = heartbeat_filter(shard, self.shards)
         # Live heartbeats on a core subscription (the cheapest path: no consumer state;
         # a heartbeat lost to overload is tolerated by design), opened before the
         # snapshot so nothing falls between the two.
-        self._sub = await self.nc.subscribe(
-            "herd.hb.*", cb=self.on_live, pending_msgs_limit=1_000_000,
+        self.held[shard] = await self.nc.subscribe(
+            subject, cb=self.on_live, pending_msgs_limit=1_000_000,
             pending_bytes_limit=256 * 1024 * 1024)
         # Then the last stored heartbeat of every node, aged on the server's clock.
-        snapshot = StreamFeed(self.nc, HEARTBEATS_STREAM, "herd.hb.*", 1, self.on_stored,
+        snapshot = StreamFeed(self.nc, HEARTBEATS_STREAM, subject, 1, self.on_stored,
                               batch=2000, last_per_subject=True)
         await snapshot.start()
         try:
@@ -117,12 +195,19 @@ class HeartbeatIntake:
         finally:
             await snapshot.stop()
 
+    async def close(self, shard: int) -> list[str]:
+        """Stop reading one shard and forget its nodes' heartbeats (another replica reads
+        them now); returns those nodes."""
+        sub = self.held.pop(shard, None)
+        await _unsubscribe(sub)
+        gone = [node_id for node_id in self.beats if self.shard(node_id) == shard]
+        for node_id in gone:
+            self.forget(node_id)
+        return gone
+
     async def stop(self) -> None:
-        if self._sub is not None:
-            try:
-                await self._sub.unsubscribe()
-            except Exception:  # noqa: BLE001 - connection may already be gone
-                pass
+        for sub in self.held.values():
+            await _unsubscribe(sub)
 
     async def on_live(self, msg: Msg) -> None:
         await self.on_heartbeat(msg, self.clock.monotonic())
@@ -134,6 +219,9 @@ class HeartbeatIntake:
         try:
             hb = decode_heartbeat(msg.data)
             bind_node_report(msg.subject, hb.node_id)
+            if self.shards > 1 and shard_in_subject(msg.subject) != self.shard(hb.node_id):
+                raise ValueError(f"node {hb.node_id}'s heartbeats belong on shard "
+                                 f"{self.shard(hb.node_id)}, not {msg.subject}")
             if not ID_PATTERN.fullmatch(hb.boot_id):
                 raise ValueError("the boot id is not a valid id")
         except Exception as err:  # noqa: BLE001 - any garbage, RecursionError included
@@ -157,7 +245,7 @@ class HeartbeatIntake:
         counts, record it."""
         node_id = hb.node_id
         view = self.nodes.get(node_id)
-        if view is None:
+        if view is None or not self.holds(node_id):
             # Before any per-node state: garbage for made-up ids costs a counter. A
             # heartbeat that beats its node's registration is lost; the node's clock
             # starts at registration (``registered``).
@@ -221,6 +309,8 @@ class HeartbeatIntake:
     def known(self, node_id: str, view: NodeView) -> None:
         """The node is in the view (it registered, or changed): a node never heard from
         is timed from now; a heartbeat held for its boot's announcement counts now."""
+        if not self.holds(node_id):
+            return
         if node_id not in self.beats:
             self.beats[node_id] = NodeBeat(last_seen=self.clock.monotonic(), boot_id="", seq=0)
         pending = self.unannounced.get(node_id)
@@ -233,6 +323,7 @@ class HeartbeatIntake:
         self.beats.pop(node_id, None)
         self.unannounced.pop(node_id, None)
         self.conflicts.pop(node_id, None)
+        self._shard_of.pop(node_id, None)
 
     def heartbeat_age(self, node_id: str) -> float | None:
         beat = self.beats.get(node_id)
@@ -251,3 +342,12 @@ class HeartbeatIntake:
                 "heartbeat_unknown_node_dropped": self.unknown_dropped,
                 "heartbeat_unannounced_boot_dropped": self.unannounced_dropped,
                 "heartbeat_deadletters": self.deadlettered}
+
+
+async def _unsubscribe(sub: Any) -> None:
+    if sub is None:
+        return
+    try:
+        await sub.unsubscribe()
+    except Exception:  # noqa: BLE001 - connection may already be gone
+        pass

@@ -10,6 +10,13 @@ jumped (the process was stopped, suspended or starved: it woke much later than i
 for) and when its NATS connection comes back, every node counts as last seen then: a
 node that heartbeats within one heartbeat timeout stays READY with no event, one that
 does not is declared DEGRADED at that instant + its timeout and DOWN after its grace.
+
+Per shard (DESIGN §10): with ``lifecycle.liveness_shards`` > 1 it sweeps only the nodes
+of the shards this replica holds (``take``/``release``, from ``control.shards``); taking
+a shard over begins observing that shard's nodes exactly as a start does. Two replicas
+that briefly both sweep a shard cannot both declare a node: each declaration is appended
+with the node's expected version, so the second conflicts, is decided again from the
+newer view and comes to nothing (``reactors.declarations``).
 """
 
 from __future__ import annotations
@@ -21,8 +28,9 @@ from collections.abc import Callable
 
 from nats.aio.client import Client as NATS
 
-from herdbook.clock import SYSTEM_CLOCK, Clock
+from herdbook.clock import Clock
 from herdbook.config import Config, grace_period, heartbeat_timeout
+from herdbook.control.errors import StartupError
 from herdbook.events.heartbeat import Heartbeat
 from herdbook.events.node import NodeBootChecked, NodeEnabled, NodeEvent, NodeWiped
 from herdbook.events.states import Intent, Lifecycle
@@ -33,7 +41,7 @@ from herdbook.projector.runner import ProjectorRunner
 from herdbook.reactors import liveness
 from herdbook.reactors.deadlines import Deadlines
 from herdbook.reactors.declarations import APPEND_RETRY_MAX, Declarations
-from herdbook.reactors.heartbeat_intake import HeartbeatIntake
+from herdbook.reactors.heartbeat_intake import HeartbeatIntake, MappingMissing, check_mapping
 from herdbook.reactors.heartbeats import NodeBeat, Verdict
 from herdbook.reactors.notifier import has_drain_status
 from herdbook.reactors.runner import DecideRunner, Decision
@@ -47,17 +55,19 @@ timeout, if longer) means this process was away: stopped, suspended or starved."
 
 class Sweeper:
     def __init__(self, nc: NATS, store: EventStore, projector: ProjectorRunner,
-                 config: Config, *, clock: Clock = SYSTEM_CLOCK,
-                 runner: DecideRunner | None = None) -> None:
+                 config: Config, *, clock: Clock, runner: DecideRunner) -> None:
         self.nc = nc
         self.projector = projector
         self.config = config
         self.clock = clock
-        self.intake = HeartbeatIntake(nc, projector.nodes, clock, self._on_counted)
+        self.shards = config.lifecycle.liveness_shards
+        self.intake = HeartbeatIntake(nc, projector.nodes, clock, self._on_counted,
+                                      shards=self.shards)
         self.deadlines = Deadlines()
-        self.declarations = Declarations(runner or DecideRunner(store, projector, clock),
-                                         projector.nodes, projector, self.deadlines, clock,
-                                         self._decide)
+        self.declarations = Declarations(runner, projector.nodes, projector, self.deadlines,
+                                         clock, self._decide)
+        self.taken: dict[int, float] = {}
+        """Per shard swept here, when this replica took it (its observation began)."""
         self.reobservations = 0   # clock jumps and reconnections seen since start
         self._unsubscribe: Callable[[], None] | None = None
         # Nothing counts as silence before this (``reobserve``): set at start.
@@ -77,9 +87,53 @@ class Sweeper:
 
     async def start(self) -> None:
         self._unsubscribe = self.projector.nodes.subscribe(self._on_view_change)
+        if self.shards > 1:
+            try:
+                await check_mapping(self.nc, self.shards)
+            except MappingMissing as err:
+                raise StartupError(str(err)) from err
         await self.intake.start()
-        self.begin_observing()
+        if self.shards <= 1:
+            self.begin_observing()
         self._task = asyncio.create_task(self._loop(), name="sweeper")
+
+    @property
+    def held(self) -> list[int]:
+        """The shards swept here."""
+        return sorted(self.intake.held)
+
+    async def take(self, shard: int) -> None:
+        """Sweep one more shard (its lease was won): read its heartbeats, then observe
+        its nodes for one heartbeat timeout before declaring any, as after a start."""
+        if shard in self.intake.held:
+            return
+        await self.intake.open(shard)
+        now = self.clock.monotonic()
+        self.taken[shard] = now
+        nodes = [n for n in self.projector.nodes if self.intake.shard(n) == shard]
+        log.info("took liveness shard %d (%d nodes): observing them for one heartbeat "
+                 "timeout (%gs) before declaring any DEGRADED", shard, len(nodes),
+                 self.shortest_timeout())
+        for node_id in nodes:
+            view = self.projector.nodes.get(node_id)
+            if view is None:
+                continue
+            self.intake.known(node_id, view)
+            since = self._booting_since.get(node_id)
+            if since is None and view.lifecycle is Lifecycle.BOOTING:
+                self._booting_since[node_id] = now    # booting since before this start
+            elif since is not None:   # a boot timeout, too, waits for the observation
+                t = self.timeouts(view)
+                self._booting_since[node_id] = max(
+                    since, now + t.heartbeat_timeout - t.boot_timeout)
+            self._arm(node_id)
+
+    async def release(self, shard: int) -> None:
+        """Stop sweeping a shard (its lease was lost or handed over)."""
+        self.taken.pop(shard, None)
+        for node_id in await self.intake.close(shard):
+            self.deadlines.forget(node_id)
+        log.info("released liveness shard %d", shard)
 
     def begin_observing(self) -> None:
         """Arm every node once the stored heartbeats are read. A node's silence starts no
@@ -88,6 +142,7 @@ class Sweeper:
         from now; a BOOTING node's boot timeout starts now."""
         now = self.clock.monotonic()
         self._observing_since = now
+        self.taken[0] = now
         if self.projector.nodes:
             log.info("observing %d nodes for one heartbeat timeout (%gs) before declaring "
                      "any DEGRADED", len(self.projector.nodes), self.shortest_timeout())
@@ -187,6 +242,8 @@ class Sweeper:
         if view is None:
             self._forget(node_id)
             return
+        if not self.intake.holds(node_id):
+            return      # another replica sweeps it (its shard's lease)
         self.intake.known(node_id, view)
         self.deadlines.push(self.clock.monotonic(), node_id)
 
@@ -201,7 +258,7 @@ class Sweeper:
         ``last_seen + timeout`` can round to ``now`` while ``now - last_seen`` rounds to
         just under ``timeout``, and re-arming at it would spin one sweep forever."""
         view = self.projector.nodes.get(node_id)
-        if view is None:
+        if view is None or not self.intake.holds(node_id):
             return
         beat = self.beats.get(node_id)
         if beat is None:
@@ -216,7 +273,8 @@ class Sweeper:
         """Since when the node counts as silent: its last heartbeat, when it became READY
         or when this process began observing (``reobserve``), whichever is last."""
         return max(beat.last_seen, self._ready_since.get(node_id, beat.last_seen),
-                   self._observing_since)
+                   self._observing_since,
+                   self.taken.get(self.intake.shard(node_id), self._observing_since))
 
     async def _loop(self) -> None:
         interval = float(self.config.lifecycle.sweep_interval)
@@ -311,7 +369,7 @@ class Sweeper:
 
     def _evaluate(self, node_id: str, now: float) -> None:
         view = self.projector.nodes.get(node_id)
-        if view is None:
+        if view is None or not self.intake.holds(node_id):
             return
         not_before = self.declarations.not_before(node_id, now)
         if not_before is not None:

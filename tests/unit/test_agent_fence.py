@@ -99,7 +99,7 @@ class World:
         self.clock = FakeClock()
         self.nodes = {"gpu-2": fold(NodeRegistered(node_id="gpu-2", boot_id="b1", agent=OLD))}
         self.intake = HeartbeatIntake(None, self.nodes, self.clock,  # type: ignore[arg-type]
-                                      lambda node_id, view: None)
+                                      lambda node_id, view: None, shards=1)
         self.seq = {"b1": 0, "b2": 0}
 
     def beat(self, boot: str, agent: AgentId) -> Verdict:

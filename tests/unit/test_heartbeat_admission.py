@@ -29,6 +29,7 @@ from herdbook.events.subjects import event_subject
 from herdbook.health_policy import Policy
 from herdbook.reactors.classifier import HealthClassifier
 from herdbook.reactors.heartbeats import NodeBeat, Verdict, judge
+from herdbook.reactors.runner import DecideRunner
 from herdbook.reactors.sweeper import Sweeper
 from tests.fakes import FakeClock, FakeNats, FakeProjector, FakeStore
 from tests.unit.test_sweeper_heap import CONFIG
@@ -49,7 +50,8 @@ class World:
         self.projector = FakeProjector()
         self.store = store_type(self.projector)
         self.sweeper = Sweeper(self.nc, self.store, self.projector, CONFIG,  # type: ignore[arg-type]
-                               clock=self.clock)
+                               clock=self.clock,
+                               runner=DecideRunner(self.store, self.projector, self.clock))  # type: ignore[arg-type]
         self.projector.nodes.subscribe(self.sweeper._on_view_change)
 
     def fold(self, event: AnyEvent) -> None:

@@ -16,6 +16,7 @@ from herdbook.events.node import (
 from herdbook.events.states import Lifecycle
 from herdbook.reactors import liveness
 from herdbook.reactors.deadlines import Deadlines
+from herdbook.reactors.runner import DecideRunner
 from herdbook.reactors.sweeper import Sweeper
 from tests.fakes import FakeClock, FakeProjector, FakeStore
 from tests.unit.test_sweeper_heap import CONFIG
@@ -27,7 +28,8 @@ class World:
         self.projector = FakeProjector()
         self.store = FakeStore(self.projector)
         self.sweeper = Sweeper(None, self.store, self.projector, CONFIG,  # type: ignore[arg-type]
-                               clock=self.clock)
+                               clock=self.clock,
+                               runner=DecideRunner(self.store, self.projector, self.clock))  # type: ignore[arg-type]
         self.projector.nodes.subscribe(self.sweeper._on_view_change)
 
     def ready(self, node_id: str = "n1") -> None:

@@ -21,6 +21,7 @@ from herdbook.events.node import (
 from herdbook.events.states import Lifecycle, NodeClass
 from herdbook.projector.node_view import NodeView, apply
 from herdbook.reactors.heartbeats import Verdict
+from herdbook.reactors.runner import DecideRunner
 from herdbook.reactors.sweeper import Sweeper
 from tests.fakes import FakeClock, FakeProjector, FakeStore
 
@@ -33,7 +34,8 @@ class World:
         self.projector = FakeProjector()
         self.store = FakeStore(self.projector)
         self.sweeper = Sweeper(None, self.store, self.projector, CONFIG,  # type: ignore[arg-type]
-                               clock=self.clock)
+                               clock=self.clock,
+                               runner=DecideRunner(self.store, self.projector, self.clock))  # type: ignore[arg-type]
 
     def register(self, node_id: str, node_class: NodeClass = NodeClass.STANDARD) -> NodeView:
         self.store.fold(NodeRegistered(node_id=node_id, boot_id="boot-a",

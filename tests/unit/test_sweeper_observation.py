@@ -22,6 +22,7 @@ from herdbook.events.node import (
 )
 from herdbook.events.states import Lifecycle
 from herdbook.reactors.heartbeats import Verdict
+from herdbook.reactors.runner import DecideRunner
 from herdbook.reactors.sweeper import JUMP_FLOOR, Sweeper
 from tests.fakes import FakeClock
 from tests.unit.test_sweeper_heap import CONFIG, FakeProjector, FakeStore
@@ -48,7 +49,8 @@ class Fleet:
         self.projector = FakeProjector()
         self.store = FakeStore(self.projector)
         self.sweeper = Sweeper(self.nc, self.store, self.projector, CONFIG,  # type: ignore[arg-type]
-                               clock=self.clock)
+                               clock=self.clock,
+                               runner=DecideRunner(self.store, self.projector, self.clock))  # type: ignore[arg-type]
         self.seq: dict[str, int] = {}
         self.beating: set[str] = set()
         self.last_beat: dict[str, float] = {}
