@@ -1,40 +1,50 @@
 """The YAML config, decoded into msgspec Structs. A bad file is refused with the key
 path and the reason (``ConfigError``). Durations are written ``500ms``, ``2s``, ``5m``,
-``1h`` (or a number of seconds; ``herdbook.durations``)."""
+``1h`` (or a number of seconds; ``herdbook.durations``).
+
+Every rule on a value is in its type, so msgspec refuses a bad value at decode: a word
+from a list is a ``Literal`` or an enum (``NodeClass``), a range or a pattern is a
+``Meta`` constraint whose ``description`` is the message, a rule across two fields of a
+section is that section's ``__post_init__``. ``config_rules.explain`` turns msgspec's
+error into the one line an operator reads. Only the rule across sections
+(``lifecycle.heartbeats_max_age``) is checked after decoding."""
 
 from __future__ import annotations
 
 import math
-import re
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal, get_args
 
 import msgspec
 import msgspec.yaml
+from msgspec import Meta
 
-from herdbook.durations import Duration, parse_duration
-from herdbook.events.errors import error_path
+from herdbook.config_notifier import ExecConfig as ExecConfig
+from herdbook.config_notifier import NotifierConfig as NotifierConfig
+from herdbook.config_notifier import SlurmConfig as SlurmConfig
+from herdbook.config_notifier import WebhookConfig as WebhookConfig
+from herdbook.config_rules import ConfigError as ConfigError
+from herdbook.config_rules import PositiveDuration, Section, dec_hook, explain
+from herdbook.durations import Duration
+from herdbook.events.states import NodeClass
 from herdbook.events.subjects import ID_PATTERN
 
-SIGNALS = frozenset({"SIGUSR1", "SIGUSR2", "SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT",
-                     "SIGKILL"})
+Signal = Literal["SIGUSR1", "SIGUSR2", "SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGKILL"]
+Port = Annotated[int, Meta(ge=0, le=65535, description="must be between 0 and 65535")]
+# \A and \Z, not ^ and $: msgspec searches with re.search, whose $ also matches before a
+# final newline.
+_ID = ID_PATTERN.pattern.replace("^", "\\A").replace("$", "\\Z")
 
 
-def _dec_hook(typ: type, obj: Any) -> Any:
-    if typ is Duration:
-        return parse_duration(obj)
-    raise NotImplementedError(f"cannot decode {typ}")
+def _between(low: int, high: int) -> Meta:
+    return Meta(ge=low, le=high, description=f"must be between {low} and {high}")
 
 
 def _enc_hook(obj: Any) -> Any:
     raise NotImplementedError(f"cannot encode {type(obj)}")
 
 
-class _Section(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
-    pass
-
-
-class NatsTlsConfig(_Section, frozen=True):
+class NatsTlsConfig(Section, frozen=True):
     """Client TLS towards ``nats.url`` (also ``--tls-ca``, ``--tls-cert``, ``--tls-key``)."""
 
     ca: str | None = None
@@ -42,13 +52,13 @@ class NatsTlsConfig(_Section, frozen=True):
     key: str | None = None
 
 
-class NatsConfig(_Section, frozen=True):
+class NatsConfig(Section, frozen=True):
     url: str | None = None
     """An existing NATS (cluster) to use instead of the embedded nats-server."""
     port: int = 4222
     """Port of the embedded nats-server (bound to 127.0.0.1)."""
     host: str = "127.0.0.1"
-    replicas: int = 1
+    replicas: Literal[1, 3, 5] = 1
     sync_interval: str | None = None
     """nats-server sync_interval for the embedded server (e.g. ``always``)."""
     auth: bool = False
@@ -58,17 +68,17 @@ class NatsConfig(_Section, frozen=True):
     tls: NatsTlsConfig = NatsTlsConfig()
 
 
-class ApprovalConfig(_Section, frozen=True):
+class ApprovalConfig(Section, frozen=True):
     auto_approve: bool = False
 
 
-class GracePeriods(_Section, frozen=True):
+class GracePeriods(Section, frozen=True):
     standard: Duration = Duration(60.0)
     sensitive: Duration = Duration(300.0)
     borrowed: Duration = Duration(30.0)
 
 
-class LifecycleConfig(_Section, frozen=True):
+class LifecycleConfig(Section, frozen=True):
     heartbeat_timeout: Duration = Duration(30.0)
     heartbeat_timeout_sensitive: Duration = Duration(120.0)
     grace_period: GracePeriods = GracePeriods()
@@ -77,7 +87,7 @@ class LifecycleConfig(_Section, frozen=True):
     recover_down_on_heartbeat: bool = False
     """A DOWN node whose heartbeats resume from the same boot (a healed partition)
     returns to READY by itself; off: it stays DOWN, shown as heartbeating."""
-    liveness_shards: int = 1
+    liveness_shards: Annotated[int, _between(1, 1024)] = 1
     """Heartbeat intake and the sweeper run per shard (DESIGN §10, ``events.hb_shards``):
     the NATS server maps herd.hb.<node> onto this many shards, each leased by one replica.
     1: no mapping, every replica sweeps the whole fleet."""
@@ -87,23 +97,23 @@ class LifecycleConfig(_Section, frozen=True):
     that if it is longer (``heartbeats_max_age()``)."""
 
 
-class ProjectorConfig(_Section, frozen=True):
-    batch_size: int = 1000
+class ProjectorConfig(Section, frozen=True):
+    batch_size: Annotated[int, _between(1, 10_000)] = 1000
     batch_interval: Duration = Duration(0.05)
 
 
-class ViewConfig(_Section, frozen=True):
+class ViewConfig(Section, frozen=True):
     """Snapshots of the view in the HERD_VIEW_SNAPSHOTS object store (``control/snapshots.py``)."""
 
     snapshots: bool = True
     """The leader writes them; a control plane starting without a usable view restores one."""
-    snapshot_every_events: int = 100_000
-    snapshot_every: Duration = Duration(600.0)
+    snapshot_every_events: Annotated[int, Meta(ge=1, description="must be at least 1")] = 100_000
+    snapshot_every: PositiveDuration = PositiveDuration(600.0)
     """Or this long after the last one, if the view moved at all."""
-    snapshots_kept: int = 3
+    snapshots_kept: Annotated[int, Meta(ge=1, description="must be at least 1")] = 3
 
 
-class HealthStreamConfig(_Section, frozen=True):
+class HealthStreamConfig(Section, frozen=True):
     max_age: Duration = Duration(7 * 86400.0)
     """Retention of HERD_HEALTH."""
     policy: str | None = None
@@ -112,7 +122,7 @@ class HealthStreamConfig(_Section, frozen=True):
     """Consecutive unhealthy reports before a node is UNHEALTHY (one fatal event is enough)."""
 
 
-class PoolHealthConfig(_Section, frozen=True):
+class PoolHealthConfig(Section, frozen=True):
     auto_replace: bool = False
     unhealthy_threshold: int = 2
     replace_on_hardware_fault: bool | None = None
@@ -121,13 +131,16 @@ class PoolHealthConfig(_Section, frozen=True):
     machine (``local``, bare metal): ``reactors.pools.replaces_hardware_faults``."""
 
 
-class PoolConfig(_Section, frozen=True):
-    provider: str = "local"
+_MIN_MAX = Meta(ge=0, description="need 0 <= min_nodes <= max_nodes")
+
+
+class PoolConfig(Section, frozen=True):
+    provider: Literal["local", "fake"] = "local"
     """local (real `herd agent` processes on this host) or fake (in-process agents)."""
-    min_nodes: int = 0
-    max_nodes: int = 10
+    min_nodes: Annotated[int, _MIN_MAX] = 0
+    max_nodes: Annotated[int, _MIN_MAX] = 10
     labels: dict[str, str] = msgspec.field(default_factory=dict)
-    node_class: str = msgspec.field(default="standard", name="class")
+    node_class: NodeClass = msgspec.field(default=NodeClass.STANDARD, name="class")
     cooldown: Duration = Duration(300.0)
     """At most one auto-replacement per cooldown, so a flapping node is not replaced in a loop."""
     health: PoolHealthConfig = PoolHealthConfig()
@@ -139,89 +152,43 @@ class PoolConfig(_Section, frozen=True):
     """local provider: run this instead of `herd agent` (e.g. to test an agent that
     never starts); {node_id}, {instance_id}, {server}, {state_dir} are filled in."""
 
+    def __post_init__(self) -> None:
+        if self.min_nodes > self.max_nodes:
+            raise ValueError(_MIN_MAX.description)
 
-class InstanceManagerConfig(_Section, frozen=True):
+
+class InstanceManagerConfig(Section, frozen=True):
     registration_timeout: Duration = Duration(600.0)
     stale_check_interval: Duration = Duration(60.0)
     reconcile_interval: Duration = Duration(2.0)
 
 
-class WebhookConfig(_Section, frozen=True):
-    cordon_url: str | None = None
-    uncordon_url: str | None = None
-    drain_url: str | None = None
-    undrain_url: str | None = None
-    drain_status_url: str | None = None
-    """GET ``?node_id=`` -> ``{"drained": bool, "message": str}``; DRAINED waits for it."""
-    headers: dict[str, str] = msgspec.field(default_factory=dict)
-    timeout: Duration = Duration(10.0)
-
-
-class ExecConfig(_Section, frozen=True):
-    """Command templates; {node_id} and {reason} are filled in (shell-quoted)."""
-
-    cordon: str | None = None
-    uncordon: str | None = None
-    drain: str | None = None
-    undrain: str | None = None
-    drain_status: str | None = None
-    """Exit code 0 means drained."""
-    timeout: Duration = Duration(30.0)
-
-
-class SlurmConfig(_Section, frozen=True):
-    """``scontrol update`` (no shell): cordon, drain -> State=DRAIN Reason="herdbook: ...";
-    uncordon, undrain -> State=RESUME; DRAINED when Slurm says IDLE+DRAIN or DOWN+DRAIN."""
-
-    node_name: str = "{node_id}"
-    """The Slurm node name: ``{node_id}`` and ``{label:KEY}`` (the node's label KEY) with
-    fixed text around them, e.g. ``gpu-{node_id}`` or ``{label:slurm-node}``."""
-    scontrol: str = "scontrol"
-    conf: str | None = None
-    """SLURM_CONF for scontrol (default: Slurm's own, /etc/slurm/slurm.conf)."""
-    timeout: Duration = Duration(10.0)
-    drain_status: bool = True
-    """DRAINED waits for Slurm to say drained (no jobs left on the node)."""
-
-
-class NotifierConfig(_Section, frozen=True):
-    type: str = "none"
-    """none, webhook, exec or slurm: tells the workload system (Kubernetes, Slurm) about
-    cordon, uncordon, drain and undrain."""
-    webhook: WebhookConfig = WebhookConfig()
-    exec: ExecConfig = ExecConfig()
-    slurm: SlurmConfig = SlurmConfig()
-    retries: int = 3
-    backoff: Duration = Duration(1.0)
-    drain_status_interval: Duration = Duration(5.0)
-
-
-class SchedulerConfig(_Section, frozen=True):
+class SchedulerConfig(Section, frozen=True):
     """Nomad's evaluation broker and scheduler (DESIGN §6)."""
 
     nack_timeout: Duration = Duration(60.0)
     """The broker consumer's ack_wait: an eval not acked by then is delivered again."""
-    delivery_limit: int = 3
+    delivery_limit: Annotated[int, _between(1, 100)] = 3
     """The broker consumer's max_deliver: then the eval fails and a failed-follow-up
     eval is created with ``failed_follow_up_delay``."""
     failed_follow_up_delay: Duration = Duration(60.0)
-    max_plan_attempts: int = 5
+    max_plan_attempts: Annotated[int, _between(1, 100)] = 5
     eval_gc_threshold: Duration = Duration(3600.0)
     gc_interval: Duration = Duration(300.0)
     unblock_delay: Duration = Duration(0.5)
     """Blocked evals are retried this long after capacity appears (debounce)."""
 
 
-class AllocationsConfig(_Section, frozen=True):
+class AllocationsConfig(Section, frozen=True):
     kill_timeout: Duration = Duration(30.0)
     """A stopped workload gets SIGTERM, then SIGKILL after this."""
-    checkpoint_signal: str = "SIGUSR1"
+    checkpoint_signal: Signal = "SIGUSR1"
     """Sent first on ``drain --urgent`` so a workload can checkpoint."""
     checkpoint_grace: Duration = Duration(60.0)
     """How long an urgent drain waits after the checkpoint signal before stopping."""
 
 
-class SensitiveConfig(_Section, frozen=True):
+class SensitiveConfig(Section, frozen=True):
     """Lattice's sensitive-node rules."""
 
     wipe_timeout: Duration = Duration(1800.0)
@@ -230,38 +197,48 @@ class SensitiveConfig(_Section, frozen=True):
     """How often the control plane compares the fleet's conformance fingerprints."""
 
 
-class BreakerConfig(_Section, frozen=True):
+class BreakerConfig(Section, frozen=True):
     """The fleet-wide circuit breaker (``reactors/breaker.py``)."""
 
     enabled: bool = True
-    max_share: float = 0.10
+    max_share: Annotated[float, Meta(gt=0, le=1, description="need 0 < max_share <= 1")] = 0.10
     """Automatic take-outs allowed within ``window``, as a share of the fleet and of each
     pool (approved compute nodes); one more is held and the scope trips."""
     window: Duration = Duration(3600.0)
-    min_nodes: int = 2
+    min_nodes: Annotated[int, Meta(ge=0, description="must be at least 0")] = 2
     """This many take-outs per scope are always allowed, whatever the share (tiny fleets)."""
 
 
-VALIDATION_TRIGGERS = ("returned", "approved")
+ValidationTrigger = Literal["returned", "approved"]
+VALIDATION_TRIGGERS: tuple[ValidationTrigger, ...] = get_args(ValidationTrigger)
+# A number of validations, or a share of the fleet: more than 0%, at most 100%.
+_SHARE = r"\A\s*(?!0*(?:\.0*)?%)(?:100(?:\.0+)?|[0-9]{1,2}(?:\.[0-9]+)?)%\s*\Z"
+Concurrency = Annotated[
+    Annotated[int, Meta(ge=0)] | Annotated[str, Meta(pattern=_SHARE)],
+    Meta(description='must be a number (0: no bound) or a share of the fleet such as "10%" '
+                     "(more than 0%, at most 100%)")]
 
 
-class ValidationConfig(_Section, frozen=True):
+class ValidationConfig(Section, frozen=True):
     """The validation gate (docs/remediation.md#validation): ``command`` runs on a node,
     as an allocation holding all its GPUs, before the node is back in service."""
 
-    name: str = "validation"
-    command: list[str] = msgspec.field(default_factory=list)
+    name: Annotated[str, Meta(pattern=_ID, description="1-128 of A-Z a-z 0-9 _ -")] = "validation"
+    command: list[Annotated[str, Meta(min_length=1, description=(
+        'an empty word; name the check to run, e.g. [dcgmi, diag, -r, "2"]'))]] = \
+        msgspec.field(default_factory=list)
     """Run by the node's agent; exit 0 passes. E.g. [dcgmi, diag, -r, "2"]. Empty (the
     default): no validation gate, a node is back in service when its boot check passes."""
-    timeout: Duration = Duration(1800.0)
+    timeout: PositiveDuration = PositiveDuration(1800.0)
     """A check still running this long after it was placed fails (and is killed)."""
-    when: list[str] = msgspec.field(default_factory=lambda: list(VALIDATION_TRIGGERS))
+    when: list[ValidationTrigger] = msgspec.field(
+        default_factory=lambda: list(VALIDATION_TRIGGERS))
     """When it runs besides on demand (`herd node validate`): returned (after DOWN,
     FAILED or UNHEALTHY), approved (a node's first approval)."""
-    quarantine_after: int = 2
+    quarantine_after: Annotated[int, Meta(ge=0, description="must be at least 0")] = 2
     """Failed validations within ``window`` that quarantine the node (0: never)."""
-    window: Duration = Duration(86400.0)
-    max_concurrent: int | str = "10%"
+    window: PositiveDuration = PositiveDuration(86400.0)
+    max_concurrent: Concurrency = "10%"
     """Validations started automatically while this many run: a number, or a share of the
     fleet ("10%": of the approved compute nodes not TERMINATED, rounded up, at least 1);
     0: no bound. A due node waits (out of service) for a free slot; `herd node validate`
@@ -273,7 +250,7 @@ class ValidationConfig(_Section, frozen=True):
 
     def concurrency(self, fleet: int) -> int | None:
         """How many validations may run at once in a fleet of ``fleet`` nodes; None: no
-        bound. ``max_concurrent`` is checked at load (``_check_validation``)."""
+        bound. ``max_concurrent`` is checked at decode (its type, ``Concurrency``)."""
         bound = self.max_concurrent
         if isinstance(bound, int):
             return bound or None
@@ -281,21 +258,21 @@ class ValidationConfig(_Section, frozen=True):
         return max(1, math.ceil(share * fleet - 1e-9))
 
 
-class MetricsConfig(_Section, frozen=True):
-    port: int = 0
+class MetricsConfig(Section, frozen=True):
+    port: Port = 0
     """Serve Prometheus ``GET /metrics`` on this port; 0: off (also ``--metrics-port``)."""
     host: str = "127.0.0.1"
 
 
-class HttpConfig(_Section, frozen=True):
-    port: int | None = None
+class HttpConfig(Section, frozen=True):
+    port: Port | None = None
     """Serve the HTTP API and the console on this port; 0: off (also ``--http-port``);
     unset: 8641 under `herd up`, off where a control plane runs in-process (tests, sim)."""
     host: str = "127.0.0.1"
     """Without ``nats.auth`` only a loopback address (also ``--http-host``)."""
 
 
-class Config(_Section, frozen=True):
+class Config(Section, frozen=True):
     nats: NatsConfig = NatsConfig()
     data_dir: str = "./.herd"
     node_id: str | None = None
@@ -305,7 +282,9 @@ class Config(_Section, frozen=True):
     projector: ProjectorConfig = ProjectorConfig()
     view: ViewConfig = ViewConfig()
     health: HealthStreamConfig = HealthStreamConfig()
-    pools: dict[str, PoolConfig] = msgspec.field(default_factory=dict)
+    pools: dict[Annotated[str, Meta(pattern=_ID, description=(
+        "a pool name is 1-128 of A-Z a-z 0-9 _ -"))], PoolConfig] = \
+        msgspec.field(default_factory=dict)
     instance_manager: InstanceManagerConfig = InstanceManagerConfig()
     notifier: NotifierConfig = NotifierConfig()
     scheduler: SchedulerConfig = SchedulerConfig()
@@ -317,40 +296,6 @@ class Config(_Section, frozen=True):
     validation: ValidationConfig = ValidationConfig()
     leader_ttl: Duration = Duration(6.0)
     """Replicas: the leader's lease expires this long after its last renewal."""
-
-
-class ConfigError(ValueError):
-    pass
-
-
-_PERCENT = re.compile(r"[0-9]+(\.[0-9]+)?%")
-
-
-def _check_validation(validation: ValidationConfig, source: str) -> None:
-    if not all(validation.command):
-        raise ConfigError(f"{source}: validation.command: an empty word; name the check to "
-                          "run, e.g. [dcgmi, diag, -r, \"2\"]")
-    if not ID_PATTERN.fullmatch(validation.name):
-        raise ConfigError(f"{source}: validation.name: 1-128 of A-Z a-z 0-9 _ -")
-    if float(validation.timeout) <= 0:
-        raise ConfigError(f"{source}: validation.timeout: must be more than 0")
-    bad = [w for w in validation.when if w not in VALIDATION_TRIGGERS]
-    if bad:
-        raise ConfigError(f"{source}: validation.when: {bad[0]!r} is not one of "
-                          + ", ".join(VALIDATION_TRIGGERS))
-    if validation.quarantine_after < 0 or float(validation.window) <= 0:
-        raise ConfigError(f"{source}: validation: quarantine_after must be >= 0 and window "
-                          "more than 0")
-    bound = validation.max_concurrent
-    if isinstance(bound, int):
-        if bound < 0:
-            raise ConfigError(f"{source}: validation.max_concurrent: must be >= 0 (0: no "
-                              "bound)")
-    elif not (_PERCENT.fullmatch(bound.strip())
-              and 0 < float(bound.strip().removesuffix("%")) <= 100):
-        raise ConfigError(f"{source}: validation.max_concurrent: {bound!r} is neither a "
-                          "number nor a share of the fleet such as \"10%\" (more than 0%, "
-                          "at most 100%)")
 
 
 def load_config(path: str | Path | None) -> Config:
@@ -366,62 +311,21 @@ def load_config(path: str | Path | None) -> Config:
 def parse_config(raw: bytes | str, source: str = "config") -> Config:
     try:
         document = msgspec.yaml.decode(raw or b"{}")
-        # A file of only comments is an empty document: all defaults.
-        config = msgspec.convert({} if document is None else document, Config,
-                                 dec_hook=_dec_hook)
-    except msgspec.ValidationError as err:
-        raise ConfigError(f"{source}: {error_path(str(err))}") from err
     except msgspec.DecodeError as err:
         raise ConfigError(f"{source}: not valid YAML: {' '.join(str(err).split())}") from err
-    if config.nats.replicas not in (1, 3, 5):
-        raise ConfigError(f"{source}: nats.replicas: must be 1, 3 or 5")
-    for name, pool in config.pools.items():
-        if not ID_PATTERN.fullmatch(name):
-            raise ConfigError(f"{source}: pools.{name}: a pool name is 1-128 of A-Z a-z 0-9 _ -")
-        if pool.provider not in ("local", "fake"):
-            raise ConfigError(f"{source}: pools.{name}.provider: {pool.provider!r} is not one of "
-                              "local, fake")
-        if not 0 <= pool.min_nodes <= pool.max_nodes:
-            raise ConfigError(f"{source}: pools.{name}: need 0 <= min_nodes <= max_nodes")
-        if pool.node_class not in ("standard", "sensitive", "borrowed"):
-            raise ConfigError(f"{source}: pools.{name}.class: {pool.node_class!r} is not one of "
-                              "standard, sensitive, borrowed")
-    if config.notifier.type not in ("none", "webhook", "exec", "slurm"):
-        raise ConfigError(f"{source}: notifier.type: {config.notifier.type!r} is not one of "
-                          "none, webhook, exec, slurm")
-    if not re.fullmatch(r"(?:[^{}]|\{node_id\}|\{label:[^{}]+\})+", config.notifier.slurm.node_name):
-        raise ConfigError(f"{source}: notifier.slurm.node_name: only {{node_id}} and "
-                          "{label:KEY} may stand in braces")
-    if not 1 <= config.scheduler.delivery_limit <= 100:
-        raise ConfigError(f"{source}: scheduler.delivery_limit: must be between 1 and 100")
-    if not 1 <= config.scheduler.max_plan_attempts <= 100:
-        raise ConfigError(f"{source}: scheduler.max_plan_attempts: must be between 1 and 100")
-    if config.allocations.checkpoint_signal not in SIGNALS:
-        raise ConfigError(f"{source}: allocations.checkpoint_signal: "
-                          f"{config.allocations.checkpoint_signal!r} is not a signal name "
-                          "like SIGUSR1")
-    _check_validation(config.validation, source)
-    if not 1 <= config.projector.batch_size <= 10_000:
-        raise ConfigError(f"{source}: projector.batch_size: must be between 1 and 10000")
-    if not 1 <= config.lifecycle.liveness_shards <= 1024:
-        raise ConfigError(f"{source}: lifecycle.liveness_shards: must be between 1 and 1024")
-    if config.view.snapshot_every_events < 1 or config.view.snapshots_kept < 1:
-        raise ConfigError(f"{source}: view: snapshot_every_events and snapshots_kept must be "
-                          "at least 1")
-    if float(config.view.snapshot_every) <= 0:
-        raise ConfigError(f"{source}: view.snapshot_every: must be more than 0")
+    # A file of only comments is an empty document: all defaults.
+    document = {} if document is None else document
+    try:
+        config = msgspec.convert(document, Config, dec_hook=dec_hook)
+    except msgspec.ValidationError as err:
+        raise ConfigError(f"{source}: {explain(str(err), Config, document, dec_hook)}") from err
+    # The one rule across sections: not a type's.
     max_age = config.lifecycle.heartbeats_max_age
     if max_age is not None and max_age < longest_silence(config):
         raise ConfigError(f"{source}: lifecycle.heartbeats_max_age: must be at least "
                           f"{longest_silence(config):g}s (the longest heartbeat timeout + "
                           "grace period), or a restart forgets when a silent node was last "
                           "seen")
-    if not 0 < config.breaker.max_share <= 1 or config.breaker.min_nodes < 0:
-        raise ConfigError(f"{source}: breaker: need 0 < max_share <= 1 and min_nodes >= 0")
-    if not 0 <= config.metrics.port <= 65535:
-        raise ConfigError(f"{source}: metrics.port: must be between 0 and 65535")
-    if config.http.port is not None and not 0 <= config.http.port <= 65535:
-        raise ConfigError(f"{source}: http.port: must be between 0 and 65535")
     return config
 
 
@@ -429,13 +333,13 @@ def to_builtins(config: Config) -> Any:
     return msgspec.to_builtins(config, enc_hook=_enc_hook)
 
 
-def grace_period(config: Config, node_class: str) -> float:
+def grace_period(config: Config, node_class: NodeClass) -> float:
     return float(getattr(config.lifecycle.grace_period, node_class,
                          config.lifecycle.grace_period.standard))
 
 
-def heartbeat_timeout(config: Config, node_class: str) -> float:
-    if node_class == "sensitive":
+def heartbeat_timeout(config: Config, node_class: NodeClass) -> float:
+    if node_class == NodeClass.SENSITIVE:
         return float(config.lifecycle.heartbeat_timeout_sensitive)
     return float(config.lifecycle.heartbeat_timeout)
 
@@ -443,7 +347,7 @@ def heartbeat_timeout(config: Config, node_class: str) -> float:
 def longest_silence(config: Config) -> float:
     """The longest a node of any class may be silent before it is DOWN."""
     return max(heartbeat_timeout(config, cls) + grace_period(config, cls)
-               for cls in ("standard", "sensitive", "borrowed"))
+               for cls in NodeClass)
 
 
 def heartbeats_max_age(config: Config) -> float:

@@ -12,16 +12,15 @@ from nats.js.api import KeyValueConfig, StorageType
 
 from herdbook.config import Config, grace_period, heartbeat_timeout
 from herdbook.events.liveness import LIVENESS_KEY, SETTINGS_BUCKET, LivenessSettings
+from herdbook.events.states import NodeClass
 
 log = logging.getLogger(__name__)
-
-CLASSES = ("standard", "sensitive", "borrowed")
 
 
 def liveness_settings(config: Config) -> LivenessSettings:
     return LivenessSettings(
-        heartbeat_timeout={cls: heartbeat_timeout(config, cls) for cls in CLASSES},
-        grace_period={cls: grace_period(config, cls) for cls in CLASSES},
+        heartbeat_timeout={cls: heartbeat_timeout(config, cls) for cls in NodeClass},
+        grace_period={cls: grace_period(config, cls) for cls in NodeClass},
         boot_timeout=float(config.lifecycle.boot_timeout))
 
 

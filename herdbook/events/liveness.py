@@ -13,6 +13,7 @@ from __future__ import annotations
 import msgspec
 
 from herdbook.durations import format_duration
+from herdbook.events.states import NodeClass
 
 SETTINGS_BUCKET = "herd_settings"
 SETTINGS_STREAM = f"KV_{SETTINGS_BUCKET}"
@@ -35,7 +36,7 @@ class LivenessSettings(msgspec.Struct, frozen=True, kw_only=True):
     boot_timeout: float
 
     def timeout(self, node_class: str) -> float | None:
-        return self.heartbeat_timeout.get(node_class, self.heartbeat_timeout.get("standard"))
+        return self.heartbeat_timeout.get(node_class, self.heartbeat_timeout.get(NodeClass.STANDARD))
 
 
 liveness_decoder = msgspec.json.Decoder(LivenessSettings)

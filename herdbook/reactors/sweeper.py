@@ -80,7 +80,7 @@ class Sweeper:
         self._task: asyncio.Task[None] | None = None
 
     def timeouts(self, view: NodeView) -> liveness.Timeouts:
-        node_class = view.info.node_class.value
+        node_class = view.info.node_class
         return liveness.Timeouts(heartbeat_timeout(self.config, node_class),
                                  grace_period(self.config, node_class),
                                  float(self.config.lifecycle.boot_timeout))
