@@ -75,7 +75,7 @@ from herdbook.projector.integrity import ViewError
 from herdbook.projector.runner import ProjectorRunner
 from herdbook.reactors.allocations import AllocationReactor
 from herdbook.reactors.approver import AutoApprover
-from herdbook.reactors.breaker import Breaker
+from herdbook.reactors.breaker import Breaker, BreakerFold
 from herdbook.reactors.classifier import HealthClassifier
 from herdbook.reactors.notifier import Notifier
 from herdbook.reactors.runner import DecideRunner
@@ -230,7 +230,11 @@ def bootstrap(config: Config, *, clock: Clock, demo: int = 0,
     sweeper = Sweeper(nc, store, projector, cfg, clock=clock, runner=runner)
     approver = AutoApprover(store, projector, cfg.approval.auto_approve, clock=clock,
                             runner=runner)
-    breaker = Breaker(nc, store, projector.nodes, cfg.breaker, clock)
+    # The breaker decides from its own fold of herd.breaker.> (read whole on every start),
+    # not from the projector's view: its runner waits on that fold.
+    breaker_fold = BreakerFold(nc)
+    breaker = Breaker(breaker_fold, projector.nodes, cfg.breaker, clock=clock,
+                      runner=DecideRunner(store, breaker_fold, clock))
     if metrics is not None:
         metrics.registry.register(BreakerCollector(breaker, projector,
                                                    validation_waiting(cfg)))

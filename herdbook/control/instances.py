@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from datetime import datetime
 from functools import partial
 from typing import Any
 
@@ -24,7 +25,7 @@ from herdbook.events.store import EventStore
 from herdbook.projector.instance_view import InstanceView
 from herdbook.projector.node_view import NodeView
 from herdbook.projector.runner import ProjectorRunner
-from herdbook.reactors.breaker import Gate
+from herdbook.reactors.breaker_deciders import Gate
 from herdbook.reactors.pools import (
     decide_drain_first,
     decide_failed,
@@ -122,9 +123,9 @@ class InstanceManager:
                          if i.pool == name and i.id not in self._busy]
             plan = plan_pool(pool, self.projector.pool_sizes.get(name), instances,
                              self.projector.nodes, busy, now, timeout,
-                             None if self.gate is None else self._replace_held)
+                             None if self.gate is None else partial(self._replace_held, now=now))
             for node_id in plan.held:
-                await self._on_node(node_id, self._hold_replace)
+                await self._on_node(node_id, partial(self._hold_replace, now=now))
             for node_id in plan.inspect:
                 if node_id not in self._inspect_said:   # once per node, not per reconcile
                     self._inspect_said.add(node_id)
@@ -147,15 +148,17 @@ class InstanceManager:
                 replaces = plan.replace[i] if i < len(plan.replace) else None
                 self._spawn(self._provision(name, replaces))
 
-    def _replace_held(self, view: NodeView) -> bool:
+    def _replace_held(self, view: NodeView, now: datetime) -> bool:
         assert self.gate is not None
-        return self.gate(view, HeldAction.REPLACE, "replace") is not None
+        return self.gate(now)(view, HeldAction.REPLACE, "replace") is not None
 
-    def _hold_replace(self, view: NodeView | None) -> Decision[NodeEvent] | None:
-        """``node.action_held`` once per node until a reset (the gate decides again)."""
+    def _hold_replace(self, view: NodeView | None, now: datetime) -> Decision[NodeEvent] | None:
+        """``node.action_held`` once per node until a reset (the gate decides again, as of
+        the reconcile's ``now`` that planned the hold)."""
         if view is None or self.gate is None:
             return None
-        events = self.gate(view, HeldAction.REPLACE, f"replace: unhealthy: {view.health_reason}")
+        events = self.gate(now)(view, HeldAction.REPLACE,
+                                f"replace: unhealthy: {view.health_reason}")
         return Decision(view.version, events) if events else None
 
     async def _on_instance(self, instance_id: str, decide: Callable[

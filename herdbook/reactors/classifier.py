@@ -48,7 +48,7 @@ from herdbook.fault_hold import FaultHolds
 from herdbook.health_policy import Policy, Verdict
 from herdbook.projector.node_view import NodeView
 from herdbook.projector.runner import ProjectorRunner
-from herdbook.reactors.breaker import Gate
+from herdbook.reactors.breaker_deciders import Gate, Holds, gate_at
 from herdbook.reactors.gpu_health import kept_gpus, report_gpus
 from herdbook.reactors.health import decide_health
 from herdbook.reactors.runner import Context, DecideRunner, Decision
@@ -60,7 +60,7 @@ HEALTH_CHANGES = "herd.node.*.health_changed"
 
 def decide_on_report(view: NodeView | None, verdict: Verdict, report: HealthReport, seq: int,
                      unhealthy_in_a_row: int, threshold: int, decided_through: int,
-                     gate: Gate | None = None, *, gpus: Mapping[int, GpuVerdict] | None = None,
+                     gate: Holds | None = None, *, gpus: Mapping[int, GpuVerdict] | None = None,
                      ) -> tuple[Decision[NodeEvent] | None, int]:
     """The decision on report ``seq`` of a node whose last health change was decided on
     report ``decided_through``, and the new count of consecutive unhealthy reports. A
@@ -224,13 +224,13 @@ class HealthClassifier:
         gpus = report_gpus(verdict, when)
         counted: list[int] = []
 
-        def decide(_: Context) -> Decision[NodeEvent] | None:
+        def decide(context: Context) -> Decision[NodeEvent] | None:
             view = self.projector.nodes.get(node_id)
             threshold = self.threshold if view is None else self.pool_thresholds.get(
                 view.info.labels.get("pool", ""), self.threshold)
             decision, count = decide_on_report(
                 view, verdict, report, seq, self.unhealthy_in_a_row.get(node_id, 0), threshold,
-                self.decided.get(node_id, 0), self.gate, gpus=gpus)
+                self.decided.get(node_id, 0), gate_at(self.gate, context.now), gpus=gpus)
             counted[:] = [count]
             return decision
 

@@ -41,7 +41,7 @@ from herdbook.events.states import Intent, Lifecycle, NodeClass, NodeType
 from herdbook.events.store import EventStore
 from herdbook.projector.node_view import NodeView
 from herdbook.projector.runner import ProjectorRunner
-from herdbook.reactors.breaker import Gate
+from herdbook.reactors.breaker_deciders import Gate, Holds, gate_at
 from herdbook.reactors.runner import Context, DecideRunner, Decision
 
 log = logging.getLogger(__name__)
@@ -82,7 +82,7 @@ def pool_expectations(views: Mapping[str, NodeView], fingerprints: Mapping[str, 
 
 
 def decide_node_conformance(view: NodeView, fingerprint: str, expectation: Expectation,
-                            gate: Gate | None = None) -> list[NodeEvent]:
+                            gate: Holds | None = None) -> list[NodeEvent]:
     """A changed fingerprint or drift verdict is recorded; a sensitive node that newly
     drifted is drained at once (caused by the record), unless the circuit breaker
     (``gate``) holds the drain."""
@@ -256,13 +256,14 @@ class SensitiveReactor:
         done = 0
         for node_id, expectation in pool_expectations(self.projector.nodes, fingerprints,
                                                       expected).items():
-            def decide(_: Context, node_id: str = node_id,
+            def decide(context: Context, node_id: str = node_id,
                        expectation: Expectation = expectation) -> Decision[NodeEvent] | None:
                 view = self.projector.nodes.get(node_id)
                 if view is None or view.lifecycle is Lifecycle.TERMINATED:
                     return None
                 return Decision(view.version, decide_node_conformance(
-                    view, fingerprints[node_id], expectation, self.gate))
+                    view, fingerprints[node_id], expectation,
+                    gate_at(self.gate, context.now)))
 
             done += len((await self.runner.run("node", node_id, decide)).events)
         return done

@@ -56,6 +56,7 @@ from herdbook.events.store import EventStore
 from herdbook.projector.alloc_view import AllocView
 from herdbook.projector.node_view import NodeView
 from herdbook.projector.runner import ProjectorRunner
+from herdbook.reactors.breaker_deciders import Gate, Holds, gate_at
 from herdbook.reactors.refused import AlreadyDone, CommandRefused
 from herdbook.reactors.runner import Context, DecideRunner, Decision
 
@@ -64,9 +65,6 @@ log = logging.getLogger(__name__)
 ACTOR = "validation"
 OPERATOR = "operator"
 MAX_REASON = 300
-
-Gate = Callable[[NodeView, HeldAction, str], list[NodeEvent] | None]
-
 
 def last_line(output: str) -> str:
     """The output's last non-empty line: what a check prints last is its verdict."""
@@ -198,7 +196,7 @@ def failures_within(view: NodeView, window: float, now: datetime) -> int:
 
 
 def _failed(view: NodeView, validation: ValidationConfig, how: str, output: str,
-            exit_code: int | None, now: datetime, gate: Gate | None) -> list[NodeEvent]:
+            exit_code: int | None, now: datetime, gate: Holds | None) -> list[NodeEvent]:
     """``node.validation_failed``, quarantining at the ``quarantine_after``-th failure
     within the window unless the breaker holds it (its ``node.action_held`` follows)."""
     failures = failures_within(view, float(validation.window), now) + 1
@@ -222,7 +220,7 @@ def _failed(view: NodeView, validation: ValidationConfig, how: str, output: str,
 
 def decide_result(view: NodeView | None, alloc: AllocView | None,
                   validation: ValidationConfig, context: Context,
-                  gate: Gate | None = None) -> Decision[NodeEvent] | None:
+                  gate: Holds | None = None) -> Decision[NodeEvent] | None:
     """How the validation's allocation ended decides the validation."""
     if (view is None or alloc is None or view.validation != "running"
             or alloc.id != view.validation_alloc or not alloc.terminal):
@@ -244,7 +242,7 @@ def decide_result(view: NodeView | None, alloc: AllocView | None,
 
 def decide_timeout(view: NodeView | None, alloc: AllocView | None,
                    validation: ValidationConfig, context: Context,
-                   gate: Gate | None = None) -> Decision[NodeEvent] | None:
+                   gate: Holds | None = None) -> Decision[NodeEvent] | None:
     """Still running ``timeout_s`` after it was placed: failed (the caller kills it)."""
     if (view is None or alloc is None or view.validation != "running"
             or alloc.id != view.validation_alloc or alloc.terminal
@@ -417,11 +415,11 @@ class ValidationReactor:
         if alloc.terminal:
             done = await self.runner.run("node", node_id, lambda context: decide_result(
                 nodes.get(node_id), self._alloc_of(nodes.get(node_id)), validation, context,
-                self.gate))
+                gate_at(self.gate, context.now)))
         else:
             done = await self.runner.run("node", node_id, lambda context: decide_timeout(
                 nodes.get(node_id), self._alloc_of(nodes.get(node_id)), validation, context,
-                self.gate))
+                gate_at(self.gate, context.now)))
             if done.events:   # timed out: kill what still runs
                 alloc_id = alloc.id
                 await self.runner.run("alloc", node_id, lambda _: decide_kill(

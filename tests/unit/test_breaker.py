@@ -3,18 +3,25 @@ when an automatic action is about to take a node out, then held or not (and why)
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 
+from msgspec.structs import replace
+
 from herdbook.config import BreakerConfig
+from herdbook.events.base import Event
 from herdbook.events.breaker import BreakerReset, BreakerTripped, HeldAction, NodeActionHeld
 from herdbook.events.health_report import CheckResult, GpuEvent, HealthReport, NodeHealthChanged
-from herdbook.events.node import NodeConformanceChanged, NodeDrainStarted, NodeEvent, NodeInfo
+from herdbook.events.node import NodeConformanceChanged, NodeDrainStarted, NodeInfo
 from herdbook.events.states import Approval, Health, Intent, Lifecycle, NodeClass, NodeType
+from herdbook.events.store import ConflictError
 from herdbook.health_policy import Policy
 from herdbook.projector.node_view import NodeView
-from herdbook.reactors.breaker import (
+from herdbook.reactors.breaker import Breaker, BreakerFold
+from herdbook.reactors.breaker_deciders import (
+    BreakerGate,
     BreakerState,
-    Gate,
     Hold,
     check,
     decide_reset,
@@ -26,6 +33,7 @@ from herdbook.reactors.breaker import (
 )
 from herdbook.reactors.classifier import decide_on_report
 from herdbook.reactors.pools import plan_pool
+from herdbook.reactors.runner import DecideRunner
 from herdbook.reactors.sensitive import Expectation, decide_node_conformance
 from tests.fakes import FakeClock
 
@@ -40,6 +48,11 @@ def node(i: int, pool: str = "", health: Health = Health.HEALTHY,
     return NodeView(id=f"n{i}", type=NodeType.COMPUTE, approval=Approval.APPROVED,
                     lifecycle=Lifecycle.READY, health=health, health_at=health_at,
                     info=NodeInfo(labels=labels), version=i + 1, **kw)  # type: ignore[arg-type]
+
+
+def stamped(event: NodeActionHeld) -> NodeActionHeld:
+    """As the runner stores it: at the decision's time."""
+    return replace(event, at=NOW)
 
 
 def fleet(size: int, out: int, at: datetime = NOW, pool: str = "") -> list[NodeView]:
@@ -83,12 +96,15 @@ def test_trips_and_resets_fold_and_a_reset_restarts_the_count() -> None:
     nodes = fleet(40, 4)
     hold = check(node(39), nodes, BreakerState(), NOW, CONFIG)
     assert hold is not None
-    decision = decide_trip(BreakerState(), hold)
+    (held,) = held_instead(node(39), HeldAction.UNHEALTHY, hold, "UNHEALTHY", BreakerState())
+    decision = decide_trip(BreakerState(), stamped(held), nodes, CONFIG)
     assert decision is not None and decision.expected == 0
     (tripped,) = decision.events
     assert isinstance(tripped, BreakerTripped) and tripped.taken_out == 4 and tripped.size == 40
+    assert tripped.reason == hold.reason
     state = fold(BreakerState(), tripped, 7)
-    assert state.version == 7 and decide_trip(state, hold) is None   # once per scope
+    # once per scope: a retried decision, or another replica's, finds the scope open
+    assert state.version == 7 and decide_trip(state, stamped(held), nodes, CONFIG) is None
 
     # open: even a quiet window holds until an operator resets
     assert check(node(39), fleet(40, 0), state, NOW, CONFIG) is not None
@@ -132,13 +148,8 @@ def test_a_disabled_breaker_holds_nothing() -> None:
 POLICY = Policy.load(None)
 
 
-def gate_of(nodes: list[NodeView]) -> Gate:
-    state = BreakerState()
-
-    def gate(view: NodeView, kind: HeldAction, would: str) -> list[NodeEvent] | None:
-        hold = check(view, nodes, state, NOW, CONFIG)
-        return None if hold is None else held_instead(view, kind, hold, would, state)
-    return gate
+def gate_of(nodes: list[NodeView]) -> BreakerGate:
+    return BreakerGate(BreakerState(), {v.id: v for v in nodes}, CONFIG, NOW)
 
 
 def test_a_fatal_report_past_the_limit_is_held_instead_of_unhealthy_and_down() -> None:
@@ -228,3 +239,75 @@ def test_the_pool_planner_neither_drains_nor_replaces_a_held_node() -> None:
 def test_a_held_action_counts_as_a_detection_in_the_simulator() -> None:
     from herdbook.sim.detections import shows_failure
     assert shows_failure(NodeActionHeld(node_id="n1", kind=HeldAction.UNHEALTHY))
+
+
+# the trip: from the folded hold, once ---------------------------------------------------
+
+def test_a_hold_from_before_the_scopes_reset_trips_nothing() -> None:
+    nodes = fleet(40, 4)
+    hold = check(node(39), nodes, BreakerState(), NOW, CONFIG)
+    assert hold is not None
+    (held,) = held_instead(node(39), HeldAction.UNHEALTHY, hold, "UNHEALTHY", BreakerState())
+    reset = fold(BreakerState(), BreakerReset(reason="ok", at=NOW + timedelta(seconds=1)), 3)
+    assert decide_trip(reset, stamped(held), nodes, CONFIG) is None
+    later = replace(held, at=NOW + timedelta(seconds=2))
+    decision = decide_trip(reset, later, nodes, CONFIG)
+    assert decision is not None and decision.expected == 3
+
+
+class Log:
+    """The breaker aggregate's stream: an append expecting a stale version conflicts."""
+
+    def __init__(self) -> None:
+        self.stored: list[tuple[int, Event]] = []
+
+    async def append(self, event: Event, expected_version: int | None = None) -> int:
+        return await self.append_decided([event], expected_version or 0)
+
+    async def append_decided(self, events: Sequence[Event], expected_version: int) -> int:
+        if expected_version != await self.last_sequence("breaker", "fleet"):
+            raise ConflictError("herd.breaker.fleet.>", expected_version)
+        for event in events:
+            self.stored.append((len(self.stored) + 1, event))
+        return len(self.stored)
+
+    async def last_sequence(self, aggregate: str, aggregate_id: str) -> int:
+        return len(self.stored)
+
+
+class LaggingFold(BreakerFold):
+    """One replica's fold of the log: behind until asked to catch up."""
+
+    def __init__(self, log: Log) -> None:
+        super().__init__(nc=None)  # type: ignore[arg-type]
+        self.log = log
+
+    async def wait_applied(self, seq: int, timeout: float = 10.0) -> None:
+        for at, event in self.log.stored[self.state.version:seq]:
+            assert isinstance(event, BreakerTripped | BreakerReset)
+            self.state = fold(self.state, event, at)
+
+
+async def test_every_replica_folds_the_hold_and_the_scope_trips_once() -> None:
+    """Two replicas' breakers fold the same ``node.action_held``, and one of them twice:
+    each decides the trip at its fold's version, and one ``breaker.tripped`` is stored
+    (the other's append conflicts, it catches up and finds the scope open)."""
+    log, nodes = Log(), fleet(40, 4)
+    views = {v.id: v for v in nodes}
+    replicas = [Breaker(f, views, CONFIG, clock=CLOCK, runner=DecideRunner(log, f, CLOCK))
+                for f in (LaggingFold(log), LaggingFold(log))]
+    gate = replicas[0].gate(NOW)
+    (held,) = gate(node(39), HeldAction.UNHEALTHY, "UNHEALTHY") or []
+    assert log.stored == []   # the gate only answers: the trip follows from the fold
+    for breaker in (*replicas, replicas[0]):
+        breaker.on_node_event("n39", None, stamped(held))
+    await asyncio.gather(*(t for b in replicas for t in b._tripping.values()))
+    assert [type(e) for _, e in log.stored] == [BreakerTripped]
+    (_, tripped), = log.stored
+    assert isinstance(tripped, BreakerTripped) and (tripped.scope, tripped.taken_out) == (
+        "fleet", 4)
+    assert all(b.held == n for b, n in zip(replicas, (2, 1), strict=True))
+    # open now: a later hold decides nothing more
+    await replicas[1].fold.wait_applied(1)
+    replicas[1].on_node_event("n38", None, stamped(held))
+    assert not replicas[1]._tripping and len(log.stored) == 1

@@ -4,7 +4,6 @@ and what the new stream already holds keeps its version."""
 
 from __future__ import annotations
 
-from herdbook.config import BreakerConfig
 from herdbook.events.alloc import AllocPlaced
 from herdbook.events.breaker import BreakerReset
 from herdbook.events.eval_events import EvalCreated, Trigger
@@ -12,7 +11,8 @@ from herdbook.events.jobs import JobRegistered, JobSpec
 from herdbook.events.node import NodeApproved, NodeDeclared
 from herdbook.projector.rebase import rebase
 from herdbook.projector.tables import ReadModel
-from herdbook.reactors.breaker import Breaker, fold
+from herdbook.reactors.breaker import BreakerFold
+from herdbook.reactors.breaker_deciders import fold
 
 
 def versions(model: ReadModel) -> dict[str, int]:
@@ -62,7 +62,7 @@ def test_a_rebase_tells_no_listener() -> None:
 def test_the_breakers_version_from_the_lost_history_is_zero() -> None:
     """The breaker folds ``herd.breaker.>`` itself: a trip or reset after the loss must
     expect the new stream's version of its subject (none), not the old one."""
-    breaker = Breaker(nc=None, store=None, nodes={}, config=BreakerConfig())  # type: ignore[arg-type]
+    breaker = BreakerFold(nc=None)  # type: ignore[arg-type]
     breaker.state = fold(breaker.state, BreakerReset(scope="fleet", reason="r"), 5)
     breaker.rebase(first_seq=3)       # a stream that goes on before it: nothing to do
     assert breaker.state.version == 5
