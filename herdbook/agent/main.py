@@ -29,6 +29,7 @@ from herdbook.agent.fence import (
 from herdbook.agent.infiniband import IbWatch
 from herdbook.agent.info import node_info, resources
 from herdbook.agent.liveness import HeartbeatPace
+from herdbook.agent.logs import LogServer
 from herdbook.agent.protocol import NodeProtocol
 from herdbook.agent.registration import register, remember_info
 from herdbook.agent.reports import NodeReports
@@ -48,6 +49,7 @@ from herdbook.events.subjects import (
     event_subject,
     fingerprint_subject,
     inject_subject,
+    logs_subject,
     resources_subject,
     telemetry_subject,
     validate_id,
@@ -202,6 +204,8 @@ class Agent:
                                         cb=on_wipe)
         requests = await self.nc.subscribe(fingerprint_subject(self.node_id),
                                            cb=self.reports.on_fingerprint_request)
+        logs = await self.nc.subscribe(logs_subject(self.node_id), cb=LogServer(
+            self.node_id, self.executor.alloc_dir).on_request)
         options = self.options
         kernel_log = self._kernel_log()
         tasks = [
@@ -223,7 +227,7 @@ class Agent:
         try:
             await self._stop.wait()
         finally:
-            for sub in (holder, reboots, registrations, injections, wipes, requests):
+            for sub in (holder, reboots, registrations, injections, wipes, requests, logs):
                 try:
                     await sub.unsubscribe()
                 except Exception:  # noqa: BLE001 - the connection is gone already

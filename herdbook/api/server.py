@@ -26,6 +26,7 @@ from herdbook.api.admin import AdminRoutes
 from herdbook.api.allocs import AllocRoutes
 from herdbook.api.breaker import BreakerRoutes
 from herdbook.api.caller import CALLER
+from herdbook.api.explain import ExplainRoutes
 from herdbook.api.gpus import GpuRoutes, NoTelemetry, Telemetry
 from herdbook.api.history_routes import HistoryRoutes
 from herdbook.api.jobs import JobRoutes
@@ -92,6 +93,7 @@ class Api:
             **self.gpus.routes(),
             **JobRoutes(projector, self.runner).routes(),
             **AllocRoutes(projector, self.runner).routes(),
+            **ExplainRoutes(nc, projector, self.config).routes(),
             **PoolRoutes(store, projector, self.runner, self.config).routes(),
             **AdminRoutes(nc, projector, sweeper, rebuild, instance,
                           lambda: self.is_leader(), clock, breaker,

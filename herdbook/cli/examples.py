@@ -51,13 +51,16 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     # jobs
     "job list": ("herd job list", "herd job list --status running -o json"),
     "job run": ("herd job run job.yaml",),
+    "job plan": ("herd job plan job.yaml", "herd job plan job.yaml -o json"),
     "job status": ("herd job status train-1",),
     "job stop": ("herd job stop train-1 -m 'superseded'",),
     "eval list": ("herd eval list",),
     "eval status": ("herd eval status 3f2a",),
+    "eval describe": ("herd eval describe 3f2a",),
     "eval retry": ("herd eval retry 3f2a",),
     "alloc list": ("herd alloc list",),
     "alloc status": ("herd alloc status 9c1e",),
+    "alloc logs": ("herd alloc logs 9c1e", "herd alloc logs 9c1e -f --tail 50"),
     "alloc requeue": ("herd alloc requeue 9c1e -m 'checked the node'",),
     # history
     "events tail": ("herd events tail -n 50", "herd events tail --since 10m -o json",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -53,13 +53,7 @@ def run(ctx: typer.Context, file: Annotated[Path, typer.Argument(help="A YAML jo
     create its job-register evaluation."""
 
     from herdbook.api.messages import RegisterJob, RegisterResult
-    from herdbook.events.jobs import JobSpecError, parse_job_spec
-    try:
-        spec = parse_job_spec(file.read_bytes(), str(file))
-    except OSError as err:
-        raise client.fail(f"{file}: {err.strerror}", client.EXIT_USAGE) from None
-    except JobSpecError as err:
-        raise client.fail(str(err), client.EXIT_USAGE) from None
+    spec = read_spec(file)
     result = client.call(str(ctx.obj["server"]), "job.register",
                          RegisterJob(spec=spec, actor=client.actor()),
                          RegisterResult)
@@ -67,6 +61,53 @@ def run(ctx: typer.Context, file: Annotated[Path, typer.Argument(help="A YAML jo
         echo(f"Ok: job {spec.id} registered, evaluation {result.eval_id}")
     else:
         render_object(client.plain(result), output)
+
+
+def read_spec(file: Path) -> Any:
+    """The job spec in ``file``; a usage error of one line if it cannot be read."""
+    from herdbook.events.jobs import JobSpecError, parse_job_spec
+    try:
+        return parse_job_spec(file.read_bytes(), str(file))
+    except OSError as err:
+        raise client.fail(f"{file}: {err.strerror}", client.EXIT_USAGE) from None
+    except JobSpecError as err:
+        raise client.fail(str(err), client.EXIT_USAGE) from None
+
+
+def print_why(placement: dict[str, Any] | None) -> None:
+    """The scheduler's reasons a slot does not fit, one per line."""
+    if placement:
+        console.print("\nwhy not placed:", markup=False)
+        for line in placement.get("reasons", []):
+            echo(f"  {line}")
+
+
+@job_app.command("plan")
+def plan(ctx: typer.Context, file: Annotated[Path, typer.Argument(help="A YAML job spec.")],
+         output: Output = Format.table) -> None:
+    """Dry-run a job spec: what the scheduler would place where, stop, and what would not
+    fit and why, over the fleet as it is now. Nothing is registered. Exit 0 when every
+    slot would be placed, 1 when some would not (as `nomad job plan` exits nonzero)."""
+    from herdbook.api.explain_messages import JobPlan, PlanJob
+    spec = read_spec(file)
+    result = client.call(str(ctx.obj["server"]), "job.plan", PlanJob(spec=spec), JobPlan)
+    if output is not Format.table:
+        render_object(client.plain(result), output)
+    else:
+        echo(f"job {result.job_id} (version {result.version}): {len(result.place)} to place, "
+             f"{len(result.stop)} to stop, {result.unplaced} would not be placed")
+        if result.place:
+            render_rows(client.plain(result.place), [
+                ("#", "index"), ("NODE", "node_id"), ("REASON", "reason"),
+                ("REPLACES", "previous_alloc")], output)
+        if result.stop:
+            console.print("\nstop:", markup=False)
+            render_rows(client.plain(result.stop), [
+                ("ALLOC", "alloc_id"), ("#", "index"), ("NODE", "node_id"),
+                ("REASON", "reason")], output)
+        print_why(result.placement)
+    if result.unplaced:
+        raise typer.Exit(client.EXIT_REFUSED)
 
 
 @job_app.command("status")
@@ -81,9 +122,11 @@ def status(ctx: typer.Context, job_id: Annotated[str, typer.Argument(help="Job i
         render_object(result, output)
         return
     evals = result.pop("evals")
+    placement = result.pop("placement", None)
     result["allocations"] = ", ".join(f"{k}={v}" for k, v in sorted(
         result["allocations"].items())) or "none"
     render_object(result, output)
+    print_why(placement)
     console.print("\nevaluations:", markup=False)
     render_rows(evals, EVAL_COLUMNS, output)
 
@@ -128,6 +171,29 @@ def eval_status(ctx: typer.Context, eval_id: Annotated[str, typer.Argument(
     render_object(client.plain(result.eval), output)
     console.print("\nchain:", markup=False)
     render_rows(client.plain(result.chain), EVAL_COLUMNS, output)
+
+
+@eval_app.command("describe")
+def eval_describe(ctx: typer.Context, eval_id: Annotated[str, typer.Argument(
+        help="Eval id or a unique prefix.")], output: Output = Format.table) -> None:
+    """One evaluation: its status, what triggered it, its job, how many allocations it
+    placed, and while the job has slots no node takes, why (per constraint and
+    resource, from the fleet as it is now)."""
+    from herdbook.api.explain_messages import EvalDescription
+    from herdbook.api.messages import ById
+    client.check_id(eval_id, "eval id")
+    result = client.plain(client.call(str(ctx.obj["server"]), "eval.describe",
+                                      ById(id=eval_id), EvalDescription))
+    if output is not Format.table:
+        render_object(result, output)
+        return
+    shown = {k: result["eval"][k] for k in ("id", "status", "triggered_by", "job_id",
+                                            "priority", "status_reason", "previous_eval",
+                                            "next_eval", "blocked_eval", "created_at")}
+    shown.update(job_phase=result["job_phase"], placed=result["placed"],
+                 unplaced=result["unplaced"])
+    render_object(shown, output)
+    print_why(result["placement"])
 
 
 @eval_app.command("retry")
@@ -178,3 +244,53 @@ def alloc_status(ctx: typer.Context, alloc_id: Annotated[str, typer.Argument(
     client.check_id(alloc_id, "allocation id")
     render_object(client.plain(client.call(str(ctx.obj["server"]), "alloc.status",
                                            ById(id=alloc_id), AllocReply)), output)
+
+
+@alloc_app.command("logs")
+def alloc_logs(ctx: typer.Context, alloc_id: Annotated[str, typer.Argument(
+        help="Allocation id or a unique prefix.")],
+        follow: Annotated[bool, typer.Option("--follow", "-f", help=(
+            "Keep printing new output (polling) until the allocation ends or Ctrl-C."))
+        ] = False,
+        tail: Annotated[int | None, typer.Option("--tail", "-n", min=0, max=10_000, help=(
+            "Only the last N lines (at most 128 KiB of them)."))] = None,
+        interval: Annotated[float, typer.Option("--interval", min=0.05, hidden=True,
+                                                help="Seconds between polls with -f.")
+                            ] = 1.0) -> None:
+    """A workload's output (stdout and stderr together), read from its node's agent
+    through the control plane, at most 128 KiB per request: the whole log in pieces, or
+    its last N lines. Control characters are escaped on a terminal, written as they are
+    to a pipe or file."""
+    import asyncio
+    import sys
+
+    from herdbook.api.explain_messages import AllocLogs, AllocLogsReply
+    from herdbook.cli.output import safe
+    client.check_id(alloc_id, "allocation id")
+    raw = not sys.stdout.isatty()
+
+    def write(text: str) -> None:
+        if raw:
+            sys.stdout.write(text)
+        else:
+            sys.stdout.write("\n".join(safe(line) for line in text.split("\n")))
+        sys.stdout.flush()
+
+    async def read(nc: Any) -> None:
+        offset = 0 if tail is None else None
+        while True:
+            piece = await client.request(nc, "alloc.logs", AllocLogs(
+                id=alloc_id, offset=offset, tail=tail or 0), AllocLogsReply)
+            write(piece.data)
+            offset = piece.next_offset
+            if offset < piece.size:
+                continue          # a capped piece: the next one at once
+            if not follow or not piece.running:
+                return
+            await asyncio.sleep(interval)
+            # a follow ends after the allocation does, with what it wrote last
+
+    try:
+        client.run(str(ctx.obj["server"]), read)
+    except KeyboardInterrupt:
+        pass

@@ -1,9 +1,10 @@
-"""Requests an operator (or the simulator) sends to one agent, on the wire:
-``herd.agent.<node>.inject`` and ``herd.agent.<node>.fingerprint`` (request/reply, no
-stream). The agent decodes the request with these Structs and answers with the reply
-Structs; ``herd agent inject``, ``herd node fingerprint`` and the simulator encode and
-decode the same ones. A request that does not decode gets a reply with ``ok`` false and
-the reason, never a traceback."""
+"""Requests an operator (or the simulator, or the control plane) sends to one agent, on
+the wire: ``herd.agent.<node>.inject``, ``herd.agent.<node>.fingerprint`` and
+``herd.agent.<node>.logs`` (request/reply, no stream; ``authority.AGENT_SERVED``). The
+agent decodes the request with these Structs and answers with the reply Structs; ``herd
+agent inject``, ``herd node fingerprint``, the control plane's ``alloc.logs`` and the
+simulator encode and decode the same ones. A request that does not decode gets a reply
+with ``ok`` false and the reason, never a traceback."""
 
 from __future__ import annotations
 
@@ -60,3 +61,37 @@ def decode_request(decoder: msgspec.json.Decoder[T], data: bytes) -> T:
         return decoder.decode(data or b"{}")
     except msgspec.DecodeError as err:
         raise ValueError(error_path(str(err))) from None
+
+
+LOGS_MAX_BYTES = 128 * 1024
+"""The most bytes of a log one reply carries: JSON may escape a control byte as six, and
+six times this still fits nats-server's default 1 MiB payload. A bigger log is read in
+pieces (``offset``), so neither the agent nor the control plane ever holds more."""
+LOGS_MAX_LINES = 10_000
+
+
+class LogsRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``herd.agent.<node>.logs``: a workload's output (``<state dir>/allocs/<id>.log``).
+    Without ``offset`` its last ``tail`` lines; with one, what follows that byte offset.
+    At most ``max_bytes`` either way."""
+
+    alloc_id: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]{1,128}\Z")]
+    offset: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    tail: Annotated[int, msgspec.Meta(ge=0, le=LOGS_MAX_LINES)] = 100
+    max_bytes: Annotated[int, msgspec.Meta(ge=1, le=LOGS_MAX_BYTES)] = LOGS_MAX_BYTES
+
+
+class LogsReply(msgspec.Struct, frozen=True, kw_only=True):
+    ok: bool
+    data: str = ""
+    offset: int = 0
+    next_offset: int = 0
+    size: int = 0
+    truncated: bool = False
+    error: str = ""
+    missing: bool = False
+    """The node has no output of that allocation (the control plane answers not_found)."""
+
+
+logs_request_decoder = msgspec.json.Decoder(LogsRequest)
+logs_reply_decoder = msgspec.json.Decoder(LogsReply)

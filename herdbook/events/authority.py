@@ -130,6 +130,22 @@ FAMILIES: tuple[Family, ...] = (
 not listed under ``agent_types`` is written by the control plane only; operators write
 no stream subject at all (they go through the API)."""
 
+AGENT_SERVED: dict[str, str] = {
+    "inject": "a GPU fault into the fake NVML backend (`herd agent inject`)",
+    "fingerprint": "recompute the conformance fingerprint (`herd node fingerprint`)",
+    "logs": "a workload's output, bounded per reply (`herd alloc logs`, via the control plane)",
+}
+"""The requests ``herd.agent.<node>.<name>`` an agent answers (no stream): operators and
+the control plane may send them, no agent may (``agent_permissions`` names no
+``herd.agent.*`` subject to publish), so one node's agent cannot read another's workload
+output. ``holder`` is not here: every agent asks it of its own node id only."""
+
+
+def operator_agent_requests() -> list[str]:
+    """The agent requests an operator may publish, for any node."""
+    return [f"herd.agent.*.{name}" for name in AGENT_SERVED]
+
+
 _BY_PREFIX = {family.prefix: family for family in FAMILIES}
 
 ID_FIELDS = ("node_id", "alloc_id", "job_id", "eval_id", "instance_id", "pool", "boot_id",

@@ -79,6 +79,12 @@ def fingerprint_subject(node_id: str) -> str:
     return f"herd.agent.{validate_id(node_id)}.fingerprint"
 
 
+def logs_subject(node_id: str) -> str:
+    """Ask one agent for a workload's output (request/reply, no stream; operators and the
+    control plane only: ``authority.AGENT_SERVED``)."""
+    return f"herd.agent.{validate_id(node_id)}.logs"
+
+
 def sync_subject(node_id: str) -> str:
     """An agent's catch-up request for its own allocation events (the control plane
     answers; the node id in the subject is the only one it serves)."""

@@ -36,7 +36,7 @@ from typing import Any
 
 import msgspec
 
-from herdbook.events.authority import agent_publish_subjects
+from herdbook.events.authority import agent_publish_subjects, operator_agent_requests
 from herdbook.events.liveness import LIVENESS_READ
 from herdbook.events.subjects import (
     EVENTS_STREAM,
@@ -146,7 +146,7 @@ def operator_permissions(name: str) -> dict[str, Any]:
     API's or an agent's name."""
     publish = [
         f"herd.api.v1.*.{name}", f"herd.api.v1.*.*.{name}",
-        "herd.agent.*.inject", "herd.agent.*.fingerprint",
+        *operator_agent_requests(),
         "$JS.API.INFO", "$JS.API.STREAM.NAMES", "$JS.API.STREAM.LIST",
         "$JS.API.STREAM.INFO.*", "$JS.API.STREAM.MSG.GET.*", "$JS.API.DIRECT.GET.>",
         "$JS.API.CONSUMER.CREATE.*.*", "$JS.API.CONSUMER.CREATE.*.*.>",

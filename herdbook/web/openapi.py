@@ -18,6 +18,13 @@ from typing import Any, NamedTuple, get_type_hints
 import msgspec
 
 import herdbook
+from herdbook.api.explain_messages import (
+    AllocLogs,
+    AllocLogsReply,
+    EvalDescription,
+    JobPlan,
+    PlanJob,
+)
 from herdbook.api.history_messages import (
     AuditList,
     AuditPage,
@@ -110,12 +117,15 @@ ROUTES: dict[str, Route] = {
     "job.register": Route(RegisterJob, RegisterResult),
     "job.status": Route(ById, JobReply),
     "job.stop": Route(StopJob, JobReply),
+    "job.plan": Route(PlanJob, JobPlan),
     "eval.list": Route(ListEvals, Page[EvalReply]),
     "eval.status": Route(ById, EvalChain),
     "eval.retry": Route(RetryEval, EvalReply),
+    "eval.describe": Route(ById, EvalDescription),
     "alloc.list": Route(ListAllocs, Page[AllocReply]),
     "alloc.status": Route(ById, AllocReply),
     "alloc.requeue": Route(RequeueAlloc, RequeueResult),
+    "alloc.logs": Route(AllocLogs, AllocLogsReply),
     "instance.list": Route(ListInstances, Page[InstanceReply]),
     "instance.describe": Route(ById, InstanceReply),
     "pool.list": Route(None, Page[Json]),
@@ -138,6 +148,7 @@ READS = frozenset({
     "alloc.status", "instance.list", "instance.describe", "pool.list", "pool.status",
     "status", "audit.list", "audit.verify", "breaker.status", "gpu.list", "gpu.describe",
     "fleet.repairs",
+    "eval.describe",   # not alloc.logs (output may hold secrets) nor job.plan (a spec body)
 })
 
 NODE_FILTERS = {"state": "filter_state", "approval": "filter_approval", "label": "labels"}
@@ -228,6 +239,7 @@ SUMMARIES = {
     "verify": "verify the {what} hash chain", "register": "register or update a {what}",
     "rebuild": "rebuild the {what} from the event log", "scale": "scale a {what}",
     "reset": "close the {what}", "requeue": "requeue an {what}", "retry": "retry an {what}",
+    "plan": "dry-run a {what} (nothing is appended)", "logs": "an {what}'s output",
 }
 
 

@@ -214,3 +214,56 @@ async def test_a_finished_batch_job_is_complete_and_a_blocked_one_says_what_rule
     assert (await world.call("node.cordon", id="gpu-1", reason="test"))["ok"]
     why = (await world.call("job.status", id="huge"))["result"]["placement"]
     assert why["filtered"] == {"node CORDONED": 1} and why["exhausted"] == {}, why
+
+
+async def test_eval_describe_and_job_plan_say_what_fits_where_and_why_not(
+        world: World, tmp_path: Path) -> None:
+    """Issue 31 item 2: `herd eval describe` shows an evaluation, what it placed and, while
+    its job waits, why per constraint and resource; `herd job plan` is a dry run of the
+    scheduler's own code (nothing appended) that exits 1 when a slot would not fit."""
+    evals = sorted((e for e in world.projector.evals.values()), key=lambda e: e.version)
+    [first_train] = [e for e in evals if e.job_id == "train"][:1]
+    [blocked] = [e for e in evals if e.job_id == "huge" and e.status == "blocked"]
+    train = (await world.call("eval.describe", id=first_train.id))["result"]
+    assert (train["eval"]["id"], train["placed"], train["unplaced"], train["placement"]) == (
+        first_train.id, 3, 0, None)
+    huge = (await world.call("eval.describe", id=blocked.id[:8]))["result"]
+    assert (huge["eval"]["status"], huge["job_phase"], huge["placed"], huge["unplaced"]) == (
+        "blocked", "blocked", 0, 1)
+    # 4 GPUs, 2 taken by train's running allocations (its failed one holds none)
+    why = "8 GPUs asked; largest free: 2 on 1 node; short on 1 node"
+    assert huge["placement"]["reasons"] == [why]
+    async with aiohttp.ClientSession() as session:
+        async with session.get(world.plane.web.url.rstrip("/") + f"/v1/eval/describe?id={blocked.id}"
+                               ) as response:
+            assert response.status == 200 and (await response.json()) == huge
+
+    described = await asyncio.to_thread(herd, "eval", "describe", blocked.id, server=world.url)
+    assert described.returncode == 0, described.stderr
+    assert "why not placed:" in described.stdout and why in described.stdout
+    status = await asyncio.to_thread(herd, "job", "status", "huge", server=world.url)
+    assert status.returncode == 0 and why in status.stdout, status.stderr
+
+    js = world.nc.jetstream()
+    last = (await js.stream_info("HERD_EVENTS")).state.last_seq
+    before = dict(world.projector.jobs)
+    spec_file = tmp_path / "more.yaml"
+    spec_file.write_text('id: more\ncount: 2\ncommand: ["true"]\n'
+                         "resources: {cpu: 0.1, memory_mb: 0, gpus: 1}\n")
+    fits = await asyncio.to_thread(herd, "job", "plan", str(spec_file), server=world.url)
+    assert fits.returncode == 0, fits.stderr
+    assert "2 to place, 0 to stop, 0 would not be placed" in fits.stdout
+    assert fits.stdout.count("gpu-1") == 2 and "why not placed" not in fits.stdout
+    spec_file.write_text(spec_file.read_text().replace("count: 2", "count: 3"))
+    short = await asyncio.to_thread(herd, "job", "plan", str(spec_file), "-o", "json",
+                                    server=world.url)
+    assert short.returncode == 1, short.stderr
+    plan = json.loads(short.stdout)
+    assert ([p["node_id"] for p in plan["place"]], plan["unplaced"]) == (["gpu-1"] * 2, 1)
+    assert plan["placement"]["reasons"] == [
+        "1 GPU asked; largest free: 0 on 1 node; short on 1 node"], plan
+    # a dry run: no job, no evaluation, nothing appended
+    assert dict(world.projector.jobs) == before and "more" not in world.projector.jobs
+    assert (await js.stream_info("HERD_EVENTS")).state.last_seq == last
+    missing = await asyncio.to_thread(herd, "eval", "describe", "nothere", server=world.url)
+    assert (missing.returncode, missing.stdout) == (1, ""), missing.stderr
