@@ -10,7 +10,8 @@ import typer
 from herdbook.cli import client
 from herdbook.cli.output import console
 
-nats_app = typer.Typer(help="NATS helpers: a local nats-server cluster.", no_args_is_help=True)
+nats_app = typer.Typer(help="NATS helpers: a local nats-server cluster, the configuration "
+                       "of an external one.", no_args_is_help=True)
 
 
 def refuse_open_listener(host: str, insecure: bool, what: str, *, auth: bool | None) -> None:
@@ -100,3 +101,11 @@ def cluster(
     finally:
         local.stop()
     console.print(f"nats cluster {name} stopped")
+
+
+def _register_config() -> None:
+    from herdbook.cli.nats_config import config
+    nats_app.command("config")(config)
+
+
+_register_config()

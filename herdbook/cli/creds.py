@@ -1,7 +1,9 @@
 """`herd creds ...`: NATS users of an auth-enabled embedded server (`herd up --auth`).
 
 These commands run where `herd up` runs: they change ``<data-dir>/nats/users.json``
-and have the running nats-server reload its users (SIGHUP)."""
+and have the running nats-server reload its users (SIGHUP). With ``--config-dir`` they
+change the users of an external cluster instead (`herd nats config --auth`), whose
+servers the operator reloads."""
 
 from __future__ import annotations
 
@@ -30,10 +32,23 @@ Host = Annotated[str | None, typer.Option(
     "[default: the address the embedded server listens on].")]
 OutFile = Annotated[Path | None, typer.Option(
     "--out", help="Where to write the creds file [default: ./<user>.creds].")]
+ConfigDir = Annotated[Path | None, typer.Option(
+    "--config-dir", help="An external cluster's configuration from `herd nats config "
+    "--auth`: change its users.conf instead of the embedded server's.")]
 
 
-def _store_dir(config: Path | None, data_dir: str | None) -> Path:
+def _store_dir(config: Path | None, data_dir: str | None,
+               config_dir: Path | None = None) -> Path:
     from herdbook.config import ConfigError, load_config
+    if config_dir is not None:
+        from herdbook.natsd.cluster_config import CLUSTER_JSON
+        if data_dir is not None or config is not None:
+            raise client.fail("--config-dir names the cluster's users: leave --data-dir and "
+                              "--config out", client.EXIT_USAGE)
+        if not (config_dir / CLUSTER_JSON).is_file():
+            raise client.fail(f"--config-dir {config_dir}: not written by `herd nats config "
+                              "--auth` (no cluster.json)", client.EXIT_USAGE)
+        return config_dir
     try:
         cfg = load_config(config)
     except ConfigError as err:
@@ -50,10 +65,14 @@ def _registry(store: Path) -> UserRegistry:
 
 
 def _url(store: Path, host: str | None, user: User | None = None) -> str:
+    from herdbook.natsd.cluster_config import read_cluster
     from herdbook.natsd.users import server_address
+    auth = f"{user.user}:{user.password}@" if user is not None else ""
+    cluster = read_cluster(store)
+    if cluster is not None:     # an external cluster: every server, the client fails over
+        return ",".join(u.replace("://", f"://{auth}", 1) for u in cluster.urls)
     address = server_address(store) or ("127.0.0.1", 4222)
     shown = host or (socket.gethostname() if address[0] in ("0.0.0.0", "::") else address[0])
-    auth = f"{user.user}:{user.password}@" if user is not None else ""
     return f"nats://{auth}{shown}:{address[1]}"
 
 
@@ -74,7 +93,7 @@ def _issue(store: Path, user: User, host: str | None, out: Path | None, what: st
                       markup=False)
     else:
         console.print(f"  use:        herd --creds {path} node list", markup=False)
-    if not auth_enabled(store) and running_server(store) is None:
+    if not _is_cluster(store) and not auth_enabled(store) and running_server(store) is None:
         client.err_console.print(f"Note: the nats-server of {store.parent} was not started "
                                  "with --auth; these credentials apply once it is.",
                                  markup=False)
@@ -101,8 +120,16 @@ def running_server(store: Path) -> int | None:
     return pid
 
 
+def _is_cluster(store: Path) -> bool:
+    from herdbook.natsd.cluster_config import CLUSTER_JSON
+    return (store / CLUSTER_JSON).is_file()
+
+
 def _reloaded(store: Path) -> str:
     from herdbook.natsd.users import auth_enabled
+    if _is_cluster(store):
+        return (f"now copy {store / 'users.conf'} to every server of the cluster and have "
+                "each reload it: nats-server --signal reload (or systemctl reload herd-nats)")
     # Every embedded server writes its pid file; one without users has none to reload.
     pid = running_server(store)
     if pid is None:
@@ -120,14 +147,14 @@ def _reloaded(store: Path) -> str:
 def agent(
     node_id: Annotated[str, typer.Argument(help="The node the agent runs as.")],
     data_dir: DataDir = None, config: ConfigFile = None, host: Host = None,
-    out: OutFile = None,
+    out: OutFile = None, config_dir: ConfigDir = None,
 ) -> None:
     """Credentials for one node's agent: it may publish only that node's heartbeat,
     resources, health, the node events an agent writes and its allocations' status.
     Issuing again replaces the password."""
     from herdbook.natsd.users import UsersError
     client.check_id(node_id)
-    store = _store_dir(config, data_dir)
+    store = _store_dir(config, data_dir, config_dir)
     try:
         user = _registry(store).add_agent(node_id)
     except (UsersError, OSError) as err:
@@ -147,6 +174,10 @@ def operator(
                                        "API and the console, acting as op-<name>.")] = False,
     read_only: Annotated[bool, typer.Option("--read-only", help="With --http: a token for "
                                             "the read routes only.")] = False,
+    reader: Annotated[bool, typer.Option("--reader", help="NATS credentials for the API's "
+                                         "read routes only (no command, no fault "
+                                         "injection).")] = False,
+    config_dir: ConfigDir = None,
 ) -> None:
     """Credentials for a person or a tool: the API (every herd command), fault injection
     and read access to the streams; no raw publish of events. With --http, an HTTP bearer
@@ -158,28 +189,34 @@ def operator(
         name = who
     client.check_id(name, "operator name")
     if read_only and not http:
-        raise client.fail("--read-only is for --http tokens", client.EXIT_USAGE)
-    store = _store_dir(config, data_dir)
+        raise client.fail("--read-only is for --http tokens (--reader: NATS credentials "
+                          "that only read)", client.EXIT_USAGE)
+    if reader and http:
+        raise client.fail("--reader is for NATS credentials (--http --read-only: a token "
+                          "that only reads)", client.EXIT_USAGE)
+    store = _store_dir(config, data_dir, config_dir)
     if http:
         _issue_token(store, name, read_only)
         return
     try:
-        user = _registry(store).add_operator(name)
+        user = _registry(store).add_operator(name, read_only=reader)
     except (UsersError, OSError) as err:
         raise client.fail(str(err), client.EXIT_REFUSED) from None
-    _issue(store, user, host, out, "operator credentials")
+    _issue(store, user, host, out, "read-only operator credentials" if reader
+           else "operator credentials")
 
 
 def _issue_token(store: Path, name: str, read_only: bool) -> None:
+    from herdbook.cli.creds_tokens import issue_token
     from herdbook.natsd.http_tokens import HttpTokens
     from herdbook.natsd.users import UsersError
     try:
-        token, entry = HttpTokens(store).issue(name, read_only=read_only)
+        token, entry, where = issue_token(store, name, read_only)
     except (UsersError, OSError) as err:
         raise client.fail(str(err), client.EXIT_REFUSED) from None
     rights = "read-only " if read_only else ""
-    console.print(f"Ok: {rights}HTTP token of {entry.user} (shown once; only its hash is kept; "
-                  f"revoke: herd creds revoke {entry.user})", markup=False)
+    console.print(f"Ok: {rights}HTTP token of {entry.user} (shown once; only its hash is kept, "
+                  f"{where}; revoke: herd creds revoke {entry.user})", markup=False)
     console.print(f"  token: {token}", markup=False)
     base, where = _http_base(HttpTokens(store).served_url())
     console.print(f"  use:   curl -H 'Authorization: Bearer {token}' "
@@ -206,22 +243,23 @@ def _http_base(served: str | None) -> tuple[str, str]:
 
 @creds_app.command("list")
 def list_users(data_dir: DataDir = None, config: ConfigFile = None,
-               output: Output = Format.table) -> None:
+               output: Output = Format.table, config_dir: ConfigDir = None) -> None:
     """The users of the embedded server (never their passwords)."""
     from datetime import UTC, datetime
 
     from herdbook.natsd.users import UsersError
-    store = _store_dir(config, data_dir)
+    store = _store_dir(config, data_dir, config_dir)
     try:
         users = _registry(store).users()
     except UsersError as err:
         raise client.fail(str(err), client.EXIT_REFUSED) from None
-    from herdbook.natsd.http_tokens import HttpTokens
+    from herdbook.cli.creds_tokens import list_tokens
     try:
-        tokens = HttpTokens(store).tokens()
+        tokens = list_tokens(store)
     except UsersError as err:
         raise client.fail(str(err), client.EXIT_REFUSED) from None
-    rows = [{"user": u.user, "kind": u.kind, "node_id": u.node_id,
+    rows = [{"user": u.user, "kind": "operator (reader)" if u.read_only else u.kind,
+             "node_id": u.node_id,
              "created_at": datetime.fromtimestamp(u.created_at, UTC).isoformat(
                  timespec="seconds") if u.created_at else None} for u in users]
     rows += [{"user": t.user, "kind": "http token (read-only)" if t.read_only else "http token",
@@ -234,25 +272,25 @@ def list_users(data_dir: DataDir = None, config: ConfigFile = None,
 @creds_app.command("revoke")
 def revoke(
     user: Annotated[str, typer.Argument(help="The user, e.g. agent-gpu-1 or op-alice.")],
-    data_dir: DataDir = None, config: ConfigFile = None,
+    data_dir: DataDir = None, config: ConfigFile = None, config_dir: ConfigDir = None,
 ) -> None:
     """Remove a user and its HTTP tokens; the server closes its connections when it
     reloads, the HTTP API refuses the tokens at once."""
     from herdbook.natsd.users import UsersError
-    store = _store_dir(config, data_dir)
-    from herdbook.natsd.http_tokens import HttpTokens
+    store = _store_dir(config, data_dir, config_dir)
+    from herdbook.cli.creds_tokens import revoke_tokens
     try:
         found = _registry(store).revoke(user)
-        tokens = HttpTokens(store).revoke(user) if user.startswith("op-") else 0
+        tokens, when = revoke_tokens(store, user) if user.startswith("op-") else (0, "")
     except (UsersError, OSError) as err:
         raise client.fail(str(err), client.EXIT_REFUSED) from None
     if not found and not tokens:
         raise client.fail(f"no user {user}", client.EXIT_REFUSED)
     if not found:
-        console.print(f"Ok: the {tokens} HTTP token(s) of {user} revoked (the HTTP API "
-                      "refuses them at once)", markup=False)
+        console.print(f"Ok: the {tokens} HTTP token(s) of {user} revoked ({when})",
+                      markup=False)
         return
-    also = f" and its {tokens} HTTP token(s)" if tokens else ""
+    also = f" and its {tokens} HTTP token(s) ({when})" if tokens else ""
     console.print(f"Ok: {user}{also} revoked; {_reloaded(store)}", markup=False)
 
 

@@ -69,6 +69,7 @@ from herdbook.history.repairs_live import LiveRepairs
 from herdbook.natsd.http_tokens import HttpTokens
 from herdbook.natsd.server import EmbeddedNats
 from herdbook.natsd.storage_watch import StorageWatch
+from herdbook.natsd.token_bucket import TokenBucket
 from herdbook.natsd.users import UserRegistry
 from herdbook.projector import integrity
 from herdbook.projector.integrity import ViewError
@@ -122,10 +123,8 @@ def bootstrap(config: Config, *, clock: Clock, demo: int = 0,
     auth = NatsAuth(creds=cfg.nats.creds, tls_ca=tls.ca, tls_cert=tls.cert, tls_key=tls.key)
     if cfg.nats.url:
         url = cfg.nats.url
-        if cfg.nats.auth:
-            raise StartupError("nats.auth (--auth) is for the embedded nats-server; with "
-                               "--nats-url pass that server's credentials (nats.creds, or "
-                               "user:password in the URL)")
+        # nats.auth here: the cluster's users are the operator's (`herd nats config
+        # --auth`); the HTTP API takes the tokens of the bucket every replica shares.
     else:
         users = UserRegistry(data_dir / "nats") if cfg.nats.auth else None
         embedded = EmbeddedNats(data_dir / "nats", cfg.nats.port, cfg.nats.host,
@@ -311,6 +310,9 @@ def bootstrap(config: Config, *, clock: Clock, demo: int = 0,
         metrics_server = metrics_endpoint(cfg, metrics, projector, sweeper, nc, telemetry)
         parts.append(Service("metrics server", serving(metrics_server), metrics_server.stop))
     web_server = http_endpoint(cfg, api, sweeper, nc, clock, http_best_effort)
+    if web_server is not None and isinstance(web_server.tokens, TokenBucket):
+        bucket = web_server.tokens     # filled before the HTTP API serves
+        parts.append(Service("http tokens", bucket.start, bucket.stop))
     if web_server is not None:
         parts.append(Service("http server", serving_http(web_server), web_server.stop))
     if demo:
@@ -377,7 +379,8 @@ def http_endpoint(cfg: Config, api: Api, sweeper: Sweeper, nc: NATS, clock: Cloc
     ``nats.auth`` it takes the bearer tokens of ``herd creds operator --http``."""
     if not cfg.http.port:
         return None
-    tokens = HttpTokens(Path(cfg.data_dir) / "nats") if cfg.nats.auth else None
+    tokens = (TokenBucket(nc, cfg.nats.replicas, HttpTokens(Path(cfg.data_dir) / "nats"))
+              if cfg.nats.auth else None)
     if check_bind(cfg.http.host, tokens is not None) is not None:
         raise StartupError(str(check_bind(cfg.http.host, tokens is not None)))
     return WebServer(api, sweeper, nc, host=cfg.http.host, port=cfg.http.port, tokens=tokens,
@@ -391,7 +394,7 @@ def serving_http(server: WebServer) -> Callable[[], Awaitable[None]]:
         except OSError as err:
             raise StartupError(f"cannot serve HTTP on {server.host}:{server.port}: "
                                f"{err.strerror} (pass another --http-port, or 0: off)") from err
-        if server.serving and isinstance(server.tokens, HttpTokens):
+        if server.serving and isinstance(server.tokens, TokenBucket):
             try:   # for `herd creds operator --http`'s example: the port in use
                 server.tokens.record_url(server.url)
             except OSError:

@@ -1,5 +1,9 @@
-"""Bearer tokens of the HTTP API (`herd creds operator --http`), kept next to the NATS
-users in ``<data-dir>/nats/http_tokens.json`` (mode 0600) under the users' lock.
+"""Bearer tokens of the HTTP API (`herd creds operator --http`) in the data dir:
+``<data-dir>/nats/http_tokens.json`` (mode 0600), under the users' lock. The running
+control plane reads them from the KV bucket every replica shares
+(``natsd/token_bucket.py``); this file is where they lived before, and where `herd creds`
+keeps a token (and, in ``http_tokens.revoked``, a revocation) while no server runs: the
+control plane moves both into the bucket at its start.
 
 Only a token's SHA-256 is stored: the token itself (256 random bits) is printed once.
 A token names the operator user it acts as (``op-<name>``), so `herd creds revoke
@@ -24,6 +28,7 @@ import msgspec
 from herdbook.natsd.users import UsersError, _write_private, operator_user
 
 TOKENS_JSON = "http_tokens.json"
+REVOKED_JSON = "http_tokens.revoked"
 SERVED_URL = "http_url"
 """The URL the control plane last served the HTTP API on, written once it serves."""
 TOKEN_PREFIX = "herd_"
@@ -99,6 +104,35 @@ class HttpTokens:
             removed = len(tokens) - len(kept)
             tokens[:] = kept
         return removed
+
+    def revoked_users(self) -> list[str]:
+        try:
+            return msgspec.json.decode((self.dir / REVOKED_JSON).read_bytes(), type=list[str])
+        except FileNotFoundError:
+            return []
+        except OSError as err:
+            raise UsersError(f"{self.dir / REVOKED_JSON}: {err.strerror}") from err
+        except (msgspec.DecodeError, msgspec.ValidationError) as err:
+            raise UsersError(f"{self.dir / REVOKED_JSON}: not a list of users ({err})") from err
+
+    def revoke_later(self, user: str) -> int:
+        """Revoke ``user``'s tokens kept here, and remember to revoke those in the bucket
+        at the next start; how many were kept here."""
+        removed = self.revoke(user)
+        with open(self.dir / "users.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            users = [u for u in self.revoked_users() if u != user] + [user]
+            _write_private(self.dir / REVOKED_JSON, msgspec.json.encode(users).decode() + "\n")
+        return removed
+
+    def pending(self) -> bool:
+        """Whether anything waits to move into the bucket."""
+        return self.path.exists() or (self.dir / REVOKED_JSON).exists()
+
+    def clear(self) -> None:
+        """Once moved into the bucket."""
+        for path in (self.path, self.dir / REVOKED_JSON):
+            path.unlink(missing_ok=True)
 
     def _current(self) -> list[HttpToken]:
         try:

@@ -65,6 +65,8 @@ class User(msgspec.Struct, frozen=True, kw_only=True):
     """control, agent or operator."""
     node_id: str | None = None
     created_at: float = 0.0
+    read_only: bool = False
+    """An operator that may call the API's read routes only (`herd creds operator --reader`)."""
 
 
 def agent_user(node_id: str) -> str:
@@ -96,16 +98,22 @@ def _consumer_denials() -> list[str]:
 
 SNAPSHOTS_STREAM = "OBJ_HERD_VIEW_SNAPSHOTS"
 """The view snapshots' object store (``control/snapshots.py``): the control plane's only."""
+TOKENS_BUCKET = "herd_http_tokens"
+"""The HTTP API's bearer tokens (``natsd/http_tokens.py``), shared by every replica."""
+TOKENS_STREAM = f"KV_{TOKENS_BUCKET}"
 
 
 def _snapshot_denials() -> list[str]:
     """Every read-only JetStream API subject an operator has, aimed at the snapshots'
     stream: neither its info, nor its messages, nor a consumer on it."""
-    stream = SNAPSHOTS_STREAM
-    return [f"$JS.API.STREAM.INFO.{stream}", f"$JS.API.STREAM.MSG.GET.{stream}",
-            f"$JS.API.DIRECT.GET.{stream}", f"$JS.API.DIRECT.GET.{stream}.>",
-            f"$JS.API.CONSUMER.CREATE.{stream}.>", f"$JS.API.CONSUMER.INFO.{stream}.*",
-            f"$JS.API.CONSUMER.MSG.NEXT.{stream}.*", f"$JS.API.CONSUMER.DELETE.{stream}.*"]
+    # The HTTP tokens' bucket too: only hashes, but nobody's business but the control plane's.
+    out: list[str] = []
+    for stream in (SNAPSHOTS_STREAM, TOKENS_STREAM):
+        out += [f"$JS.API.STREAM.INFO.{stream}", f"$JS.API.STREAM.MSG.GET.{stream}",
+                f"$JS.API.DIRECT.GET.{stream}", f"$JS.API.DIRECT.GET.{stream}.>",
+                f"$JS.API.CONSUMER.CREATE.{stream}.>", f"$JS.API.CONSUMER.INFO.{stream}.*",
+                f"$JS.API.CONSUMER.MSG.NEXT.{stream}.*", f"$JS.API.CONSUMER.DELETE.{stream}.*"]
+    return out
 
 
 def agent_permissions(node_id: str) -> dict[str, Any]:
@@ -136,17 +144,26 @@ def agent_permissions(node_id: str) -> dict[str, Any]:
             "allow_responses": True}
 
 
-def operator_permissions(name: str) -> dict[str, Any]:
+def read_routes() -> list[str]:
+    """The API's read routes, the same set a read-only HTTP token may call."""
+    from herdbook.web.openapi import READS  # the HTTP API's table: one list of reads
+    return sorted(READS)
+
+
+def operator_permissions(name: str, read_only: bool = False) -> dict[str, Any]:
     """Publish: the API under its own name only (``herd.api.v1.<route>.<user>``: the
     control plane records the user as the actor, whatever the body says), requests to
     agents (fault injection, fingerprint), and the read-only JetStream API (stream info,
     message get, consumers it names in the API subject, their pulls and deletes) except
     anything touching a protected consumer. Subscribe: the streams' subjects and inboxes,
     but neither ``herd.api.>`` nor ``herd.agent.>``, so an operator cannot answer in the
-    API's or an agent's name."""
+    API's or an agent's name. ``read_only`` (a reader): the API's read routes only, by
+    name, and no request to an agent."""
+    api = ([f"herd.api.v1.{route}.{name}" for route in read_routes()] if read_only else
+           [f"herd.api.v1.*.{name}", f"herd.api.v1.*.*.{name}",
+            *operator_agent_requests()])
     publish = [
-        f"herd.api.v1.*.{name}", f"herd.api.v1.*.*.{name}",
-        *operator_agent_requests(),
+        *api,
         "$JS.API.INFO", "$JS.API.STREAM.NAMES", "$JS.API.STREAM.LIST",
         "$JS.API.STREAM.INFO.*", "$JS.API.STREAM.MSG.GET.*", "$JS.API.DIRECT.GET.>",
         "$JS.API.CONSUMER.CREATE.*.*", "$JS.API.CONSUMER.CREATE.*.*.>",
@@ -167,7 +184,7 @@ def permissions(user: User) -> dict[str, Any] | None:
         assert user.node_id is not None
         return agent_permissions(user.node_id)
     if user.kind == "operator":
-        return operator_permissions(user.user)
+        return operator_permissions(user.user, user.read_only)
     return None
 
 
@@ -254,9 +271,9 @@ class UserRegistry:
         return self._put(User(user=agent_user(node_id), password=new_password(), kind="agent",
                               node_id=node_id, created_at=time.time()))
 
-    def add_operator(self, name: str) -> User:
+    def add_operator(self, name: str, read_only: bool = False) -> User:
         return self._put(User(user=operator_user(name), password=new_password(),
-                              kind="operator", created_at=time.time()))
+                              kind="operator", created_at=time.time(), read_only=read_only))
 
     def revoke(self, name: str) -> bool:
         if name == CONTROL_USER:
