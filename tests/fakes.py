@@ -10,6 +10,7 @@ from typing import Any
 from herdbook.events.base import Event
 from herdbook.events.codec import AnyEvent
 from herdbook.events.store import ConflictError, EventStore
+from herdbook.projector.catch_up_gc import CatchUpGc
 from herdbook.projector.tables import ReadModel
 
 
@@ -57,6 +58,7 @@ class FakeProjector:
         self.instances = self.model.instances
         self.pool_sizes = self.model.pool_sizes
         self.waited: list[int] = []
+        self.gc = CatchUpGc()   # the scheduler plans under the projector's collector
 
     async def wait_applied(self, seq: int, timeout: float = 10.0) -> None:
         self.waited.append(seq)

@@ -28,7 +28,7 @@ from herdbook.events.evals import EvalStatus, EvalTrigger, Step
 from herdbook.events.store import EventStore
 from herdbook.projector.eval_view import EvalView
 from herdbook.projector.job_view import JobView
-from herdbook.projector.runner import ProjectorRunner, catch_up_gc
+from herdbook.projector.runner import ProjectorRunner
 from herdbook.reactors.eval_broker import BROKER_SUBJECTS, CONSUMER, EvalBroker, advisory_subject
 from herdbook.reactors.eval_deciders import (
     BLOCKING,
@@ -122,7 +122,7 @@ class Scheduler:
             return
         if job.status == "dead":
             await self._cancel_blocked(view.job_id, f"job {view.job_id} stopped")
-        with catch_up_gc():
+        with self.projector.gc.hold():   # the projector's collector, shared with its catch-up
             done = await self._plan_and_apply(eval_id, view, job)
         if done is not None:
             placed, stopped = done
@@ -131,7 +131,7 @@ class Scheduler:
     async def _plan_and_apply(self, eval_id: str, view: EvalView,
                               job: JobView) -> tuple[int, int] | None:
         """Plan and apply until a plan lands (what it placed and stopped) or the eval is
-        reblocked or failed (None). Runs under ``catch_up_gc``: a plan of thousands of
+        reblocked or failed (None). Runs under the projector's ``gc.hold()``: a plan of thousands of
         placements makes as many events, and a full collection of the control plane's
         heap in its middle cost 125-175 ms each at 10,000 nodes (several per plan)."""
         blocked_spawned = False
