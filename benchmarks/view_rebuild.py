@@ -28,7 +28,8 @@ from herdbook.events.codec import encode
 from herdbook.events.node import NodeApproved, NodeDegraded, NodeInfo, NodeRecovered, NodeRegistered
 from herdbook.events.store import stream_last_seq, subject_of
 from herdbook.events.subjects import EVENTS_STREAM
-from herdbook.projector.runner import PULL_BATCH, ProjectorRunner, catch_up_gc
+from herdbook.projector.catch_up_gc import CatchUpGc
+from herdbook.projector.runner import PULL_BATCH, ProjectorRunner
 from herdbook.projector.tables import ReadModel
 
 
@@ -51,9 +52,9 @@ def history(events: int, nodes: int) -> list[tuple[str, bytes, str]]:
 
 def fold_limit(messages: list[tuple[str, bytes, str]]) -> float:
     """Decode + fold in memory: what the projector does per event, minus reading and SQLite,
-    under the same GC thresholds as its catch-up (``catch_up_gc``)."""
+    under the same GC thresholds as its catch-up (``CatchUpGc``)."""
     model = ReadModel()
-    with catch_up_gc():
+    with CatchUpGc().hold():
         start = time.perf_counter()
         for seq, (subject, data, _) in enumerate(messages, start=1):
             model.fold(seq, bind_event(subject, data))

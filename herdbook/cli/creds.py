@@ -129,7 +129,7 @@ def _reloaded(store: Path) -> str:
     from herdbook.natsd.users import auth_enabled
     if _is_cluster(store):
         return (f"now copy {store / 'users.conf'} to every server of the cluster and have "
-                "each reload it: nats-server --signal reload (or systemctl reload herd-nats)")
+                "each reload it: nats-server --signal reload (SIGHUP to its pid)")
     # Every embedded server writes its pid file; one without users has none to reload.
     pid = running_server(store)
     if pid is None:

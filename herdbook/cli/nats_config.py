@@ -87,4 +87,4 @@ def config(
     say(f"  an operator:   herd creds operator NAME [--reader] --config-dir {out}",
         markup=False)
     say("  after each:    copy users.conf to every server, then nats-server --signal reload "
-        "(or systemctl reload herd-nats)", markup=False)
+        "(SIGHUP to its pid)", markup=False)

@@ -3,15 +3,18 @@ list of parts of one shape (``control/parts.py``), in the order they start.
 
 ``herd up`` (``control/up.py``), ``herd sim`` (``sim/world.py``), the integration tests
 and the benchmarks call ``bootstrap`` and then ``start``/``stop`` what it returns. One
-``clock`` reaches every part that reads the time. Nothing here does I/O but reading the
-health policy: connecting, creating streams and starting servers are the parts' starts.
+``clock`` reaches every part that reads the time. The ports (``control/ports.py``: the
+NATS client, the event store, the providers) are arguments: ``bootstrap`` passes the real
+ones unless given others, ``build_plane`` requires them. Nothing here does I/O but
+reading the health policy: connecting, creating streams and starting servers are the
+parts' starts.
 
 The order: the data dir's lock; the embedded nats-server, its supervisor and its disk
 watch; the connection (and streams); the projector, the streams guard, a catch-up (what
 decides reads a view at the stream's end); the agent sync; node-event counting for
 ``/metrics``; this control plane's own node (registered and heartbeating before the
 sweeper reads the stored heartbeats, so a restart does not find itself silent); the
-sweeper, approver and health classifier; the fake provider; the leader lease and, while
+sweeper, approver and health classifier; the providers; the leader lease and, while
 it is held, a catch-up and the reactors that must not run twice; the API; ``/metrics``;
 demo agents.
 """
@@ -22,7 +25,6 @@ import functools
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from nats.aio.client import Client as NATS
 from nats.js.api import StreamConfig
 
 from herdbook.agent.protocol import NodeProtocol
@@ -33,23 +35,23 @@ from herdbook.config import Config, heartbeats_max_age
 from herdbook.control.agent_sync import AgentSync
 from herdbook.control.data_dir import DataDirLock
 from herdbook.control.demo import DemoAgents
+from herdbook.control.endpoints import http_endpoint, metrics_endpoint, serving, serving_http
 from herdbook.control.errors import StartupError
-from herdbook.control.gpu_metrics import GpuExposition, HealthCollector, parse_shard
 from herdbook.control.instances import InstanceManager
 from herdbook.control.leader import BUCKET as LEASES_BUCKET
 from herdbook.control.leader import LeaderLease
-from herdbook.control.metrics import (
-    BreakerCollector,
-    ControlPlaneCollector,
-    Metrics,
-    MetricsServer,
-    Page,
-    scrape,
-)
+from herdbook.control.metrics import BreakerCollector, Metrics, MetricsServer
 from herdbook.control.nats_parts import EmbeddedServer, NatsConnection, ServerSupervisor
 from herdbook.control.parts import Part, Parts, PerTerm, Service, Subscribed
 from herdbook.control.plane import ControlPlane
-from herdbook.control.providers import FakeProvider, LocalProvider, Provider
+from herdbook.control.ports import (
+    REAL_PORTS,
+    Ports,
+    ProviderSite,
+    connection_auth,
+    local_agent_args,
+    stop_providers,
+)
 from herdbook.control.repair_metrics import RepairCollector
 from herdbook.control.replica import ReplicaClaim
 from herdbook.control.requester import RequesterNode, default_requester_id, this_host
@@ -58,15 +60,13 @@ from herdbook.control.snapshots import SNAPSHOTS_STREAM, SnapshotWriter, restore
 from herdbook.control.snapshots import create_bucket as create_snapshots_bucket
 from herdbook.control.streams_guard import StreamsGuard, unreached_seq
 from herdbook.control.view_rebuild import ViewRebuild
-from herdbook.credentials import CredsFile, NatsAuth, write_creds
+from herdbook.credentials import NatsAuth
 from herdbook.events.liveness import SETTINGS_STREAM
 from herdbook.events.positions import NOTIFIER_KEY, POSITIONS_STREAM, KvPosition, open_bucket
-from herdbook.events.store import EventStore
 from herdbook.events.streams import all_streams
 from herdbook.events.subjects import EVENTS_STREAM, validate_id
 from herdbook.health_policy import Policy, PolicyError
 from herdbook.history.repairs_live import LiveRepairs
-from herdbook.natsd.http_tokens import HttpTokens
 from herdbook.natsd.server import EmbeddedNats
 from herdbook.natsd.storage_watch import StorageWatch
 from herdbook.natsd.token_bucket import TokenBucket
@@ -86,17 +86,24 @@ from herdbook.reactors.sweeper import Sweeper
 from herdbook.reactors.telemetry_intake import TelemetryIntake
 from herdbook.reactors.tracking import node_events
 from herdbook.reactors.validation import ValidationReactor, validation_waiting
-from herdbook.web.auth import check_bind
-from herdbook.web.server import WebServer
 
 REQUESTER_HEARTBEAT_INTERVAL = 5.0
 CATCH_UP_TIMEOUT = 60.0
 
 
-def bootstrap(config: Config, *, clock: Clock, demo: int = 0,
+def bootstrap(config: Config, *, clock: Clock, ports: Ports = REAL_PORTS, demo: int = 0,
               on_failure: Callable[[], None] | None = None,
               http_best_effort: bool = False) -> ControlPlane:
-    """The control plane of ``config``, not started. ``demo``: that many in-process
+    """The entry point (`herd up`, `herd sim`, the tests, the benchmarks): ``build_plane``
+    with the real ports unless others are given (``control/ports.py``)."""
+    return build_plane(config, clock=clock, ports=ports, demo=demo, on_failure=on_failure,
+                       http_best_effort=http_best_effort)
+
+
+def build_plane(config: Config, *, clock: Clock, ports: Ports, demo: int = 0,
+                on_failure: Callable[[], None] | None = None,
+                http_best_effort: bool = False) -> ControlPlane:
+    """The control plane of ``config`` over ``ports``, not started. ``demo``: that many in-process
     agents with fake GPUs. ``http_best_effort``: the HTTP port is `herd up`'s default, so
     one in use leaves HTTP off with a warning (another herd up on this host) rather than
     stopping the start. ``on_failure``: called once it cannot go on (``failure``
@@ -109,7 +116,7 @@ def bootstrap(config: Config, *, clock: Clock, demo: int = 0,
     except PolicyError as err:
         raise StartupError(str(err)) from err
 
-    nc = NATS()
+    nc = ports.connection()
     projector = ProjectorRunner(nc, str(data_dir / "view.db"),
                                 batch_size=cfg.projector.batch_size,
                                 batch_interval=float(cfg.projector.batch_interval))
@@ -156,7 +163,7 @@ def bootstrap(config: Config, *, clock: Clock, demo: int = 0,
                          data_dir=data_dir)
     parts.append(Service("replica claim", claim.start, claim.stop))
 
-    store = EventStore(nc.jetstream(), storage_full=storage.full if storage is not None else None)
+    store = ports.store(nc, storage.full if storage is not None else None)
 
     async def start_projector() -> None:
         try:
@@ -227,7 +234,8 @@ def bootstrap(config: Config, *, clock: Clock, demo: int = 0,
     interval = min(REQUESTER_HEARTBEAT_INTERVAL, float(cfg.lifecycle.heartbeat_timeout) / 3)
     requester = NodeProtocol(node_id, actor=f"control:{node_id}", seqs=SeqAllocator(data_dir))
     sweeper = Sweeper(nc, store, projector, cfg, clock=clock, runner=runner)
-    approver = AutoApprover(projector, cfg.approval.auto_approve, runner=runner)
+    approver = AutoApprover(store, projector, cfg.approval.auto_approve, clock=clock,
+                            runner=runner)
     # The breaker decides from its own fold of herd.breaker.> (read whole on every start),
     # not from the projector's view: its runner waits on that fold.
     breaker_fold = BreakerFold(nc)
@@ -236,11 +244,12 @@ def bootstrap(config: Config, *, clock: Clock, demo: int = 0,
     if metrics is not None:
         metrics.registry.register(BreakerCollector(breaker, projector,
                                                    validation_waiting(cfg)))
-    classifier = HealthClassifier(nc, projector, policy, cfg.health.unhealthy_threshold,
+    classifier = HealthClassifier(nc, store, projector, policy, cfg.health.unhealthy_threshold,
                                   pool_thresholds={name: pool.health.unhealthy_threshold
                                                    for name, pool in cfg.pools.items()},
                                   clock=clock, gate=breaker.gate, runner=runner)
-    fake_provider = FakeProvider(nc, data_dir)
+    providers = ports.providers(ProviderSite(nc, data_dir, url,
+                                             local_agent_args(cfg, url, users, embedded)))
     # Every replica keeps the latest GPU telemetry of each node: any of them answers gpu.*.
     telemetry = TelemetryIntake(nc, projector.nodes, clock)
     parts += [RequesterNode(nc, runner, projector.nodes, requester, this_host(),
@@ -254,14 +263,11 @@ def bootstrap(config: Config, *, clock: Clock, demo: int = 0,
               Subscribed("telemetry forgetting",
                          lambda: telemetry.subscribe_to(projector.nodes)),
               Service("telemetry intake", telemetry.start, telemetry.stop),
-              Service("fake provider", stop=fake_provider.stop_all)]
+              Service("providers", stop=functools.partial(stop_providers, providers))]
 
     # What must not run twice runs on the leader only (control/leader.py), built afresh
     # for every term.
     lease = LeaderLease(nc, node_id, ttl=float(cfg.leader_ttl), replicas=cfg.nats.replicas)
-    providers: dict[str, Provider] = {
-        "local": LocalProvider(data_dir, url, local_agent_args(cfg, url, users, embedded)),
-        "fake": fake_provider}
 
     def fingerprints() -> dict[str, str]:
         return {n: b.fingerprint for n, b in sweeper.beats.items() if b.fingerprint}
@@ -270,21 +276,22 @@ def bootstrap(config: Config, *, clock: Clock, demo: int = 0,
         Service("leader lease", lease.start, lease.stop),
         Service("leader catch-up", catch_up, leader_only=True),
         PerTerm("instance manager",
-                lambda: InstanceManager(cfg, projector, sweeper, providers, clock=clock,
+                lambda: InstanceManager(cfg, store, projector, sweeper, providers, clock=clock,
                                         gate=breaker.gate, runner=runner)),
         PerTerm("notifier", lambda: Notifier(
-            cfg.notifier, projector, clock=clock, runner=runner,
+            cfg.notifier, store, projector, clock=clock, runner=runner,
             position=KvPosition(nc, NOTIFIER_KEY, holder=node_id, clock=clock,
                                 replicas=cfg.nats.replicas),
             events=functools.partial(node_events, nc))),
         PerTerm("allocation reactor",
-                lambda: AllocationReactor(projector, cfg, runner=runner)),
-        PerTerm("scheduler", lambda: Scheduler(nc, projector, cfg, clock=clock, runner=runner)),
+                lambda: AllocationReactor(store, projector, cfg, clock=clock, runner=runner)),
+        PerTerm("scheduler", lambda: Scheduler(nc, store, projector, cfg, clock=clock,
+                                                runner=runner)),
         PerTerm("sensitive reactor",
-                lambda: SensitiveReactor(projector, cfg, fingerprints, clock=clock,
+                lambda: SensitiveReactor(store, projector, cfg, fingerprints, clock=clock,
                                          gate=breaker.gate, runner=runner)),
         PerTerm("validation reactor",
-                lambda: ValidationReactor(projector, cfg, clock=clock,
+                lambda: ValidationReactor(store, projector, cfg, clock=clock,
                                           gate=breaker.gate, runner=runner))]
     if cfg.view.snapshots:
         parts.append(PerTerm("view snapshots", lambda: SnapshotWriter(
@@ -317,8 +324,9 @@ def bootstrap(config: Config, *, clock: Clock, demo: int = 0,
         parts.append(DemoAgents(nc, url, data_dir / "demo", demo, known=projector.nodes))
     return ControlPlane(
         config=cfg, clock=clock, node_id=node_id, data_dir=data_dir, url=url, nc=nc,
-        store=store, runner=runner, projector=projector, sweeper=sweeper, approver=approver,
-        classifier=classifier, agent_sync=agent_sync, streams_guard=streams_guard,
+        store=store, providers=providers, runner=runner, projector=projector,
+        sweeper=sweeper, approver=approver, classifier=classifier, agent_sync=agent_sync,
+        streams_guard=streams_guard,
         lease=lease, api=api, rebuild_view=rebuild_view, parts=Parts(parts, lease),
         embedded=embedded, users=users, storage=storage, supervisor=supervisor,
         metrics=metrics, metrics_server=metrics_server, web=web_server)
@@ -326,97 +334,3 @@ def bootstrap(config: Config, *, clock: Clock, demo: int = 0,
 
 def streams_of(cfg: Config) -> list[StreamConfig]:
     return all_streams(cfg.nats.replicas, float(cfg.health.max_age), heartbeats_max_age(cfg))
-
-
-def connection_auth(auth: NatsAuth, users: UserRegistry | None) -> Callable[[], NatsAuth]:
-    """The control plane's own credentials: with ``nats.auth``, its user on the embedded
-    server (created by the server's start); else what the config gives."""
-    if users is None:
-        return lambda: auth
-
-    def control_user() -> NatsAuth:
-        control = users.ensure_control()
-        return NatsAuth(user=control.user, password=control.password)
-    return control_user
-
-
-def metrics_endpoint(cfg: Config, metrics: Metrics, projector: ProjectorRunner,
-                     sweeper: Sweeper, nc: NATS,
-                     telemetry: TelemetryIntake | None = None) -> MetricsServer:
-    """``GET /metrics`` on ``metrics.host:port``, collected from the view and the
-    sweeper at scrape time; with ``telemetry``, the node and GPU health series there
-    and every GPU's readings on ``/metrics/gpus`` (``control/gpu_metrics.py``)."""
-    collector = ControlPlaneCollector(metrics, projector, sweeper)
-    metrics.registry.register(collector)
-    js = nc.jetstream()
-    pages: dict[str, Page] = {}
-    if telemetry is not None:
-        metrics.registry.register(HealthCollector(lambda: projector.nodes, telemetry))
-        gpus = GpuExposition(lambda: projector.nodes, telemetry)
-
-        async def gpu_page(query: dict[str, str]) -> list[bytes]:
-            return await gpus.chunks(*parse_shard(query))
-        pages["/metrics/gpus"] = gpu_page
-    return MetricsServer(cfg.metrics.host, cfg.metrics.port,
-                         lambda: scrape(metrics.registry, collector, js), pages)
-
-
-def serving(server: MetricsServer) -> Callable[[], Awaitable[None]]:
-    async def start() -> None:
-        try:
-            await server.start()
-        except OSError as err:
-            raise StartupError(f"cannot serve metrics on {server.host}:{server.port}: "
-                               f"{err.strerror} (pass another --metrics-port)") from err
-    return start
-
-
-def http_endpoint(cfg: Config, api: Api, sweeper: Sweeper, nc: NATS, clock: Clock,
-                  best_effort: bool = False) -> WebServer | None:
-    """The HTTP API on ``http.host:port`` (off without a port or with 0); with
-    ``nats.auth`` it takes the bearer tokens of ``herd creds operator --http``."""
-    if not cfg.http.port:
-        return None
-    tokens = (TokenBucket(nc, cfg.nats.replicas, HttpTokens(Path(cfg.data_dir) / "nats"))
-              if cfg.nats.auth else None)
-    if check_bind(cfg.http.host, tokens is not None) is not None:
-        raise StartupError(str(check_bind(cfg.http.host, tokens is not None)))
-    return WebServer(api, sweeper, nc, host=cfg.http.host, port=cfg.http.port, tokens=tokens,
-                     clock=clock, best_effort=best_effort)
-
-
-def serving_http(server: WebServer) -> Callable[[], Awaitable[None]]:
-    async def start() -> None:
-        try:
-            await server.start()
-        except OSError as err:
-            raise StartupError(f"cannot serve HTTP on {server.host}:{server.port}: "
-                               f"{err.strerror} (pass another --http-port, or 0: off)") from err
-        if server.serving and isinstance(server.tokens, TokenBucket):
-            try:   # for `herd creds operator --http`'s example: the port in use
-                server.tokens.record_url(server.url)
-            except OSError:
-                pass   # the example then names the default port
-    return start
-
-
-def local_agent_args(cfg: Config, url: str, users: UserRegistry | None,
-                     embedded: EmbeddedNats | None) -> Callable[[str, Path], list[str]]:
-    """How an agent the local provider starts connects: its own credentials, issued
-    here, on an auth-enabled embedded server; the control plane's TLS options."""
-    def agent_args(node_id: str, state_dir: Path) -> list[str]:
-        args: list[str] = []
-        if users is not None:
-            user = users.add_agent(node_id)
-            users.reload_server()
-            path = state_dir / "agent.creds"
-            write_creds(path, CredsFile(user=user.user, password=user.password, url=url,
-                                        kind=user.kind, node_id=node_id))
-            args += ["--creds", str(path)]
-        tls = cfg.nats.tls
-        for flag, value in (("--tls-ca", tls.ca), ("--tls-cert", tls.cert),
-                            ("--tls-key", tls.key)):
-            if value and embedded is None:
-                args += [flag, value]
-        return args
-    return agent_args

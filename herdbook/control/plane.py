@@ -17,6 +17,7 @@ from herdbook.control.leader import LeaderLease
 from herdbook.control.metrics import Metrics, MetricsServer
 from herdbook.control.nats_parts import ServerSupervisor
 from herdbook.control.parts import Parts
+from herdbook.control.providers import Provider
 from herdbook.control.streams_guard import StreamsGuard
 from herdbook.control.view_rebuild import ViewRebuild
 from herdbook.credentials import redact
@@ -43,6 +44,8 @@ class ControlPlane:
     nc: NATS
     """Connected by ``start``."""
     store: EventStore
+    providers: dict[str, Provider]
+    """What creates instances, by name (``control/ports.py``): the instance manager's."""
     runner: DecideRunner
     projector: ProjectorRunner
     sweeper: Sweeper

@@ -15,7 +15,7 @@ from herdbook.events.batch import BATCH_ID
 from herdbook.events.evals import EvalStatus
 from herdbook.events.store import EXPECTED_LAST_SUBJECT_SEQ_SUBJECT, ConflictError, EventStore
 from herdbook.events.subjects import EVENTS_STREAM
-from herdbook.projector.runner import CATCH_UP_GC_GEN0
+from herdbook.projector.catch_up_gc import CATCH_UP_GC_GEN0
 from herdbook.reactors import plan_apply, scheduler
 from tests.integration.test_batch_append import placed, stored
 from tests.integration.test_scheduler import Harness

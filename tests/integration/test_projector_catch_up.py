@@ -14,7 +14,8 @@ from herdbook.events.node import NodeDegraded, NodeRecovered, NodeRegistered
 from herdbook.events.store import EventStore, stream_last_seq, subject_of
 from herdbook.events.subjects import EVENTS_STREAM
 from herdbook.projector import fresh_view, schema
-from herdbook.projector.runner import CATCH_UP_GC_GEN0, ProjectorRunner
+from herdbook.projector.catch_up_gc import CATCH_UP_GC_GEN0
+from herdbook.projector.runner import ProjectorRunner
 from tests.integration.test_backlog_reader import fill
 
 
@@ -75,7 +76,7 @@ async def test_a_rebuilds_last_commit_runs_under_the_catch_up_gc(nc, tmp_path, m
     try:
         await runner.wait_applied(last, timeout=30)
         assert seen[0] == (CATCH_UP_GC_GEN0, True)   # the install's commit
-        for _ in range(100):   # the follower leaves catch_up_gc once it installed the view
+        for _ in range(100):   # the follower leaves the catch-up gc once it installed the view
             if gc.get_threshold()[0] != CATCH_UP_GC_GEN0:
                 break
             await asyncio.sleep(0.05)
