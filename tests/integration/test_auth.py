@@ -11,7 +11,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import nats
+import nats.errors
 import pytest
 from nats.js.errors import NotFoundError
 
@@ -21,13 +23,14 @@ from herdbook.config import parse_config
 from herdbook.control.bootstrap import bootstrap
 from herdbook.control.plane import ControlPlane
 from herdbook.credentials import CredentialsError, NatsAuth, read_creds, tls_context
+from herdbook.events.agent_requests import LogsRequest, logs_reply_decoder
 from herdbook.events.codec import encode
 from herdbook.events.heartbeat import Heartbeat
 from herdbook.events.node import NodeApproved
 from herdbook.events.store import EventStore
-from herdbook.events.subjects import EVENTS_STREAM, HEARTBEATS_STREAM
+from herdbook.events.subjects import EVENTS_STREAM, HEARTBEATS_STREAM, logs_subject
 from herdbook.natsd.server import find_binary
-from tests.conftest import free_port, herd
+from tests.conftest import HERD, free_port, herd
 from tests.integration.conftest import running_plane
 from tests.integration.test_agent_and_control import eventually
 
@@ -100,17 +103,36 @@ async def test_an_agent_with_its_own_credentials_registers_heartbeats_and_is_app
             done = await asyncio.to_thread(herd, "--creds", str(operator_creds), *args)
             assert done.returncode == 0 and done.stdout.startswith("Ok"), (args, done.stderr)
         job = tmp_path / "job.yaml"
-        job.write_text('id: short\ncount: 1\ncommand: ["sleep", "0.3"]\n'
+        go = tmp_path / "go"   # the workload writes its second line once this exists
+        job.write_text('id: short\ncount: 1\ncommand: ["sh", "-c", "echo one; while [ ! -e '
+                       f"{go} ]; do sleep 0.05; done; echo two\"]\n"
                        "resources: {cpu: 0.01, memory_mb: 1, gpus: 1}\n")
         ran = await asyncio.to_thread(herd, "--creds", str(operator_creds), "job", "run",
                                       str(job))
         assert ran.returncode == 0, ran.stderr
 
+        async def running() -> Any:
+            return next((a for a in plane.projector.allocs.values()
+                         if a.status == "running"), None) if plane.projector else None
+
         async def completed() -> bool:
             return any(a.status == "complete" for a in plane.projector.allocs.values()) \
                 if plane.projector else False
 
+        # `herd alloc logs -f` through the control plane, from the agent's own files,
+        # until the workload ends (issue 31 item 2)
+        alloc = await eventually(running, timeout=20)
+        follow = await asyncio.create_subprocess_exec(
+            *HERD, "--creds", str(operator_creds), "alloc", "logs", alloc.id[:10], "-f",
+            "--tail", "1", "--interval", "0.1", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert follow.stdout is not None
+        first = await asyncio.wait_for(follow.stdout.readline(), 20)
+        go.touch()
+        rest, errors = await asyncio.wait_for(follow.communicate(), 20)
+        assert (follow.returncode, first + rest) == (0, b"one\ntwo\n"), errors
         await eventually(completed, timeout=20)
+        await _another_nodes_agent_cannot_read_the_log(plane, tmp_path, alloc.id,
+                                                       operator_creds)
     finally:
         await agent.stop()
         await task
@@ -124,8 +146,36 @@ async def test_an_agent_with_its_own_credentials_registers_heartbeats_and_is_app
     finally:
         await again.stop()
         await task
-    # the real agent's every publish and subscription was allowed
-    assert "Violation" not in server_log(plane)
+    # the real agent's every publish and subscription was allowed (gpu-2's are the attack's)
+    assert not [line for line in server_log(plane).splitlines()
+                if "Violation" in line and "user:agent-gpu-2" not in line]
+
+
+async def _another_nodes_agent_cannot_read_the_log(plane: ControlPlane, tmp_path: Path,
+                                                   alloc_id: str, operator_creds: Path) -> None:
+    """An attacker holding gpu-2's agent credentials asks gpu-1's agent for a workload's
+    output, directly and through the API: the server refuses both publishes. An operator
+    asking the same subject is answered, so the refusal is the permission, not the
+    subject."""
+    request = msgspec.json.encode(LogsRequest(alloc_id=alloc_id, tail=1))
+    operator = await connect_as(plane, operator_creds, [])
+    try:
+        answer = logs_reply_decoder.decode(
+            (await operator.request(logs_subject("gpu-1"), request, timeout=5)).data)
+        assert answer.ok and (answer.data, answer.offset) == ("two\n", 4), answer
+    finally:
+        await operator.close()
+    errors: list[str] = []
+    attacker = await connect_as(plane, await issue(tmp_path, "agent", "gpu-2"), errors)
+    try:
+        for subject in (logs_subject("gpu-1"), "herd.api.v1.alloc.logs",
+                        "herd.api.v1.alloc.logs.agent-gpu-2"):
+            with pytest.raises((nats.errors.TimeoutError, nats.errors.NoRespondersError)):
+                await attacker.request(subject, request, timeout=0.25)
+    finally:
+        await attacker.close()
+    assert errors == [f'nats: permissions violation for publish to "{subject}"' for subject in (
+        "herd.agent.gpu-1.logs", "herd.api.v1.alloc.logs", "herd.api.v1.alloc.logs.agent-gpu-2")]
 
 
 async def test_agent_credentials_cannot_heartbeat_for_another_node_nor_approve_itself(
