@@ -2,12 +2,10 @@
 request's facts and the runner's ``Context``, and returns a ``Decision`` (the events and
 the version they were decided from) or raises ``CommandRefused`` / ``ApiError``. No I/O:
 ``DecideRunner`` appends, retries on a conflict and waits for the view. Node intents and
-membership decide in ``reactors.intents`` / ``reactors.membership``; ``on_node`` wraps
-them."""
+membership decide in ``reactors.intents`` / ``reactors.membership``; the command table
+(``api/commands.py``) wraps them."""
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 from msgspec.structs import replace
 
@@ -17,7 +15,7 @@ from herdbook.events.alloc import AllocRequeueApproved, AllocStatus
 from herdbook.events.eval_events import EvalEvent
 from herdbook.events.evals import EvalTrigger, Step
 from herdbook.events.jobs import JobDeregistered, JobRegistered, JobSpec
-from herdbook.events.node import NodeDeclared, NodeEvent
+from herdbook.events.node import NodeDeclared
 from herdbook.events.pool import PoolScaled
 from herdbook.events.states import NodeClass
 from herdbook.projector.alloc_view import AllocView
@@ -26,14 +24,6 @@ from herdbook.projector.job_view import JobView
 from herdbook.projector.node_view import NodeView
 from herdbook.reactors.refused import CommandRefused
 from herdbook.reactors.runner import Context, Decision
-
-
-def on_node(view: NodeView | None, node_id: str, decide: Callable[[NodeView], NodeEvent],
-            context: Context) -> Decision[NodeEvent]:
-    """A node command: ``decide`` (an intent or membership decider) on the node's view."""
-    if view is None:
-        raise ApiError("not_found", f"node {node_id} not found")
-    return Decision(view.version, [decide(view)])
 
 
 def decide_add_node(view: NodeView | None, version: int, node_id: str, *, actor: str,

@@ -14,16 +14,12 @@ from nats.aio.client import Client as NATS
 from nats.js.errors import NotFoundError
 
 from herdbook.api.caller import caller
-from herdbook.api.deciders import decide_add_node, on_node
+from herdbook.api.commands import VERBS, NodeVerb, decide_verb
 from herdbook.api.lookup import ApiError, decode, resolve
 from herdbook.api.messages import (
     MAX_PAGE_ITEMS,
-    AddNode,
     ById,
-    ClaimNode,
     CommandResult,
-    DrainNode,
-    EnableNode,
     GpuSummary,
     Heartbeat,
     ListNodes,
@@ -32,8 +28,6 @@ from herdbook.api.messages import (
     NodeDetail,
     NodeSummary,
     Page,
-    ReleaseNode,
-    WipeNode,
 )
 from herdbook.api.present import MAX_TEXT, NodeJsonCache, node_detail, node_summary, shown
 from herdbook.config import Config
@@ -47,11 +41,10 @@ from herdbook.projector.node_view import NodeView
 from herdbook.projector.runner import ProjectorRunner
 from herdbook.reactors import intents
 from herdbook.reactors.heartbeats import NodeBeat
-from herdbook.reactors.membership import decide_approve, decide_delete, decide_reject
 from herdbook.reactors.refused import AlreadyDone
 from herdbook.reactors.runner import Context, DecideRunner
 from herdbook.reactors.sweeper import Sweeper
-from herdbook.reactors.validation import decide_validate_request, failures_within, waiting
+from herdbook.reactors.validation import failures_within, waiting
 from herdbook.text import clip
 
 PAGE_BYTES = 700_000          # replies stay well under NATS's 1 MB max_payload
@@ -82,39 +75,12 @@ class NodeRoutes:
         """A node's GPUs with their health and readings (``api/gpus.py``), for describe."""
 
     def routes(self) -> dict[str, Handler]:
-        wipe_timeout = float(self.config.sensitive.wipe_timeout)
+        """The queries, and one route per verb of the command table (``api/commands.py``)."""
         return {
             "node.list": self.node_list,
             "node.describe": self.node_describe,
             "node.conformance": self.node_conformance,
-            "node.add": self.node_add,
-            "node.approve": self._command(NodeCommand, lambda v, r: decide_approve(
-                v, caller(r), r.reason)),
-            "node.reject": self._command(NodeCommand, lambda v, r: decide_reject(
-                v, caller(r), r.reason)),
-            "node.delete": self._command(NodeCommand, lambda v, r: decide_delete(
-                v, caller(r), r.reason)),
-            "node.cordon": self._command(NodeCommand, lambda v, r: intents.decide_cordon(
-                v, caller(r), r.reason)),
-            "node.uncordon": self._command(NodeCommand, lambda v, r: intents.decide_uncordon(
-                v, caller(r), r.reason)),
-            "node.drain": self._command(DrainNode, lambda v, r: intents.decide_drain(
-                v, caller(r), r.reason, r.urgent, r.deadline_s)),
-            "node.undrain": self._command(NodeCommand, lambda v, r: intents.decide_undrain(
-                v, caller(r), r.reason, self._facts(v))),
-            "node.disable": self._command(NodeCommand, lambda v, r: intents.decide_disable(
-                v, caller(r), r.reason)),
-            "node.enable": self._command(EnableNode, lambda v, r: intents.decide_enable(
-                v, caller(r), r.reason, self._facts(v), r.force)),
-            "node.reboot": self._command(NodeCommand, lambda v, r: intents.decide_reboot(
-                v, caller(r), r.reason)),
-            "node.claim": self._command(ClaimNode, lambda v, r: intents.decide_claim(
-                v, caller(r), r.user, r.tenant, r.reason)),
-            "node.release": self._command(ReleaseNode, lambda v, r: intents.decide_release(
-                v, caller(r), r.user, r.reason)),
-            "node.wipe": self._command(WipeNode, lambda v, r: intents.decide_wipe(
-                v, caller(r), r.reason, r.force, wipe_timeout)),
-            "node.validate": self.node_validate,
+            **{verb.route: self._command(verb) for verb in VERBS},
         }
 
     # queries ------------------------------------------------------------------------
@@ -263,13 +229,17 @@ class NodeRoutes:
         return Page(items=items)
 
     # commands -----------------------------------------------------------------------
-    def _command(self, kind: type[C], decide: Callable[[NodeView, C], NodeEvent]) -> Handler:
+    def _command(self, verb: NodeVerb) -> Handler:
+        """The route of ``verb``: decode its request, decide it on the node's view with
+        the facts it reads, append through the runner."""
         async def handler(data: bytes) -> CommandResult:
-            req = decode(data, kind)
+            req = decode(data, verb.request)
+            facts = _Facts(self, await self.store.last_sequence("node", req.id)
+                           if verb.creates else 0)
 
             def decision(context: Context) -> Any:
-                return on_node(self.projector.nodes.get(req.id), req.id,
-                               lambda view: decide(view, req), context)
+                return decide_verb(verb, self.projector.nodes.get(req.id), req, caller(req),
+                                   facts, context)
 
             try:
                 appended = await self.runner.run("node", req.id, decision)
@@ -281,51 +251,34 @@ class NodeRoutes:
             return self._result(req.id, appended.events[0], appended.seq)
         return handler
 
-    async def node_validate(self, data: bytes) -> CommandResult:
-        """Run the configured validation check on a READY node that runs nothing
-        (``reactors/validation.py``): it is VALIDATING until the check ends."""
-        req = decode(data, NodeCommand)
-
-        def decision(context: Context) -> Any:
-            view = self.projector.nodes.get(req.id)
-            if view is None:
-                raise ApiError("not_found", f"node {req.id} not found")
-            check = self.config.validation
-            return decide_validate_request(view, check if check.enabled else None,
-                                           self._alloc_counts().get(view.id, 0), caller(req),
-                                           req.reason, context)
-
-        try:
-            appended = await self.runner.run("node", req.id, decision)
-        except AlreadyDone as done:
-            view = self.projector.nodes.get(req.id)
-            return CommandResult(event="", event_id="", unchanged=str(done),
-                                 seq=0 if view is None else view.version,
-                                 node=None if view is None else self.detail(view))
-        return self._result(req.id, appended.events[0], appended.seq)
-
-    async def node_add(self, data: bytes) -> CommandResult:
-        """Declare a node that has never reported (UNKNOWN), Lattice's inventory."""
-        req = decode(data, AddNode)
-        version = await self.store.last_sequence("node", req.id)
-        appended = await self.runner.run("node", req.id, lambda context: decide_add_node(
-            self.projector.nodes.get(req.id), version, req.id, actor=caller(req),
-            reason=req.reason, node_class=req.node_class, labels=req.labels,
-            context=context))
-        return self._result(req.id, appended.events[0], appended.seq)
-
     def _result(self, node_id: str, event: NodeEvent, seq: int) -> CommandResult:
         after = self.projector.nodes.get(node_id)
         return CommandResult(event=event.event_name, event_id=event.event_id, seq=seq,
                              node=None if after is None else self.detail(after))
 
-    def _facts(self, view: NodeView) -> intents.HeartbeatFacts:
-        beat = self.sweeper.beats.get(view.id)
+
+class _Facts:
+    """What a verb's decider reads besides the view (``commands.Facts``), each answered
+    only when asked: a cordon reads none of it."""
+
+    def __init__(self, routes: NodeRoutes, last_sequence: int) -> None:
+        self._routes = routes
+        self.last_sequence = last_sequence
+        self.wipe_timeout = float(routes.config.sensitive.wipe_timeout)
+        check = routes.config.validation
+        self.validation = check if check.enabled else None
+
+    def heartbeat(self, view: NodeView) -> intents.HeartbeatFacts:
+        sweeper = self._routes.sweeper
+        beat = sweeper.beats.get(view.id)
         return intents.HeartbeatFacts(
-            heartbeat_age=self.sweeper.heartbeat_age(view.id),
-            heartbeat_timeout=self.sweeper.timeouts(view).heartbeat_timeout,
+            heartbeat_age=sweeper.heartbeat_age(view.id),
+            heartbeat_timeout=sweeper.timeouts(view).heartbeat_timeout,
             gpu_count=None if beat is None else beat.gpu_count,
             fingerprint=None if beat is None else beat.fingerprint)
+
+    def live_allocations(self, view: NodeView) -> int:
+        return self._routes._alloc_counts().get(view.id, 0)
 
 
 def _agent_text(view: NodeView, beat: NodeBeat | None) -> str | None:

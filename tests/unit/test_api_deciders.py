@@ -4,9 +4,12 @@ then these events at this version, or this refusal. No store, no server."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
+from herdbook.api.commands import BY_NAME, decide_verb
 from herdbook.api.deciders import (
     decide_add_node,
     decide_new_eval,
@@ -15,9 +18,9 @@ from herdbook.api.deciders import (
     decide_retry_eval,
     decide_scale_pool,
     decide_stop_job,
-    on_node,
 )
 from herdbook.api.lookup import ApiError
+from herdbook.api.messages import NodeCommand
 from herdbook.config import PoolConfig
 from herdbook.events.alloc import AllocRequeueApproved, AllocStatus
 from herdbook.events.eval_events import EvalCreated
@@ -29,7 +32,6 @@ from herdbook.projector.alloc_view import AllocView
 from herdbook.projector.eval_view import EvalView
 from herdbook.projector.job_view import JobView
 from herdbook.projector.node_view import NodeView
-from herdbook.reactors.intents import decide_cordon
 from herdbook.reactors.refused import CommandRefused
 from herdbook.reactors.runner import Context
 
@@ -38,12 +40,14 @@ NODE = NodeView(id="n1", type=NodeType.COMPUTE, approval=Approval.APPROVED,
                 lifecycle=Lifecycle.READY, version=7)
 SPEC = JobSpec(id="train", command=["python", "train.py"], priority=70)
 JOB = JobView(id="train", spec=SPEC, version=11)
+NO_FACTS: Any = SimpleNamespace()   # a cordon reads no facts: any read is an AttributeError
 LOST = AllocView(id="a1", job_id="train", node_id="n1", eval_id="e0", index=0,
                  command=["x"], status=AllocStatus.LOST, requeue_allowed=False)
 
 
 def test_a_node_command_decides_on_the_view_at_its_version() -> None:
-    decision = on_node(NODE, "n1", lambda v: decide_cordon(v, "ana", "fan"), NOW)
+    decision = decide_verb(BY_NAME["cordon"], NODE, NodeCommand(id="n1", reason="fan"), "ana",
+                           NO_FACTS, NOW)
     [event] = decision.events
     assert decision.expected == 7
     assert isinstance(event, NodeCordoned) and (event.actor, event.reason) == ("ana", "fan")
@@ -51,7 +55,7 @@ def test_a_node_command_decides_on_the_view_at_its_version() -> None:
 
 def test_a_node_command_on_no_node_is_not_found() -> None:
     with pytest.raises(ApiError) as err:
-        on_node(None, "n9", lambda v: decide_cordon(v, "ana", ""), NOW)
+        decide_verb(BY_NAME["cordon"], None, NodeCommand(id="n9"), "ana", NO_FACTS, NOW)
     assert err.value.code == "not_found" and str(err.value) == "node n9 not found"
 
 
