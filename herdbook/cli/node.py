@@ -1,5 +1,5 @@
-"""`herd node ...`: list, describe, history, add, reboot, status; the commands that take
-many nodes live in ``herdbook.cli.node_actions``."""
+"""`herd node ...`: list, describe, history, status; the node commands (approve, cordon,
+drain, add, ...) are generated from the command table by ``herdbook.cli.node_actions``."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from herdbook.cli import client, node_actions, node_list
-from herdbook.cli.node_args import NodeId, Reason, parse_labels, send_command, server
+from herdbook.cli.node_args import server
 from herdbook.cli.node_list import LOG_TIMEOUT as LOG_TIMEOUT  # audit.py reads it here
 from herdbook.cli.node_list import ORDER_KEYS, parse_at
 from herdbook.cli.output import (
@@ -109,33 +109,7 @@ def history(ctx: typer.Context,
             echo(line)
 
 
-for name in ("approve", "reject", "delete"):
-    node_app.command(name)(getattr(node_actions, name))
-
-
-@node_app.command("add")
-def add(ctx: typer.Context, node_id: NodeId, message: Reason = "",
-        node_class: Annotated[str, typer.Option("--class", help="standard, sensitive or "
-                                                "borrowed.")] = "standard",
-        labels: Annotated[str | None, typer.Option("--labels", help="k=v[,k=v]")] = None) -> None:
-    """Declare a node that has not reported yet: it is UNKNOWN until its agent starts."""
-    if node_class not in ("standard", "sensitive", "borrowed"):
-        raise client.fail(f"invalid class {node_class!r}; choose from standard, sensitive, "
-                          "borrowed", client.EXIT_USAGE)
-    from herdbook.api.messages import AddNode
-    from herdbook.events.states import NodeClass
-    send_command(ctx, "node.add", node_id, message, AddNode, node_class=NodeClass(node_class),
-             labels=parse_labels(labels))
-
-
-for name in ("cordon", "uncordon", "drain", "undrain", "disable", "enable", "validate"):
-    node_app.command(name)(getattr(node_actions, name))
-
-
-@node_app.command("reboot")
-def reboot(ctx: typer.Context, node_id: NodeId, message: Reason = "") -> None:
-    """Request a reboot of a DOWN or FAILED node: BOOTING until its boot check passes."""
-    send_command(ctx, "node.reboot", node_id, message)
+node_actions.register(node_app, ("node",))   # every verb of api/commands.py's table
 
 
 STATUS_KEYS = ("id", "state", "approval", "lifecycle", "health", "intent", "schedulable",

@@ -1,125 +1,116 @@
-"""The node commands that take many nodes (`herd node approve|reject|delete|cordon|
-uncordon|drain|undrain|disable|enable`): several ids, or a selection by labels, state
-and approval. Registered on the node app by ``herdbook.cli.node``."""
+"""The node commands, generated from the command table (``herdbook.api.commands.VERBS``):
+`herd node approve|cordon|drain|...` and `herd admin node wipe`. A bulk verb takes
+several ids or a selection by labels, state and approval; every verb gets its options,
+its confirmation (``--yes``) and its --help from its entry. Registered on the node apps
+by ``herdbook.cli.node`` and ``herdbook.cli.sensitive``."""
 
 from __future__ import annotations
 
-from typing import Annotated
+import inspect
+from typing import Annotated, Any
 
 import typer
 
+from herdbook.api.commands import VERBS, NodeVerb, Option
 from herdbook.cli import client
-from herdbook.cli.bulk import ApprovalFilter, NodeIds, Selector, StateFilter, act, selection
-from herdbook.cli.node_args import Reason, Yes
+from herdbook.cli.bulk import (
+    ApprovalFilter,
+    NodeIds,
+    Selection,
+    Selector,
+    StateFilter,
+    act,
+    selection,
+)
+from herdbook.cli.node_args import NodeId, Reason, Yes, parse_labels
+
+_KW = inspect.Parameter.KEYWORD_ONLY
 
 
-def approve(ctx: typer.Context, node_ids: NodeIds = None, message: Reason = "",
-            selector: Selector = None, filter_state: StateFilter = None,
-            filter_approval: ApprovalFilter = None) -> None:
-    """Approve PENDING (or REJECTED) nodes so they can take part in the cluster.
-
-    Example: herd node approve -l rack=r1 --filter-approval pending"""
-    act(ctx, "node.approve", selection(node_ids, selector, filter_state, filter_approval),
-        message)
-
-
-def reject(ctx: typer.Context, node_ids: NodeIds = None, message: Reason = "",
-           selector: Selector = None, filter_state: StateFilter = None,
-           filter_approval: ApprovalFilter = None) -> None:
-    """Reject nodes; they stay REJECTED even if they register again."""
-    act(ctx, "node.reject", selection(node_ids, selector, filter_state, filter_approval),
-        message)
-
-
-def delete(ctx: typer.Context, node_ids: NodeIds = None, message: Reason = "",
-           selector: Selector = None, filter_state: StateFilter = None,
-           filter_approval: ApprovalFilter = None) -> None:
-    """Remove nodes from the view; an agent that registers again is PENDING."""
-    act(ctx, "node.delete", selection(node_ids, selector, filter_state, filter_approval),
-        message)
+def _parameter(option: Option) -> inspect.Parameter:
+    """The typer parameter of ``option``, named as its request field."""
+    flag = typer.Option(f"--{option.name}", help=option.help)
+    if option.kind == "flag":
+        return inspect.Parameter(option.field, _KW, annotation=Annotated[bool, flag],
+                                 default=False)
+    if option.kind == "text" and option.required:
+        return inspect.Parameter(option.field, _KW, annotation=Annotated[str, flag])
+    if option.kind == "text":
+        return inspect.Parameter(option.field, _KW, annotation=Annotated[str, flag], default="")
+    if option.kind == "class":
+        return inspect.Parameter(option.field, _KW, annotation=Annotated[str, flag],
+                                 default="standard")
+    return inspect.Parameter(option.field, _KW, annotation=Annotated[str | None, flag],
+                             default=None)
 
 
-def cordon(ctx: typer.Context, node_ids: NodeIds = None, message: Reason = "",
-           selector: Selector = None, filter_state: StateFilter = None,
-           filter_approval: ApprovalFilter = None) -> None:
-    """Stop scheduling new work on nodes; running work continues.
-
-    Example: herd node cordon -l rack=r3 -m 'rack PDU swap'"""
-    act(ctx, "node.cordon", selection(node_ids, selector, filter_state, filter_approval),
-        message)
-
-
-def uncordon(ctx: typer.Context, node_ids: NodeIds = None, message: Reason = "",
-             selector: Selector = None, filter_state: StateFilter = None,
-             filter_approval: ApprovalFilter = None) -> None:
-    """Schedule on nodes again; also clears UNHEALTHY or DEGRADED (a held fault) once the
-    hardware was checked."""
-    act(ctx, "node.uncordon", selection(node_ids, selector, filter_state, filter_approval),
-        message)
-
-
-def drain(ctx: typer.Context, node_ids: NodeIds = None, message: Reason = "",
-          urgent: Annotated[bool, typer.Option("--urgent", help="Checkpoint running "
-                                               "allocations (asks for confirmation).")] = False,
-          deadline: Annotated[str | None, typer.Option("--deadline", help="Stop what still "
-                                                       "runs after this long, e.g. 30m.")] = None,
-          yes: Yes = False, selector: Selector = None, filter_state: StateFilter = None,
-          filter_approval: ApprovalFilter = None) -> None:
-    """Move work off nodes: DRAINING, then DRAINED when nothing runs on them."""
-    from herdbook.durations import parse_duration
-    deadline_s = None
-    if deadline is not None:
+def _value(option: Option, given: Any) -> Any:
+    """The request field's value from the option as typed; a bad one: exit 2."""
+    if option.kind == "flag" and option.required and not given:
+        reason = option.help.removeprefix("Required: ").rstrip(".")
+        raise client.fail(f"{reason}: pass --{option.name}", client.EXIT_USAGE)
+    if option.kind == "text" and option.required and not given.strip():
+        raise client.fail(f"--{option.name} must not be empty", client.EXIT_USAGE)
+    if option.kind == "duration" and given is not None:
+        from herdbook.durations import parse_duration
         try:
-            deadline_s = float(parse_duration(deadline))
+            return float(parse_duration(given))
         except ValueError as err:
-            raise client.fail(f"--deadline: {err}", client.EXIT_USAGE) from None
-    from herdbook.api.messages import DrainNode
-    ask = ("Drain {nodes} urgently? Its allocations will be checkpointed.",
-           "Drain {nodes} urgently? Their allocations will be checkpointed.") if urgent else None
-    act(ctx, "node.drain", selection(node_ids, selector, filter_state, filter_approval),
-        message, kind=DrainNode, ask=ask, yes=yes, urgent=urgent, deadline_s=deadline_s)
+            raise client.fail(f"--{option.name}: {err}", client.EXIT_USAGE) from None
+    if option.kind == "class":
+        from herdbook.events.states import NodeClass
+        choices = [c.value for c in NodeClass]
+        if given not in choices:
+            raise client.fail(f"invalid class {given!r}; choose from {', '.join(choices)}",
+                              client.EXIT_USAGE)
+        return NodeClass(given)
+    if option.kind == "labels":
+        return parse_labels(given)
+    return given
 
 
-def undrain(ctx: typer.Context, node_ids: NodeIds = None, message: Reason = "",
-            selector: Selector = None, filter_state: StateFilter = None,
-            filter_approval: ApprovalFilter = None) -> None:
-    """Schedule on draining or drained nodes again.
+def command(verb: NodeVerb) -> Any:
+    """The typer command function of ``verb``: its signature built from the entry (typer
+    reads ``__signature__``), its docstring the entry's help."""
+    asks = verb.confirm is not None and verb.confirm.cli
 
-    Each must pass the health check: a recent heartbeat, a GPU count equal to its
-    capabilities, a reported fingerprint."""
-    act(ctx, "node.undrain", selection(node_ids, selector, filter_state, filter_approval),
-        message)
+    def run(ctx: typer.Context, **given: Any) -> None:
+        extra = {o.field: _value(o, given[o.field]) for o in verb.options}
+        ask = None
+        if verb.confirm is not None and asks and (
+                verb.confirm.when is None or extra.get(verb.confirm.when)):
+            ask = verb.confirm.for_cli()
+        if verb.bulk:
+            chosen = selection(given["node_ids"], given["selector"], given["filter_state"],
+                               given["filter_approval"])
+        else:
+            chosen = Selection([client.check_id(given["node_id"])], {}, [], [])
+        act(ctx, verb.route, chosen, given["message"], kind=verb.request, ask=ask,
+            yes=given.get("yes", False), **extra)
+
+    params = [inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                annotation=typer.Context)]
+    if verb.bulk:
+        params.append(inspect.Parameter("node_ids", _KW, annotation=NodeIds, default=None))
+    else:
+        params.append(inspect.Parameter("node_id", _KW, annotation=NodeId))
+    params.append(inspect.Parameter("message", _KW, annotation=Reason, default=""))
+    params += [_parameter(o) for o in verb.options]
+    if asks:
+        params.append(inspect.Parameter("yes", _KW, annotation=Yes, default=False))
+    if verb.bulk:
+        params += [inspect.Parameter("selector", _KW, annotation=Selector, default=None),
+                   inspect.Parameter("filter_state", _KW, annotation=StateFilter, default=None),
+                   inspect.Parameter("filter_approval", _KW, annotation=ApprovalFilter,
+                                     default=None)]
+    run.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    run.__name__ = run.__qualname__ = verb.name
+    run.__doc__ = verb.help
+    return run
 
 
-def disable(ctx: typer.Context, node_ids: NodeIds = None, message: Reason = "",
-            yes: Yes = False, selector: Selector = None, filter_state: StateFilter = None,
-            filter_approval: ApprovalFilter = None) -> None:
-    """Take nodes DOWN at once (asks for confirmation: allocations are requeued)."""
-    act(ctx, "node.disable", selection(node_ids, selector, filter_state, filter_approval),
-        message, ask=("Disable {nodes}? It goes DOWN now and its allocations are requeued.",
-                      "Disable {nodes}? They go DOWN now and their allocations are "
-                      "requeued."), yes=yes)
-
-
-def enable(ctx: typer.Context, node_ids: NodeIds = None, message: Reason = "",
-           force: Annotated[bool, typer.Option("--force", help="Even without a recent "
-                                               "heartbeat.")] = False,
-           selector: Selector = None, filter_state: StateFilter = None,
-           filter_approval: ApprovalFilter = None) -> None:
-    """Bring disabled nodes back (DOWN -> READY).
-
-    Each needs a recent heartbeat unless --force."""
-    from herdbook.api.messages import EnableNode
-    act(ctx, "node.enable", selection(node_ids, selector, filter_state, filter_approval),
-        message, kind=EnableNode, force=force)
-
-
-def validate(ctx: typer.Context, node_ids: NodeIds = None, message: Reason = "",
-             selector: Selector = None, filter_state: StateFilter = None,
-             filter_approval: ApprovalFilter = None) -> None:
-    """Run the configured validation check (config validation:) on READY nodes that run
-    nothing: VALIDATING until it passes (back in service) or fails (UNHEALTHY).
-
-    Example: herd node validate -l rack=r3 -m 'after the PDU swap'"""
-    act(ctx, "node.validate", selection(node_ids, selector, filter_state, filter_approval),
-        message)
+def register(app: typer.Typer, where: tuple[str, ...]) -> None:
+    """Every verb whose CLI command lives under ``where`` (``("node",)``), in table order."""
+    for verb in VERBS:
+        if verb.cli == where:
+            app.command(verb.name)(command(verb))

@@ -1,5 +1,5 @@
-"""Sensitive nodes: `herd node claim|release|fingerprint`, `herd admin node wipe`,
-`herd alloc requeue`."""
+"""Sensitive nodes: `herd node fingerprint|conformance`, `herd admin node` (its verbs,
+wipe, come from the command table: ``herdbook.cli.node_actions``), `herd alloc requeue`."""
 
 from __future__ import annotations
 
@@ -7,36 +7,17 @@ from typing import Annotated
 
 import typer
 
-from herdbook.cli import client
+from herdbook.cli import client, node_actions
 from herdbook.cli.jobs import alloc_app
 from herdbook.cli.node import node_app
-from herdbook.cli.node_args import NodeId, Reason, Yes, confirm, send_command, server
+from herdbook.cli.node_args import NodeId, Reason, server
 from herdbook.cli.output import Format, Output, echo, render_rows, safe
 
 admin_app = typer.Typer(help="Operator actions that bypass the usual safety checks.",
                         no_args_is_help=True)
 admin_node_app = typer.Typer(help="Nodes.", no_args_is_help=True)
 admin_app.add_typer(admin_node_app, name="node")
-
-
-@node_app.command("claim")
-def claim(ctx: typer.Context, node_id: NodeId,
-          user: Annotated[str, typer.Option("--user", help="Who claims it.")],
-          tenant: Annotated[str, typer.Option("--tenant", help="For which tenant.")] = "",
-          message: Reason = "") -> None:
-    """Claim a sensitive node for a user (the first claim wins; the other is refused)."""
-    if not user.strip():
-        raise client.fail("--user must not be empty", client.EXIT_USAGE)
-    from herdbook.api.messages import ClaimNode
-    send_command(ctx, "node.claim", node_id, message, ClaimNode, user=user, tenant=tenant)
-
-
-@node_app.command("release")
-def release(ctx: typer.Context, node_id: NodeId, message: Reason = "") -> None:
-    """End a claim: the node drains if other sensitive allocations run, then it is wiped
-    and returns to the pool (or is QUARANTINED if the wipe fails or times out)."""
-    from herdbook.api.messages import ReleaseNode
-    send_command(ctx, "node.release", node_id, message, ReleaseNode)
+node_actions.register(admin_node_app, ("admin", "node"))   # wipe: api/commands.py's table
 
 
 @node_app.command("fingerprint")
@@ -83,19 +64,6 @@ def conformance(ctx: typer.Context, output: Output = Format.table) -> None:
     render_rows(result["items"], [("POOL", "pool"), ("FINGERPRINT", "fingerprint"),
                                   ("NODES", "nodes"), ("DRIFT", "drift"),
                                   ("EXPECTED", "expected"), ("IDS", "node_ids")], output)
-
-
-@admin_node_app.command("wipe")
-def wipe(ctx: typer.Context, node_id: NodeId, message: Reason = "",
-         force: Annotated[bool, typer.Option("--force", help="Required: the wipe erases the "
-                                             "node's disks.")] = False,
-         yes: Yes = False) -> None:
-    """Wipe a sensitive node again (a QUARANTINED node's way back to the pool)."""
-    if not force:
-        raise client.fail("wiping erases the node's disks: pass --force", client.EXIT_USAGE)
-    confirm(f"Wipe {node_id}? GPU memory, NVMe and RAM are erased.", yes)
-    from herdbook.api.messages import WipeNode
-    send_command(ctx, "node.wipe", node_id, message, WipeNode, force=True)
 
 
 @alloc_app.command("requeue")

@@ -18,6 +18,7 @@ from typing import Any, NamedTuple, get_type_hints
 import msgspec
 
 import herdbook
+from herdbook.api.commands import BY_NAME, VERBS
 from herdbook.api.explain_messages import (
     AllocLogs,
     AllocLogsReply,
@@ -37,13 +38,9 @@ from herdbook.api.history_messages import (
     PastNodesPage,
 )
 from herdbook.api.messages import (
-    AddNode,
     AllocReply,
     ById,
-    ClaimNode,
     CommandResult,
-    DrainNode,
-    EnableNode,
     EvalChain,
     EvalReply,
     GpuById,
@@ -58,21 +55,18 @@ from herdbook.api.messages import (
     ListInstances,
     ListJobs,
     ListNodes,
-    NodeCommand,
     NodeDescription,
     NodeSummary,
     Page,
     PoolByName,
     RegisterJob,
     RegisterResult,
-    ReleaseNode,
     RequeueAlloc,
     RequeueResult,
     ResetBreaker,
     RetryEval,
     ScalePool,
     StopJob,
-    WipeNode,
 )
 from herdbook.api.repair_messages import ListRepairs, RepairsReply
 
@@ -96,20 +90,12 @@ class Route(NamedTuple):
 
 
 Json = dict[str, Any]
-NODE_COMMANDS = ("approve", "reject", "delete", "cordon", "uncordon", "undrain", "disable",
-                 "reboot", "validate")
 
 ROUTES: dict[str, Route] = {
     "node.list": Route(ListNodes, Page[NodeSummary]),       # NodeDetail items with wide
     "node.describe": Route(ById, NodeDescription),
     "node.conformance": Route(None, Page[Json]),
-    "node.add": Route(AddNode, CommandResult),
-    **{f"node.{verb}": Route(NodeCommand, CommandResult) for verb in NODE_COMMANDS},
-    "node.drain": Route(DrainNode, CommandResult),
-    "node.enable": Route(EnableNode, CommandResult),
-    "node.claim": Route(ClaimNode, CommandResult),
-    "node.release": Route(ReleaseNode, CommandResult),
-    "node.wipe": Route(WipeNode, CommandResult),
+    **{verb.route: Route(verb.request, CommandResult) for verb in VERBS},  # api/commands.py
     "node.history": Route(NodeHistory, NodeHistoryReply),
     "node.list_at": Route(NodesAt, PastNodesPage),
     "node.describe_at": Route(NodeAt, Json),
@@ -189,13 +175,13 @@ ALIASES: dict[str, Alias] = {
 serves exactly these."""
 
 NODE_ACTION_PATH = "/v1/nodes/{id}/"
-"""``POST /v1/nodes/{id}/<action>``: every node command (a ``node.*`` route that is not a
-read), the id from the path, the rest of the request as the body."""
+"""``POST /v1/nodes/{id}/<verb>``: every verb of the command table (``api/commands.py``),
+the id from the path, the rest of the request as the body."""
 
 
 def node_actions(routes: Mapping[str, Any]) -> list[str]:
-    return sorted(name.split(".", 1)[1] for name in routes
-                  if name.startswith("node.") and name not in READS)
+    """The verbs with an action path: the command table's, those the API serves."""
+    return [verb.name for verb in VERBS if verb.route in routes]
 
 
 QUERY_DURATION = r"^[0-9]{1,6}(\.[0-9]{1,6})?(ms|s|m|h|d)$"
@@ -390,6 +376,12 @@ def _inline(prop: dict[str, Any], components: dict[str, Any]) -> dict[str, Any]:
     return prop
 
 
+def _about(route: str) -> str:
+    """A verb's first help line (``api/commands.py``), before its NATS route."""
+    verb = BY_NAME.get(route.removeprefix("node.")) if route.startswith("node.") else None
+    return "" if verb is None else verb.help.split("\n", 1)[0] + " "
+
+
 def untyped(handler: Callable[..., Any]) -> Route:
     """A route missing from ``ROUTES``: any JSON object in, its handler's return
     annotation out where msgspec can describe it."""
@@ -430,7 +422,7 @@ def document(extra_paths: dict[str, Any] | None = None,
                       "content": {"application/json": {"schema": reply}}}, **errors}
         post: dict[str, Any] = {"operationId": name.replace(".", "_"),
                                 "summary": summary_of(name), "tags": [name.split(".")[0]],
-                                "description": f"NATS route herd.api.v1.{name}",
+                                "description": _about(name) + f"NATS route herd.api.v1.{name}",
                                 "responses": ok}
         if route.request is UNTYPED:
             post["description"] += ("; not yet in herdbook/web/openapi.py ROUTES: any JSON "

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from herdbook.api.commands import GROUPS, spec_json
 from herdbook.events.codec import EVENT_TYPES
 
 ROOT = Path(__file__).parent
@@ -48,9 +49,15 @@ async def _event_types(request: web.Request) -> web.Response:
     return web.json_response(event_types())
 
 
+async def _node_commands(request: web.Request) -> web.Response:
+    """The node command table (``api/commands.py``): the page builds its buttons from it."""
+    return web.json_response({"groups": list(GROUPS), "commands": spec_json()})
+
+
 def add_routes(app: web.Application) -> None:
     """``GET /`` (the console) and ``GET /console/<file>`` (its script and style)."""
     app.router.add_get("/", _index)
     app.router.add_get("/console/event-types.json", _event_types)
+    app.router.add_get("/console/node-commands.json", _node_commands)
     app.router.add_get("/console/{name}", _file)
     app.router.add_get("/console/{name:vendor/[^/]+}", _file)

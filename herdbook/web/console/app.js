@@ -7,7 +7,7 @@ import { mountGpus } from "./node.js";
 import { jobPage, jobsPage } from "./jobs.js";
 import { gpusPage } from "./gpus.js";
 import { historyPage } from "./charts.js";
-import { commandBar, mountCommands } from "./commands.js";
+import { commandBar, loadCommands, mountCommands } from "./commands.js";
 
 export const $ = (sel, root = document) => root.querySelector(sel);
 export const main = () => $("#main");
@@ -155,8 +155,9 @@ function table(rows, columns) {
 }
 
 async function nodePage(id) {
+  const commands = await loadCommands();   // the server's command table, read once
   main().innerHTML = `<h1>Node <span id="node-id">${esc(id)}</span> <span id="node-state"></span></h1>
-    ${commandBar()}
+    ${commandBar(commands)}
     <div id="notice"></div>
     <div class="columns">
       <div>
@@ -182,7 +183,7 @@ async function nodePage(id) {
   });
   // a deleted node is out of the view (404) but its history stays in the log
   const load = () => loadNode(id, range).catch(err => (err.status === 404 ? gone(id) : showError(err)));
-  mountCommands(id, load);                 // commands.js: every node command of the CLI
+  mountCommands(id, commands, load);       // commands.js: every verb of the command table
   await loadNode(id, range);
   const stopGpus = await mountGpus(id);    // node.js: a card per GPU, charts
   let reload = null;

@@ -1,19 +1,19 @@
-// The node page's commands (issue 28 item 2): every node command of the CLI that acts on
-// one node, each a POST /v1/nodes/{id}/{action} with the options the CLI has (drain
-// --urgent/--deadline, enable --force, claim --user/--tenant, admin node wipe --force).
-// What the CLI asks to confirm (disable, an urgent drain, wipe), and delete, is confirmed
-// in a dialog that names the node; wipe's dialog wants the node's id typed, its --force.
+// The node page's commands (issue 28 item 2, issue 30 item 3): every node command of the
+// server's command table, each a POST /v1/nodes/{id}/{action} with the options the CLI has
+// (its --<name> is the control #<verb>-<name>). What the table confirms is asked in a
+// dialog that names the node (a required flag, wipe's --force, wants the node's id typed).
 // A refusal shows the server's status, code and message, as the CLI prints them.
 
 import { $, ApiError, api, esc } from "./app.js";
 
-// In the CLI's groups; every one is a native button, in tab order.
-export const COMMAND_GROUPS = [
-  ["scheduling", ["cordon", "uncordon", "drain", "undrain"]],
-  ["service", ["disable", "enable", "reboot", "validate"]],
-  ["membership", ["approve", "reject", "delete"]],
-  ["sensitive nodes", ["claim", "release", "wipe"]],
-];
+// The node commands as the server's command table has them (herdbook/api/commands.py, served
+// at /console/node-commands.json): the buttons, their controls and their questions are built
+// from it, so a verb added there appears here with no list of verbs in this file.
+let table = null;
+export async function loadCommands() {
+  if (!table) table = await api("/console/node-commands.json");
+  return table;
+}
 
 // A deadline as the CLI takes it (30m, 2h, 90s, 1d; a bare number is seconds); null: bad.
 export function durationSeconds(text) {
@@ -24,22 +24,29 @@ export function durationSeconds(text) {
   return seconds > 0 ? seconds : null;
 }
 
-// The controls beside some buttons: what the CLI's options are.
-const EXTRAS = {
-  drain: `<label><input type="checkbox" id="drain-urgent"> urgent (checkpoint running work)</label>
-    <input id="drain-deadline" size="6" placeholder="deadline" aria-label="drain deadline, e.g. 30m">`,
-  enable: `<label><input type="checkbox" id="enable-force"> even without a recent heartbeat</label>`,
-  claim: `<input id="claim-user" size="10" placeholder="user" aria-label="claim for user">
-    <input id="claim-tenant" size="10" placeholder="tenant" aria-label="claim for tenant">`,
-};
+// The controls beside a button: the command's options, as the CLI's --<name> are.
+function control(verb, o) {
+  const id = `${verb.name}-${o.name}`;
+  if (o.kind === "flag") {
+    return o.required ? "" : `<label><input type="checkbox" id="${esc(id)}"> ${esc(o.label)}</label>`;
+  }
+  const size = o.kind === "duration" ? 6 : 10;
+  return `<input id="${esc(id)}" size="${size}" placeholder="${esc(o.name)}" aria-label="${esc(verb.name)} ${esc(o.label)}">`;
+}
 
-export function commandBar() {
+// Asked before every send (not only on some option's value): the button says so with "…".
+const alwaysAsked = verb => verb.confirm && !verb.confirm.when;
+
+export function commandBar({ groups, commands }) {
+  const onPage = commands.filter(c => c.page);
   return `<div class="card commands" id="commands">
     <input id="reason" placeholder="reason (recorded with the event)" aria-label="reason">
-    ${COMMAND_GROUPS.map(([group, names]) => `<div class="cmdgroup" role="group" aria-label="${esc(group)}">` +
-      `<span class="muted">${esc(group)}</span>` + names.map(a =>
-        `<span class="cmd"><button type="button" data-action="${a}">${a}${CONFIRMED.has(a) ? "…" : ""}</button>` +
-        `${EXTRAS[a] ?? ""}</span>`).join("") + `</div>`).join("")}
+    ${groups.map(group => [group, onPage.filter(c => c.group === group)]).filter(([, verbs]) => verbs.length)
+      .map(([group, verbs]) => `<div class="cmdgroup" role="group" aria-label="${esc(group)}">` +
+      `<span class="muted">${esc(group)}</span>` + verbs.map(v =>
+        `<span class="cmd"><button type="button" data-action="${esc(v.name)}" title="${esc(v.summary)}">` +
+        `${esc(v.name)}${alwaysAsked(v) ? "…" : ""}</button>` +
+        `${v.options.map(o => control(v, o)).join("")}</span>`).join("") + `</div>`).join("")}
     <dialog id="cmd-dialog" aria-labelledby="cmd-question">
       <form method="dialog">
         <p id="cmd-question"></p><p class="muted" id="cmd-detail"></p>
@@ -51,21 +58,12 @@ export function commandBar() {
   </div>`;
 }
 
-// Commands asked about first, with what the dialog says (the CLI's own warnings).
-const CONFIRMED = new Set(["disable", "delete", "wipe"]);
-const QUESTIONS = {
-  disable: id => [`Disable ${id}?`, "It goes DOWN at once; its allocations are requeued elsewhere."],
-  delete: id => [`Delete node ${id}?`, "It leaves the view; an agent that registers again under this id is PENDING."],
-  wipe: id => [`Wipe ${id}?`, "GPU memory, NVMe and RAM are erased (herd admin node wipe --force)."],
-  urgent: id => [`Drain ${id} urgently?`, "Running allocations are checkpointed and stopped now."],
-};
-
 // Resolves true when confirmed; `typed`: the node id must be typed first.
-function confirmDialog(id, which, typed) {
+function confirmDialog(id, confirm) {
   const dialog = $("#cmd-dialog");
-  const [question, detail] = QUESTIONS[which](id);
-  $("#cmd-question").textContent = question;
-  $("#cmd-detail").textContent = detail;
+  const typed = confirm.typed;
+  $("#cmd-question").textContent = confirm.question.replace("{id}", id);
+  $("#cmd-detail").textContent = confirm.detail;
   $("#cmd-type").hidden = !typed;
   $("#cmd-id").textContent = id;
   const box = $("#cmd-typed");
@@ -81,40 +79,50 @@ function confirmDialog(id, which, typed) {
   });
 }
 
-// The body of `action` from the page's controls; a string: why it is not sent.
-function body(action, reason) {
-  if (action === "drain") {
-    const text = $("#drain-deadline").value.trim();
-    const deadline = text ? durationSeconds(text) : null;
-    if (text && deadline === null) return `drain: deadline ${JSON.stringify(text)} is not a duration (30m, 2h, 90s)`;
-    return { reason, urgent: $("#drain-urgent").checked, ...(deadline ? { deadline_s: deadline } : {}) };
+// The body of `verb` from the page's controls; a string: why it is not sent.
+function body(verb, reason) {
+  const sent = { reason };
+  for (const o of verb.options) {
+    const box = $(`#${verb.name}-${o.name}`);
+    if (o.kind === "flag") {
+      sent[o.field] = o.required || box.checked;   // a required flag: the typed confirmation is it
+      continue;
+    }
+    const text = box.value.trim();
+    if (!text) {
+      if (o.required) return `${verb.name}: write ${o.label} (${o.name})`;
+      if (o.kind === "text") sent[o.field] = "";
+      continue;
+    }
+    if (o.kind === "duration") {
+      const seconds = durationSeconds(text);
+      if (seconds === null) return `${verb.name}: ${o.name} ${JSON.stringify(text)} is not a duration (30m, 2h, 90s)`;
+      sent[o.field] = seconds;
+    } else {
+      sent[o.field] = text;
+    }
   }
-  if (action === "enable") return { reason, force: $("#enable-force").checked };
-  if (action === "claim") {
-    const user = $("#claim-user").value.trim();
-    if (!user) return "claim: write who claims the node (user)";
-    return { reason, user, tenant: $("#claim-tenant").value.trim() };
-  }
-  if (action === "wipe") return { reason, force: true };
-  return { reason };
+  return sent;
 }
 
 // Wires the bar's buttons of node `id`'s page; `after(action)` runs after a command landed.
-export function mountCommands(id, after) {
+export function mountCommands(id, { commands }, after) {
+  const byName = new Map(commands.map(c => [c.name, c]));
   for (const button of document.querySelectorAll("#commands [data-action]")) {
-    button.addEventListener("click", () => run(id, button.dataset.action, after));
+    button.addEventListener("click", () => run(id, byName.get(button.dataset.action), after));
   }
 }
 
-async function run(id, action, after) {
+async function run(id, verb, after) {
+  const action = verb.name;
   const notice = $("#notice");
-  const sent = body(action, $("#reason").value.trim());
+  const sent = body(verb, $("#reason").value.trim());
   if (typeof sent === "string") {
     notice.innerHTML = `<div class="notice bad">${esc(sent)}</div>`;
     return;
   }
-  const ask = CONFIRMED.has(action) ? action : action === "drain" && sent.urgent ? "urgent" : null;
-  if (ask && !(await confirmDialog(id, ask, action === "wipe"))) {
+  const ask = verb.confirm && (!verb.confirm.when || sent[verb.confirm.when]);
+  if (ask && !(await confirmDialog(id, verb.confirm))) {
     notice.innerHTML = `<div class="notice">${esc(action)}: cancelled, nothing sent</div>`;
     return;
   }

@@ -6,6 +6,7 @@
 // each row's key once then sorts indexes; the table draws only the rows in view (~40
 // <tr>s whatever the fleet's size); live patches are coalesced into one redraw a frame.
 import { $, main, api, esc, onLive, probe, subjectNode, labelsText, STATES } from "./app.js";
+import { loadCommands } from "./commands.js";
 
 const ROW_H = 26;            // px, every row: rows in view are computed from scrollTop
 const OVERSCAN = 8;          // rows drawn above and below the view, so a scroll shows no gap
@@ -14,8 +15,6 @@ const REFRESH_MS = 15000;    // GPU readings and heartbeat ages (not events): re
 const BULK = 64;             // more nodes than this waiting: one /v1/fleet instead of one each
 const SHOWN_RESULTS = 300;   // result rows drawn after a bulk action (every refusal, then these)
 
-export const BULK_ACTIONS = ["cordon", "drain", "uncordon", "undrain", "approve", "reject",
-                             "disable", "enable", "reboot"];
 const HEALTHS = ["HEALTHY", "DEGRADED", "UNHEALTHY", "UNKNOWN"];
 // Each state's mark, so that no state is told by its colour alone (the legend names them).
 export const GLYPH = { READY: "", CORDONED: "C", DRAINING: "d", DRAINED: "D", DISABLED: "–",
@@ -147,6 +146,8 @@ function writeUrl() {
 
 // -- the page ---------------------------------------------------------------------------------
 export async function fleetPage(_arg, params = new URLSearchParams()) {
+  // the bulk toolbar: the command table's verbs that take many nodes (herdbook/api/commands.py)
+  const bulk = (await loadCommands()).commands.filter(c => c.bulk);
   readUrl(params);
   F.selected = new Set();
   F.cursor = 0;
@@ -173,7 +174,7 @@ export async function fleetPage(_arg, params = new URLSearchParams()) {
     <div id="bulk" class="bulk">
       <span id="sel-count" role="status">0 selected</span>
       <input id="bulk-reason" placeholder="reason (recorded with each event)" aria-label="reason for the action" size="28">
-      ${BULK_ACTIONS.map(a => `<button type="button" data-bulk="${a}" disabled>${a}</button>`).join("")}
+      ${bulk.map(c => `<button type="button" data-bulk="${esc(c.name)}" title="${esc(c.summary)}" disabled>${esc(c.name)}</button>`).join("")}
       <button type="button" id="sel-clear" disabled>clear selection</button>
     </div>
     <div id="results"></div>
