@@ -56,6 +56,7 @@ from herdbook.control.repair_metrics import RepairCollector
 from herdbook.control.replica import ReplicaClaim
 from herdbook.control.requester import RequesterNode, default_requester_id, this_host
 from herdbook.control.settings import LivenessPublisher
+from herdbook.control.shards import shard_leases
 from herdbook.control.snapshots import SNAPSHOTS_STREAM, SnapshotWriter, restore
 from herdbook.control.snapshots import create_bucket as create_snapshots_bucket
 from herdbook.control.streams_guard import StreamsGuard, unreached_seq
@@ -254,6 +255,7 @@ def build_plane(config: Config, *, clock: Clock, ports: Ports, demo: int = 0,
     parts += [RequesterNode(nc, runner, projector.nodes, requester, this_host(),
                             interval=interval),
               Service("sweeper", sweeper.start, sweeper.stop),
+              *shard_leases(cfg, nc, node_id, sweeper),
               Service("approver", approver.start, approver.stop),
               Service("circuit breaker", breaker.start, breaker.stop),
               Subscribed("breaker counting",
