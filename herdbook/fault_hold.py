@@ -26,7 +26,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-COUNTER_LIKE = frozenset({"xid", "ecc_sbe", "ecc_dbe", "nvlink", "pcie", "sxid", "ib_flap"})
+from herdbook.events.health_report import HealthEventKind
+
+COUNTER_LIKE: frozenset[HealthEventKind] = frozenset({"xid", "ecc_sbe", "ecc_dbe", "nvlink", "pcie",
+                                                      "sxid", "ib_flap"})
 """Event kinds that are occurrences (a counter's increase, an XID or NVSwitch SXid, an
 InfiniBand port's link-down count going up), not conditions."""
 

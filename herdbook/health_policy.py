@@ -35,15 +35,21 @@ import msgspec
 import msgspec.yaml
 
 from herdbook.durations import format_duration, parse_duration
-from herdbook.events.health_report import CheckResult, GpuEvent, HealthReport
+from herdbook.events.health_report import (
+    VERDICT_LEVELS,
+    CheckResult,
+    GpuEvent,
+    HealthReport,
+    VerdictLevel,
+)
 from herdbook.fault_history import NO_HISTORY, FaultHistory, NodeHistory
 from herdbook.fault_hold import COUNTER_LIKE, DEFAULT_HOLD, Finding, Held
 from herdbook.health_actions import ACTIONS, action_for, worst
 from herdbook.health_policy_navarch import check_fields, describe, event_fields
 
-RESULTS = ("healthy", "degraded", "unhealthy", "critical", "fatal")
-_RANK = {result: rank for rank, result in enumerate(RESULTS)}
-AT_ONCE = ("critical", "fatal")
+RESULTS = VERDICT_LEVELS   # least to most severe
+_RANK: dict[str, int] = {result: rank for rank, result in enumerate(RESULTS)}
+AT_ONCE: tuple[VerdictLevel, ...] = ("critical", "fatal")
 """Results that make a node UNHEALTHY on one report, without waiting for the threshold."""
 
 DEFAULT_POLICY_YAML = """\

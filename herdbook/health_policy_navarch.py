@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from herdbook.events.health_report import CheckResult, GpuEvent
+from herdbook.events.health_report import CheckResult, GpuEvent, HealthEventKind
 
 # DCGM health-watch systems (Navarch's ``SystemString``) of each event kind
 SYSTEMS = {
@@ -89,7 +89,8 @@ def describe(item: GpuEvent | CheckResult) -> str:
     return f"{what} on GPU {item.gpu}" if item.gpu >= 0 else what
 
 
-SAID = frozenset({"remap_pending", "remap_failed", "throttle", "pcie_link", "nvlink_down",
-                  "ib_port_down", "ib_flap", "gpu_count"})
+SAID: frozenset[HealthEventKind] = frozenset({
+    "remap_pending", "remap_failed", "throttle", "pcie_link", "nvlink_down", "ib_port_down",
+    "ib_flap", "gpu_count"})
 """Kinds whose reason is the agent's message (``agent.deep_checks``): a number alone
 would not say which link, port or reason."""

@@ -8,7 +8,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
-from herdbook.events.agent_requests import FAULTS
+from herdbook.events.faults import Fault, fault_named
 from herdbook.events.node import GpuInfo
 
 # pynvml's constants (the same numbers, so a reader works on either backend).
@@ -205,20 +205,20 @@ class FakeNvml:
     xid_queue: list[tuple[int, int]] = field(default_factory=list)  # (gpu, xid)
     fail_init: bool = False
     missing: int = 0
-    """GPUs the bus no longer enumerates (``gpu-missing``): the count is that much lower."""
+    """GPUs the bus no longer enumerates (``gpu_missing``): the count is that much lower."""
 
-    def inject(self, fault: str, gpu: int = 0, value: float | None = None) -> str:
+    def inject(self, word: str, gpu: int = 0, value: float | None = None) -> str:
         """Fault injection (`herd agent inject`); returns what was done. The readings
         move with the fault: a thermal fault is the temperature (and thermal throttling
         from 85 °C), ECC errors the volatile and aggregate counters (an uncorrectable one
-        a pending row remap and a retired page), NVLink errors count (``nvlink-down``
+        a pending row remap and a retired page), NVLink errors count (``nvlink_down``
         takes link ``value`` down), PCIe replays count and from 100 train the link down to
-        half its width; ``remap-failed`` fails the row remapper, ``throttle`` sets HW
+        half its width; ``remap_failed`` fails the row remapper, ``throttle`` sets HW
         throttle reasons (``value``: the bits, default 0x80, the power brake) and
-        ``gpu-missing`` hides ``value`` GPUs (default 1) from the count."""
-        if fault not in FAULTS:
-            raise ValueError(f"unknown fault {fault!r}; choose from {', '.join(FAULTS)}")
-        if fault == "clear":
+        ``gpu_missing`` hides ``value`` GPUs (default 1) from the count. ``word``: a
+        ``Fault``, either spelling (``events.faults``)."""
+        fault = fault_named(word)
+        if fault is Fault.CLEAR:
             for device in self.gpus:
                 device.temperature_c, device.fallen_off = device.base_temperature_c, False
                 device.nvlinks = [True] * len(device.nvlinks)
@@ -227,46 +227,46 @@ class FakeNvml:
             self.xid_queue.clear()
             self.missing = 0
             return "cleared every fault"
-        if fault == "driver":   # a driver upgrade: the conformance fingerprint changes
+        if fault is Fault.DRIVER:   # a driver upgrade: the conformance fingerprint changes
             self.driver_version = f"{value if value is not None else 999}-fake"
             return f"driver version {self.driver_version}"
-        if fault == "gpu-missing":
+        if fault is Fault.GPU_MISSING:
             self.missing = max(0, min(len(self.gpus), int(value if value is not None else 1)))
             return f"{self.missing} GPU(s) missing from the bus"
         if not 0 <= gpu < len(self.gpus):
             raise ValueError(f"no GPU {gpu}: this node has {len(self.gpus)}")
         device = self.gpus[gpu]
-        if fault == "xid":
+        if fault is Fault.XID:
             if value is None:
                 raise ValueError("xid needs a code, e.g. `xid 79`")
             self.xid_queue.append((gpu, int(value)))
             if int(value) == 79:
                 device.fallen_off = True
             return f"XID {int(value)} on GPU {gpu}"
-        if fault == "thermal":
+        if fault is Fault.THERMAL:
             device.temperature_c = int(value if value is not None else 97)
             return f"GPU {gpu} at {device.temperature_c}°C"
-        if fault == "nvlink-down":
+        if fault is Fault.NVLINK_DOWN:
             link = int(value if value is not None else 0)
             if not 0 <= link < len(device.nvlinks):
                 raise ValueError(f"no NVLink {link} on GPU {gpu}")
             device.nvlinks[link] = False
             return f"NVLink {link} of GPU {gpu} down"
-        if fault == "remap-failed":
+        if fault is Fault.REMAP_FAILED:
             device.remap_failed = True
             return f"row remapping failed on GPU {gpu}"
-        if fault == "throttle":
+        if fault is Fault.THROTTLE:
             device.throttle_hw = int(value if value is not None else 0x80)
             return f"GPU {gpu} throttled (reasons {device.throttle_hw:#x})"
         count = int(value if value is not None else 1)
-        if fault == "ecc-dbe":
+        if fault is Fault.ECC_DBE:
             device.ecc_dbe += count
             device.retired_dbe += count
             device.retired_pending = device.remap_pending = True
             device.remapped_uncorrectable += count
-        elif fault == "ecc-sbe":
+        elif fault is Fault.ECC_SBE:
             device.ecc_sbe += count
-        elif fault == "nvlink":
+        elif fault is Fault.NVLINK:
             device.nvlink_errors += count
         else:   # pcie
             device.pcie_replays += count

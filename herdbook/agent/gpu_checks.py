@@ -16,8 +16,8 @@ from typing import Any, Protocol
 
 from herdbook.agent import deep_checks, gpu, telemetry
 from herdbook.agent.infiniband import IbWatch
-from herdbook.clock import Clock
-from herdbook.events.health_report import CheckResult, GpuEvent, HealthReport
+from herdbook.clock import SYSTEM_CLOCK, Clock
+from herdbook.events.health_report import CheckResult, GpuEvent, HealthEventKind, HealthReport
 from herdbook.events.telemetry import GpuReading
 
 log = logging.getLogger(__name__)
@@ -43,7 +43,7 @@ class KernelXids(Protocol):
 
 
 class HealthMonitor:
-    def __init__(self, nvml: gpu.NvmlLike | None, *, clock: Clock,
+    def __init__(self, nvml: gpu.NvmlLike | None, *, clock: Clock = SYSTEM_CLOCK,
                  throttle_window: float = deep_checks.THROTTLE_WINDOW,
                  expected_gpus: int | None = None, infiniband: IbWatch | None = None) -> None:
         backend: Any = nvml
@@ -146,7 +146,7 @@ class HealthMonitor:
         except Exception as err:  # noqa: BLE001 - the GPU check reports it
             log.debug("counter read failed: %s", err)
             return []
-        counters: tuple[tuple[str, Callable[[Any], Any]], ...] = (
+        counters: tuple[tuple[HealthEventKind, Callable[[Any], Any]], ...] = (
             ("ecc_sbe", lambda h: self.nvml.nvmlDeviceGetTotalEccErrors(
                 h, gpu.NVML_MEMORY_ERROR_TYPE_CORRECTED, gpu.NVML_VOLATILE_ECC)),
             ("ecc_dbe", lambda h: self.nvml.nvmlDeviceGetTotalEccErrors(

@@ -32,6 +32,7 @@ from herdbook.api.messages import (
     ReleaseNode,
     WipeNode,
 )
+from herdbook.events.states import NodeClass
 
 if TYPE_CHECKING:
     from herdbook.config import ValidationConfig
@@ -237,7 +238,7 @@ VERBS: tuple[NodeVerb, ...] = (
              help="Remove nodes from the view; an agent that registers again is PENDING."),
     NodeVerb("add", AddNode, _add, group="inventory", idempotent=False, page=False,
              creates=True,
-             options=(Option("class", "node_class", "class", "standard, sensitive or borrowed.",
+             options=(Option("class", "node_class", "class", ", ".join(NodeClass) + ".",
                              "node class"),
                       Option("labels", "labels", "labels", "k=v[,k=v]", "labels")),
              help="Declare a node that has not reported yet: it is UNKNOWN until its agent "

@@ -22,6 +22,7 @@ from msgspec import Meta
 
 from herdbook.events.alloc import AllocStatus
 from herdbook.events.evals import EvalStatus, EvalTrigger
+from herdbook.events.health_report import GPU_HEALTHS
 from herdbook.events.jobs import Constraints, JobSpec, Requeue, Resources
 from herdbook.events.states import (
     STATE_ALIASES,
@@ -77,7 +78,7 @@ def words(name: str, values: Iterable[str], doc: str) -> type[StrEnum]:
     return kind
 
 
-GPU_HEALTH = ("healthy", "degraded", "unhealthy", "critical", "fatal", "unknown")
+GPU_HEALTH = GPU_HEALTHS
 """A GPU's health: its verdict's level (``events.health_report.VerdictLevel``), or
 ``unknown`` before its node's first verdict."""
 JOB_STATUSES = ("running", "dead")

@@ -34,7 +34,7 @@ from herdbook.config import Config
 from herdbook.events.codec import decode_resources
 from herdbook.events.liveness import interval_warning
 from herdbook.events.node import NodeEvent
-from herdbook.events.states import Health, resolve_state_filter
+from herdbook.events.states import Approval, Health, resolve_state_filter
 from herdbook.events.store import EventStore
 from herdbook.events.subjects import HEARTBEATS_STREAM, resources_subject
 from herdbook.projector.node_view import NodeView
@@ -48,7 +48,7 @@ from herdbook.reactors.validation import failures_within, waiting
 from herdbook.text import clip
 
 PAGE_BYTES = 700_000          # replies stay well under NATS's 1 MB max_payload
-APPROVALS = ("PENDING", "APPROVED", "REJECTED")
+APPROVALS: tuple[str, ...] = tuple(Approval)
 
 C = TypeVar("C", bound=NodeCommand)
 Handler = Callable[[bytes], Awaitable[Any]]

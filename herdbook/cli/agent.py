@@ -21,6 +21,8 @@ from herdbook.cli.duration_flags import duration_option
 from herdbook.cli.node_args import parse_labels
 from herdbook.cli.output import echo, safe
 from herdbook.cli.usage import log_level_option, plain_files, setup_logging, usable_dir, writable_file
+from herdbook.events.faults import FAULTS
+from herdbook.events.states import NodeClass
 
 agent_app = typer.Typer(help="Run the compute-node agent (`herd agent --node-id ...`), or "
                         "inject faults into one (`herd agent inject ...`).")
@@ -39,8 +41,8 @@ def agent(
         "--state-file", help="The running allocations, kept so that a restarted agent "
         "reattaches to them (default: <state-dir>/agent-state.json).")] = None,
     labels: Annotated[str | None, typer.Option("--labels", help="k=v[,k=v]")] = None,
-    node_class: Annotated[str, typer.Option("--class", help="standard, sensitive or "
-                                            "borrowed.")] = "standard",
+    node_class: Annotated[str, typer.Option("--class", help=", ".join(NodeClass) + ".")
+                          ] = NodeClass.STANDARD,
     heartbeat_interval: Annotated[float | None, duration_option(
         "--heartbeat-interval", help="Between heartbeats (default: a third of the control "
         "plane's heartbeat timeout for this node's class; 10s until it is known).",
@@ -109,13 +111,12 @@ def agent(
     import asyncio
 
     from herdbook.agent.main import AgentOptions, default_node_id, run_agent
-    from herdbook.events.states import NodeClass
 
     try:
         cls = NodeClass(node_class)
     except ValueError:
-        raise client.fail(f"invalid class {node_class!r}; choose from standard, sensitive, "
-                          "borrowed", client.EXIT_USAGE) from None
+        raise client.fail(f"invalid class {node_class!r}; choose from "
+                          f"{', '.join(NodeClass)}", client.EXIT_USAGE) from None
     nid = client.check_id(node_id or default_node_id())
     if instance_id is not None:
         client.check_id(instance_id, "instance id")
@@ -163,9 +164,8 @@ def agent(
 @agent_app.command("inject")
 def inject(
     ctx: typer.Context,
-    fault: Annotated[str, typer.Argument(help="xid, thermal, ecc-dbe, ecc-sbe, nvlink, pcie, "
-                                         "nvlink-down, remap-failed, throttle, gpu-missing "
-                                         "or clear.")],
+    fault: Annotated[str, typer.Argument(help=", ".join(FAULTS) + " (ecc-dbe, the "
+                                         "spelling before, is read too).")],
     value: Annotated[float | None, typer.Argument(help="XID code, temperature °C, error "
                                                   "count, NVLink link, throttle bits (8, 64, "
                                                   "128) or GPUs missing.")] = None,
@@ -174,22 +174,22 @@ def inject(
 ) -> None:
     """Inject a GPU fault into a running agent that uses fake GPUs, e.g.
     `herd agent inject --node gpu-1 xid 79 --gpu 3`; the agent reports it at once."""
-    from typing import cast
-
     import msgspec
 
-    from herdbook.events.agent_requests import FAULTS, Fault, InjectReply, InjectRequest
+    from herdbook.events.agent_requests import InjectReply, InjectRequest
+    from herdbook.events.faults import Fault, fault_named
     from herdbook.events.subjects import inject_subject
     if not node:
         raise client.fail("--node is required", client.EXIT_USAGE)
     client.check_id(node)
-    if fault not in FAULTS:
-        raise client.fail(f"unknown fault {fault!r}; choose from {', '.join(FAULTS)}",
-                          client.EXIT_USAGE)
-    if fault == "xid" and value is None:
+    try:
+        named = fault_named(fault)
+    except ValueError as err:
+        raise client.fail(str(err), client.EXIT_USAGE) from None
+    if named is Fault.XID and value is None:
         raise client.fail("xid needs a code, e.g. `xid 79`", client.EXIT_USAGE)
 
-    request = InjectRequest(fault=cast(Fault, fault), gpu=gpu, value=value)
+    request = InjectRequest(fault=named, gpu=gpu, value=value)
 
     async def send(nc: object) -> InjectReply:
         import nats.errors

@@ -14,6 +14,7 @@ import typer
 from herdbook.cli import client
 from herdbook.cli.node_args import confirm, parse_labels, send_command, server, split, warn_if_stale
 from herdbook.cli.output import echo
+from herdbook.events.states import Approval
 
 NodeIds = Annotated[list[str] | None, typer.Argument(
     help="Node ids (one or more); or select nodes with -l/--selector, --filter-state, "
@@ -67,7 +68,7 @@ def selection(ids: list[str] | None, selector: str | None, states: list[str] | N
         resolve_state_filter(chosen.states)
     except ValueError as err:
         raise client.fail(str(err), client.EXIT_USAGE) from None
-    bad = [a for a in chosen.approvals if a.upper() not in ("PENDING", "APPROVED", "REJECTED")]
+    bad = [a for a in chosen.approvals if a.upper() not in tuple(Approval)]
     if bad:
         raise client.fail(f"unknown approval {bad[0]!r}; choose from pending, approved, "
                           "rejected", client.EXIT_USAGE)

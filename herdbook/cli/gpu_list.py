@@ -22,9 +22,10 @@ from herdbook.cli.output import (
     table_cells,
     write_table,
 )
+from herdbook.events.health_report import GPU_HEALTHS
 
 T = TypeVar("T")
-HEALTHS = ("healthy", "degraded", "unhealthy", "critical", "fatal", "unknown")
+HEALTHS = GPU_HEALTHS
 COLUMNS = [("NODE", "node_id"), ("GPU", "index"), ("MODEL", "model"), ("HEALTH", "health"),
            ("TEMP", "temp"), ("POWER", "power"), ("UTIL", "util"), ("MEMORY", "memory"),
            ("NODE STATE", "node_state"), ("CAUSE", "cause")]

@@ -9,6 +9,8 @@ import typer
 
 from herdbook.cli import client
 from herdbook.cli.output import Format, Output, console, echo, render_object, render_rows
+from herdbook.events.alloc import AllocStatus
+from herdbook.events.evals import EvalStatus
 
 job_app = typer.Typer(help="Jobs: what to run, how many, where.", no_args_is_help=True)
 eval_app = typer.Typer(help="Evaluations (Nomad's model): why and when scheduling happens.",
@@ -19,8 +21,7 @@ EVAL_COLUMNS = [("ID", "id"), ("JOB", "job_id"), ("STATUS", "status"),
                 ("NEXT", "next_eval"), ("BLOCKED", "blocked_eval")]
 JOB_COLUMNS = [("ID", "id"), ("STATUS", "status"), ("VERSION", "version"), ("COUNT", "count"),
                ("PRIORITY", "priority"), ("ALLOCATIONS", "allocations")]
-EVAL_STATUSES = ("pending", "blocked", "complete", "failed", "canceled", "scheduling",
-                 "applying", "delayed", "deleted")
+EVAL_STATUSES: tuple[str, ...] = tuple(EvalStatus)
 
 
 def wanted_statuses(given: list[str] | None, allowed: tuple[str, ...], what: str) -> list[str]:
@@ -147,8 +148,8 @@ def stop(ctx: typer.Context, job_id: Annotated[str, typer.Argument(help="Job id.
 @eval_app.command("list")
 def eval_list(ctx: typer.Context, output: Output = Format.table,
               status_: Annotated[list[str] | None, typer.Option(
-                  "--status", help="pending, blocked, complete, failed, canceled or a "
-                  "quasi-status: scheduling, applying, delayed.")] = None,
+                  "--status", help=", ".join(EVAL_STATUSES) + " (scheduling, applying "
+                  "and delayed: quasi-statuses the view shows).")] = None,
               job: Annotated[str, typer.Option("--job", help="Only this job.")] = "") -> None:
     """Evaluations, oldest first."""
     wanted = wanted_statuses(status_, EVAL_STATUSES, "eval")
@@ -216,7 +217,7 @@ alloc_app = typer.Typer(help="Allocations: one running copy of a job on a node."
 ALLOC_COLUMNS = [("ID", "id"), ("JOB", "job_id"), ("#", "index"), ("NODE", "node_id"),
                  ("STATUS", "status"), ("DESIRED", "desired"), ("EXIT", "exit_code"),
                  ("REQUEUES", "requeue_count"), ("REASON", "status_reason")]
-ALLOC_STATUSES = ("pending", "running", "stopping", "complete", "failed", "stopped", "lost")
+ALLOC_STATUSES: tuple[str, ...] = tuple(AllocStatus)
 
 
 @alloc_app.command("list")

@@ -14,6 +14,7 @@ import msgspec
 
 from herdbook.cli import client
 from herdbook.cli.output import Format, json_items, render_columns, render_json_chunks, render_rows
+from herdbook.events.states import Approval
 
 LIST_COLUMNS = [("ID", "id"), ("TYPE", "type"), ("APPROVAL", "approval"), ("STATE", "state")]
 WIDE_COLUMNS = [("HEALTH", "health"), ("CLASS", "class"), ("LABELS", "labels"),
@@ -21,7 +22,7 @@ WIDE_COLUMNS = [("HEALTH", "health"), ("CLASS", "class"), ("LABELS", "labels"),
                 ("ALLOCS", "allocations"), ("FINGERPRINT", "fingerprint_group"),
                 ("CLAIMED BY", "claimed_by")]
 ORDER_KEYS = ("id", "type", "approval", "state", "health", "class", "last_heartbeat", "gpus")
-APPROVALS = ("PENDING", "APPROVED", "REJECTED")
+APPROVALS: tuple[str, ...] = tuple(Approval)
 LOG_TIMEOUT = 300.0
 """Requests that read the event log: their cost grows with it."""
 

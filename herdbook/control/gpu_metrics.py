@@ -30,14 +30,14 @@ from typing import NamedTuple, Protocol
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from herdbook.events.health_report import gpu_level
+from herdbook.events.health_report import VERDICT_LEVELS, gpu_level
 from herdbook.events.states import Health
 from herdbook.events.telemetry import GpuReading
 from herdbook.projector.node_view import NodeView
 from herdbook.reactors.telemetry_intake import Sample
 
-LEVELS = {"unknown": -1, "healthy": 0, "degraded": 1, "unhealthy": 2, "critical": 3,
-          "fatal": 4}
+LEVELS: dict[str, int] = {
+    "unknown": -1, **{level: rank for rank, level in enumerate(VERDICT_LEVELS)}}
 """A verdict level as a number (``herd_*_verdict_level``): worse is higher."""
 _NODE_LEVEL = {Health.UNKNOWN: "unknown", Health.HEALTHY: "healthy",
                Health.DEGRADED: "degraded", Health.UNHEALTHY: "unhealthy"}
@@ -302,8 +302,8 @@ class HealthCollector(Collector):
         yield level
         gpus = GaugeMetricFamily("herd_gpus", "GPUs of the fleet by health.",
                                  labels=["health"])
-        for health in LEVELS:
-            gpus.add_metric([health], counts.get(health, 0))
+        for word in LEVELS:
+            gpus.add_metric([word], counts.get(word, 0))
         yield gpus
         yield bad
 

@@ -8,15 +8,12 @@ with ``ok`` false and the reason, never a traceback."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, TypeVar, get_args
+from typing import Annotated, TypeVar
 
 import msgspec
 
 from herdbook.events.errors import error_path
-
-Fault = Literal["xid", "thermal", "ecc-dbe", "ecc-sbe", "nvlink", "pcie", "driver", "clear",
-                "nvlink-down", "remap-failed", "throttle", "gpu-missing"]
-FAULTS: tuple[str, ...] = get_args(Fault)
+from herdbook.events.faults import Fault
 
 T = TypeVar("T")
 

@@ -3,27 +3,39 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import msgspec
 
 from herdbook.events.node import NodeEvent
 from herdbook.events.states import Health
 
-HEALTH_EVENT_KINDS = ("xid", "thermal", "ecc_sbe", "ecc_dbe", "nvlink", "pcie",
-                      # the deeper node checks (``agent.deep_checks``, ``agent.kmsg``)
-                      "remap_pending", "remap_failed", "throttle", "pcie_link", "nvlink_down",
-                      "ib_port_down", "ib_flap", "sxid", "gpu_count")
-CHECK_STATUSES = ("healthy", "degraded", "unhealthy")
+HealthEventKind = Literal["xid", "thermal", "ecc_sbe", "ecc_dbe", "nvlink", "pcie",
+                          # the deeper node checks (``agent.deep_checks``, ``agent.kmsg``)
+                          "remap_pending", "remap_failed", "throttle", "pcie_link",
+                          "nvlink_down", "ib_port_down", "ib_flap", "sxid", "gpu_count"]
+"""What a raw GPU health event is about; a report with another kind is refused at decode."""
+HEALTH_EVENT_KINDS: tuple[HealthEventKind, ...] = get_args(HealthEventKind)
+
+CheckStatus = Literal["healthy", "degraded", "unhealthy"]
+CHECK_STATUSES: tuple[CheckStatus, ...] = get_args(CheckStatus)
 
 VerdictLevel = Literal["healthy", "degraded", "unhealthy", "critical", "fatal"]
-"""The level of a verdict, as the policy's results name it (``health_policy.RESULTS``)."""
+"""The level of a verdict, least to most severe: the policy's results
+(``health_policy.RESULTS``). ``critical`` (UNHEALTHY, the node stays up) is not ``fatal``
+(UNHEALTHY and DOWN): one spelling here, so the two cannot be mixed up again."""
+VERDICT_LEVELS: tuple[VerdictLevel, ...] = get_args(VerdictLevel)
+
+GpuHealth = Literal[VerdictLevel, "unknown"]
+"""A GPU's health as the API shows it (``gpu_level``): its verdict's level, or ``unknown``
+before its node's first verdict."""
+GPU_HEALTHS: tuple[GpuHealth, ...] = get_args(GpuHealth)
 
 
 class GpuEvent(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """One raw GPU health event, as NVML reported it."""
 
-    kind: str                  # one of HEALTH_EVENT_KINDS
+    kind: HealthEventKind
     gpu: int = -1
     xid: int = 0
     value: float = 0.0         # temperature °C, error count, ...
@@ -113,7 +125,7 @@ class NodeHealthChanged(NodeEvent, frozen=True, kw_only=True, tag="node.health_c
         return self.previous is not None and self.previous is self.health
 
 
-def gpu_level(view_health: Health, gpus: Mapping[int, GpuVerdict], index: int) -> str:
+def gpu_level(view_health: Health, gpus: Mapping[int, GpuVerdict], index: int) -> GpuHealth:
     """A GPU's health as the API shows it: its verdict's level, ``healthy`` where its
     node was decided on and the map does not name it, ``unknown`` before any verdict
     (or after an operator cleared the node, until its next report)."""

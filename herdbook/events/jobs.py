@@ -9,6 +9,7 @@ from msgspec import Meta
 
 from herdbook.events.base import Event
 from herdbook.events.errors import error_path
+from herdbook.events.states import NodeClass
 from herdbook.events.subjects import ID_PATTERN
 
 # The spec's rules are Meta constraints on its fields, so that the decoder enforces them and
@@ -17,7 +18,6 @@ from herdbook.events.subjects import ID_PATTERN
 # events under them refuses none.
 RequeuePolicy = Literal["never", "on_node_failure", "always"]
 REQUEUE_POLICIES: tuple[str, ...] = get_args(RequeuePolicy)
-NodeClassName = Literal["standard", "sensitive", "borrowed"]
 MAX_COUNT = 100_000
 
 
@@ -29,7 +29,7 @@ class Resources(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 class Constraints(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     labels: dict[str, str] = msgspec.field(default_factory=dict)
-    node_class: NodeClassName | None = msgspec.field(default=None, name="class")
+    node_class: NodeClass | None = msgspec.field(default=None, name="class")
 
 
 class Requeue(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

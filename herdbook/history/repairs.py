@@ -56,14 +56,14 @@ import msgspec
 from msgspec.structs import replace
 
 from herdbook.events.codec import AnyNodeEvent
-from herdbook.events.health_report import NodeHealthChanged
+from herdbook.events.health_report import VERDICT_LEVELS, NodeHealthChanged
 from herdbook.events.instance import InstanceProvisioning
 from herdbook.events.node import NodeBootChecked, NodeBootStarted, NodeEvent
 from herdbook.events.states import Approval, Health, Lifecycle, NodeType
 from herdbook.projector.node_view import NodeView
 from herdbook.projector.node_view import apply as apply_node
 
-LEVEL_ORDER = ("healthy", "degraded", "unhealthy", "critical", "fatal")
+LEVEL_ORDER = VERDICT_LEVELS   # least to most severe
 
 FAULTS = frozenset({"health_changed", "down", "failed", "boot_checked", "wipe_failed",
                     "validation_failed"})

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+from herdbook.clock import SYSTEM_CLOCK, Clock
 from herdbook.config import Config
 from herdbook.events.alloc import AllocEvent, AllocFailed, AllocLost
 from herdbook.events.eval_events import EvalEvent
@@ -43,6 +44,7 @@ from herdbook.events.node import (
     NodeTerminated,
 )
 from herdbook.events.states import Intent, Lifecycle
+from herdbook.events.store import EventStore
 from herdbook.projector.alloc_view import AllocView
 from herdbook.projector.node_view import NodeView
 from herdbook.projector.runner import ProjectorRunner
@@ -66,12 +68,12 @@ LOSING = (NodeDown, NodeDisabled, NodeDeleted, NodeTerminated)
 
 
 class AllocationReactor:
-    def __init__(self, projector: ProjectorRunner, config: Config, *,
-                 runner: DecideRunner) -> None:
+    def __init__(self, store: EventStore, projector: ProjectorRunner, config: Config, *,
+                 clock: Clock = SYSTEM_CLOCK, runner: DecideRunner | None = None) -> None:
         self.projector = projector
         self.model = projector.model
         self.config = config
-        self.runner = runner
+        self.runner = runner or DecideRunner(store, projector, clock)
         self._unsubscribe: list[Callable[[], None]] = []
         self._queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         self._schedulable: dict[str, bool] = {}

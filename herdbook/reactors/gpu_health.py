@@ -23,7 +23,6 @@ the notifier ignores it.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import cast
 
 from msgspec.structs import replace
 
@@ -125,7 +124,7 @@ def kept_gpus(before: Mapping[int, GpuVerdict], health: Health, node_id: str,
 
 
 def _level(result: str) -> VerdictLevel:
-    return cast(VerdictLevel, result if result in RANK else "healthy")
+    return result if result in RANK else "healthy"   # RANK's keys: VERDICT_LEVELS
 
 
 def _worst(out: dict[int, GpuVerdict], gpu: int, verdict: GpuVerdict) -> None:

@@ -17,16 +17,20 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 from herdbook.control.errors import StartupError
 from herdbook.durations import Duration
+from herdbook.events.faults import Fault
 from herdbook.sim.detections import latency_summary
 from herdbook.sim.nodes import SimError
 from herdbook.sim.scenario import FleetGroup
 from herdbook.sim.world import CONTROL_NODE_ID, World, prepare_data_dir, remove_data_dir
 
-CHAOS_KINDS = ("xid", "ecc-dbe", "partition", "stop")
+ChaosKind = Literal["xid", "ecc_dbe", "partition", "stop"]
+"""What ``herd sim chaos`` injects: two GPU faults (``events.faults.Fault``) and two
+liveness failures. ``ecc-dbe``, the spelling before issue 30, is still read (``--mix``)."""
+CHAOS_KINDS: tuple[ChaosKind, ...] = get_args(ChaosKind)
 LIVENESS_KINDS = frozenset({"partition", "stop"})
 EXIT_OK, EXIT_FAILED, EXIT_NOT_STARTED = 0, 1, 3
 
@@ -38,7 +42,7 @@ def parse_mix(text: str) -> dict[str, float]:
         if not part:
             continue
         kind, sep, weight = part.partition("=")
-        kind = kind.strip()
+        kind = kind.strip().replace("-", "_")
         if kind not in CHAOS_KINDS:
             raise ValueError(f"--mix: {kind!r} is not one of {', '.join(CHAOS_KINDS)}")
         try:
@@ -211,10 +215,10 @@ async def _inject(world: World, plan: list[Planned], say: Callable[[str], None])
             match planned.kind:
                 case "xid":
                     tracker.injected(planned.node, "xid")
-                    await node.inject("xid", 0, 79)
-                case "ecc-dbe":
-                    tracker.injected(planned.node, "ecc-dbe")
-                    await node.inject("ecc-dbe", 0, 1)
+                    await node.inject(Fault.XID, 0, 79)
+                case "ecc_dbe":
+                    tracker.injected(planned.node, "ecc_dbe")
+                    await node.inject(Fault.ECC_DBE, 0, 1)
                 case "partition":
                     node.partition(True)
                     tracker.injected(planned.node, "partition")

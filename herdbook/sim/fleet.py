@@ -19,7 +19,8 @@ from nats.aio.client import Client as NATS
 
 from herdbook.agent.main import Agent, AgentOptions
 from herdbook.agent.reports import NodeReports
-from herdbook.events.agent_requests import Fault, InjectReply, InjectRequest
+from herdbook.events.agent_requests import InjectReply, InjectRequest
+from herdbook.events.faults import fault_named
 from herdbook.events.subjects import inject_subject
 from herdbook.sim.light_fleet import LightFleet, LightNode
 from herdbook.sim.nodes import SimError, SimNode
@@ -111,7 +112,7 @@ async def inject_agent(nc: NATS, node_id: str, fault: str, gpu: int,
                        value: float | None) -> str:
     """Through the agent's own inject subject, as `herd agent inject` does."""
     import nats.errors
-    request = InjectRequest(fault=cast(Fault, fault), gpu=gpu, value=value)
+    request = InjectRequest(fault=fault_named(fault), gpu=gpu, value=value)
     try:
         msg = await nc.request(inject_subject(node_id), msgspec.json.encode(request),
                                timeout=10)

@@ -15,7 +15,8 @@ from nats.aio.client import Client as NATS
 import herdbook
 from herdbook.agent.protocol import MemorySequence, NodeProtocol, send_heartbeat
 from herdbook.events.codec import encode
-from herdbook.events.health_report import CheckResult, GpuEvent, HealthReport
+from herdbook.events.faults import fault_named
+from herdbook.events.health_report import CheckResult, CheckStatus, GpuEvent, HealthReport
 from herdbook.events.heartbeat import Heartbeat
 from herdbook.events.node import GpuInfo, NodeInfo
 from herdbook.events.store import EventStore
@@ -80,24 +81,20 @@ class LightNode:
         return await self.fleet.inject(self, fault, gpu, value)
 
 
-FAULT_EVENTS = {"ecc-dbe": "ecc_dbe", "ecc-sbe": "ecc_sbe", "nvlink": "nvlink", "pcie": "pcie",
-                "nvlink-down": "nvlink_down", "remap-failed": "remap_failed",
-                "throttle": "throttle", "gpu-missing": "gpu_count"}
-
-
 def fault_report(node: LightNode, fault: str, gpu: int, value: float | None) -> HealthReport:
     """The health report an agent would send right after this fault (FakeNvml's
     ``inject`` then ``HealthMonitor.report``)."""
     events: tuple[GpuEvent, ...] = ()
-    status = "healthy"
-    if fault == "xid":
+    status: CheckStatus = "healthy"
+    kind = fault_named(fault).event_kind
+    if kind == "xid":
         events = (GpuEvent(kind="xid", gpu=gpu, xid=int(value or 0)),)
         if int(value or 0) == 79:
             status = "unhealthy"    # the GPU fell off the bus: NVML calls fail
-    elif fault == "thermal":
+    elif kind == "thermal":
         events = (GpuEvent(kind="thermal", gpu=gpu, value=float(value or 97)),)
-    elif fault in FAULT_EVENTS:
-        events = (GpuEvent(kind=FAULT_EVENTS[fault], gpu=gpu, value=float(value or 1)),)
+    elif kind is not None:
+        events = (GpuEvent(kind=kind, gpu=gpu, value=float(value or 1)),)
     gpu_check = CheckResult(name="gpu", status=status,
                             message="" if status == "healthy" else
                             f"NVML call failed: GPU {gpu} is lost (fallen off the bus)")

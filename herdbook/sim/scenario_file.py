@@ -12,8 +12,8 @@ import msgspec.yaml
 
 from herdbook.config import ConfigError, parse_config
 from herdbook.durations import Duration, parse_duration
-from herdbook.events.agent_requests import FAULTS
 from herdbook.events.errors import error_path
+from herdbook.events.faults import FAULTS, fault_named
 from herdbook.events.subjects import ID_PATTERN
 from herdbook.sim.scenario import (
     ACTIONS,
@@ -129,7 +129,9 @@ def _validate_step(step: Step, fleet: set[str]) -> str | None:
             problem = _validate_check(value, name)
             return None if problem is None else where + problem
         case Inject(node=node, pool=pool, fault=fault, value=number):
-            if fault not in FAULTS:
+            try:
+                fault = fault_named(fault)   # either spelling (events.faults)
+            except ValueError:
                 return f"{where}.fault: {fault!r} is not one of {', '.join(FAULTS)}"
             if fault == "xid" and number is None:
                 return f"{where}.value: xid needs a code, e.g. 79"

@@ -151,7 +151,7 @@ def test_cli_an_unknown_name_lists_the_bundled_scenarios() -> None:
 
 async def test_short_chaos_run_detects_every_failure() -> None:
     options = ChaosOptions(nodes=20, rate=6000.0, duration=3.0, seed=12,
-                           mix={"xid": 1, "partition": 1, "stop": 1, "ecc-dbe": 1},
+                           mix={"xid": 1, "partition": 1, "stop": 1, "ecc_dbe": 1},
                            heartbeat_interval=0.2, heartbeat_timeout=1.0, grace_period=1.0)
     result = await run_chaos(options)
     print(f"chaos seed {result.seed}: {result.injected}, latency {result.latency}")

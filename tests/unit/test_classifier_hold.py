@@ -31,7 +31,6 @@ from herdbook.projector.node_view import NodeView
 from herdbook.reactors.classifier import HealthClassifier
 from herdbook.reactors.health import decide_health
 from herdbook.reactors.intents import decide_uncordon
-from herdbook.reactors.runner import DecideRunner
 from tests.fakes import FakeClock, FakeNats, FakeProjector, FakeStore
 
 POLICY = Policy.load(None)
@@ -51,10 +50,8 @@ class World:
                  store: FakeStore | None = None) -> None:
         self.projector = projector or FakeProjector()
         self.store = store or FakeStore(self.projector)
-        clock = FakeClock()
-        self.classifier = HealthClassifier(FakeNats(), self.projector,  # type: ignore[arg-type]
-                                           policy, 2, clock=clock, runner=DecideRunner(
-                                               self.store, self.projector, clock))  # type: ignore[arg-type]
+        self.classifier = HealthClassifier(FakeNats(), self.store, self.projector,  # type: ignore[arg-type]
+                                           policy, 2, clock=FakeClock())
         self.classifier.follow({})
         self.seq = 0
 
