@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from herdbook.clock import SYSTEM_CLOCK, Clock
+from herdbook.clock import Clock
 from herdbook.events.health_report import HealthReport
 
 KEEP = 7 * 24 * 3600.0
@@ -102,7 +102,7 @@ NO_HISTORY = NodeHistory((), {}, {}, 0.0)
 class FaultHistory:
     """The fold: per node, its recent health events; per GPU serial, its pulls."""
 
-    def __init__(self, clock: Clock = SYSTEM_CLOCK, keep: float = KEEP) -> None:
+    def __init__(self, clock: Clock, keep: float = KEEP) -> None:
         self.clock = clock
         self.keep = keep
         self.faults: dict[str, deque[Fault]] = defaultdict(deque)

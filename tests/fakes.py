@@ -110,6 +110,28 @@ class FakeStore:
         self.appended.append((event, expected_version))
         return self.fold(event)
 
+    atomic = True
+    """Takes atomic batches (``append_atomic``), as a stream with ``allow_atomic`` does."""
+
+    async def append_atomic(self, parts: Any) -> int:
+        """Several aggregates' decisions, all or none: every part's expected version is
+        checked (after the racing writers land) before any event is stored."""
+        for events, _ in parts:
+            filt = filter_of(events[0])
+            for first in [e for e in self.racing if filter_of(e) == filt]:
+                self.racing.remove(first)
+                self.fold(first)
+        for events, expected in parts:
+            filt = filter_of(events[0])
+            if self.last.get(filt, 0) != expected:
+                raise ConflictError(filt, expected)
+        for events, expected in parts:
+            version = expected
+            for event in events:
+                self.appended.append((event, version))
+                version = self.fold(event)
+        return self.seq
+
     async def last_sequence(self, aggregate: str, aggregate_id: str) -> int:
         return self.last.get(f"herd.{aggregate}.{aggregate_id}.>", 0)
 

@@ -41,8 +41,10 @@ import msgspec
 from nats.aio.client import Client as NATS
 from nats.js.errors import NotFoundError
 
+from herdbook.agent.liveness import read_settings
 from herdbook.events.authority import Unvouched, bind_event
 from herdbook.events.codec import decode_heartbeat
+from herdbook.events.hb_shards import stored_heartbeat_subject
 from herdbook.events.heartbeat import AgentId
 from herdbook.events.machine import LifecycleTrigger
 from herdbook.events.node import NodeBootStarted, NodeRegistered
@@ -50,7 +52,6 @@ from herdbook.events.subjects import (
     EVENTS_STREAM,
     HEARTBEATS_STREAM,
     aggregate_filter,
-    heartbeat_subject,
     holder_subject,
 )
 
@@ -152,6 +153,7 @@ class Fence:
         self.poll = poll
         self.monotonic = monotonic
         self.wall = wall
+        self._shards: int | None = None
 
     async def claim(self) -> NodeLast:
         """Return the node's last event once no other live agent holds it; raise
@@ -228,9 +230,13 @@ class Fence:
                         announced=announced)
 
     async def last_heartbeat(self) -> Signal | None:
+        if self._shards is None:   # sharded liveness stores herd.hb.<shard>.<id>
+            settings = await read_settings(self.nc)
+            self._shards = settings.liveness_shards if settings is not None else 1
         try:
             msg = await self.nc.jetstream().get_last_msg(
-                HEARTBEATS_STREAM, heartbeat_subject(self.node_id), direct=True)
+                HEARTBEATS_STREAM, stored_heartbeat_subject(self.node_id, self._shards),
+                direct=True)
             hb = decode_heartbeat(msg.data or b"")
         except Exception:  # noqa: BLE001 - none stored, garbage, or not readable: no word
             return None

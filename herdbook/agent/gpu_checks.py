@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from herdbook.agent import deep_checks, gpu, telemetry
 from herdbook.agent.infiniband import IbWatch
-from herdbook.clock import SYSTEM_CLOCK, Clock
+from herdbook.clock import Clock
 from herdbook.events.health_report import CheckResult, GpuEvent, HealthEventKind, HealthReport
 from herdbook.events.telemetry import GpuReading
 
@@ -43,7 +43,7 @@ class KernelXids(Protocol):
 
 
 class HealthMonitor:
-    def __init__(self, nvml: gpu.NvmlLike | None, *, clock: Clock = SYSTEM_CLOCK,
+    def __init__(self, nvml: gpu.NvmlLike | None, *, clock: Clock,
                  throttle_window: float = deep_checks.THROTTLE_WINDOW,
                  expected_gpus: int | None = None, infiniband: IbWatch | None = None) -> None:
         backend: Any = nvml

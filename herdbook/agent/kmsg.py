@@ -31,7 +31,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from herdbook.clock import SYSTEM_CLOCK, Clock
+from herdbook.clock import Clock
 from herdbook.events.health_report import GpuEvent
 
 log = logging.getLogger(__name__)
@@ -262,7 +262,7 @@ class XidMerger:
     ``window`` seconds before and was not matched yet: three XIDs from each source are
     three XIDs, not six."""
 
-    def __init__(self, window: float = 30.0, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(self, *, clock: Clock, window: float = 30.0) -> None:
         self.window = window
         self.clock = clock
         self._unmatched: list[tuple[float, int, int, str]] = []    # (at, gpu, xid, source)

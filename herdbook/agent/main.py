@@ -35,6 +35,7 @@ from herdbook.agent.registration import register, remember_info
 from herdbook.agent.reports import NodeReports
 from herdbook.agent.state import AgentState
 from herdbook.agent.workload_state import STATE_FILE
+from herdbook.clock import SYSTEM_CLOCK
 from herdbook.credentials import NatsAuth
 from herdbook.events.alloc import AllocEvent
 from herdbook.events.authority import Unvouched, bind_event
@@ -119,6 +120,8 @@ class Agent:
     def __init__(self, options: AgentOptions, nc: NATS | None = None,
                  nvml: gpu.NvmlLike | None = None) -> None:
         self.options = options
+        self.clock = SYSTEM_CLOCK
+        """The agent is a composition root: its parts take this clock, never a default."""
         self.node_id = validate_id(options.node_id)
         self.state = AgentState(options.state_dir)
         self.me = this_process()
@@ -147,7 +150,8 @@ class Agent:
             self.node_id, self.state.dir, self._report,
             state_file=options.state_file or self.state.dir / STATE_FILE, actor=self.actor,
             requeue_allowed=options.node_class is not NodeClass.SENSITIVE)
-        self.reports = self.reports_class(self.node, nvml, self.executor, options.fake_allocs)
+        self.reports = self.reports_class(self.node, nvml, self.executor, options.fake_allocs,
+                                          clock=self.clock)
         self._deep_checks(options)
         self.pace = self.reports.pace = HeartbeatPace(self.node_id, options.node_class.value,
                                                       options.heartbeat_interval)
@@ -326,7 +330,8 @@ class Agent:
         if source is None:
             return None
         log.info("%s: XIDs of the kernel log from %s", self.node_id, self.options.kmsg_source)
-        kernel_log = kmsg.KernelLog(source, lambda: gpu.bus_ids(self.nvml), kmsg.XidMerger(),
+        kernel_log = kmsg.KernelLog(source, lambda: gpu.bus_ids(self.nvml),
+                                    kmsg.XidMerger(clock=self.clock),
                                     self.options.kmsg_poll_interval)
         self.reports.health.kernel_log = kernel_log
         return kernel_log

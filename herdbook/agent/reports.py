@@ -19,6 +19,7 @@ from herdbook.agent.gpu_checks import HealthMonitor
 from herdbook.agent.liveness import HeartbeatPace
 from herdbook.agent.protocol import NodeProtocol, send_heartbeat
 from herdbook.backoff import Backoff
+from herdbook.clock import Clock
 from herdbook.events.agent_requests import (
     FingerprintReply,
     InjectReply,
@@ -37,12 +38,12 @@ HEALTH_RETRY = Backoff(0.5, factor=1.0, step=0.5)
 
 class NodeReports:
     def __init__(self, node: NodeProtocol, nvml: gpu.NvmlLike | None, executor: Executor,
-                 fake_allocs: int = 0) -> None:
+                 fake_allocs: int = 0, *, clock: Clock) -> None:
         self.node = node
         self.nvml = nvml
         self.executor = executor
         self.fake_allocs = fake_allocs
-        self.health = HealthMonitor(nvml)
+        self.health = HealthMonitor(nvml, clock=clock)
         self.nc: NATS | None = None
         self.fingerprint = ""
         self._fingerprint_sent: str | None = None

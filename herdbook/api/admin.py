@@ -60,6 +60,7 @@ class AdminRoutes:
             "projector_failed": self.projector.failed,
             "deadletters": self.projector.deadletters,
             **self.sweeper.stats(),
+            **self.sweeper.shard_status(),
             "liveness_detections": self.sweeper.detections,
             "uptime_s": round(self.clock.monotonic() - self.started, 1),
             "leader": self.is_leader(),

@@ -25,7 +25,7 @@ from herdbook.api.history_messages import (
 )
 from herdbook.api.lookup import ApiError, decode, resolve
 from herdbook.api.present import node_json
-from herdbook.clock import SYSTEM_CLOCK, Clock
+from herdbook.clock import Clock
 from herdbook.events.states import Approval, Health, resolve_state_filter
 from herdbook.events.subjects import aggregate_filter, validate_id
 from herdbook.history.queries import MAX_ITEMS, audit_list, node_history, nodes_at, verify
@@ -61,7 +61,7 @@ def newest_fitting(items: list[dict[str, Any]], limit: int) -> list[dict[str, An
 def node_at_json(view: NodeView, wide: bool = True) -> dict[str, Any]:
     """``node_json`` of a past view: heartbeats and allocations are not in the event
     log, so their fields are null."""
-    out = node_json(view, None, 0.0, wide=wide)
+    out = node_json(view, None, 0.0, clock=None, wide=wide)
     out.update(heartbeating=None, allocations=None)
     return out
 
@@ -72,7 +72,7 @@ class HistoryRoutes:
     reads the log. ``clock``: what "now" is for a request without a time."""
 
     def __init__(self, nc: NATS, views: Callable[[], Mapping[str, NodeView]], *,
-                 clock: Clock = SYSTEM_CLOCK) -> None:
+                 clock: Clock) -> None:
         self.js = nc.jetstream()
         self.views = views
         self.clock = clock

@@ -12,7 +12,6 @@ from herdbook.api.lookup import ApiError, decode, resolve
 from herdbook.api.messages import ById, InstanceReply, ListInstances, Page, PoolByName, ScalePool
 from herdbook.api.present import instance_reply
 from herdbook.config import Config
-from herdbook.events.store import EventStore
 from herdbook.projector.runner import ProjectorRunner
 from herdbook.reactors.pools import LIVE
 from herdbook.reactors.runner import DecideRunner
@@ -21,9 +20,7 @@ Handler = Callable[[bytes], Awaitable[Any]]
 
 
 class PoolRoutes:
-    def __init__(self, store: EventStore, projector: ProjectorRunner, runner: DecideRunner,
-                 config: Config) -> None:
-        self.store = store
+    def __init__(self, projector: ProjectorRunner, runner: DecideRunner, config: Config) -> None:
         self.projector = projector
         self.runner = runner
         self.config = config
@@ -70,12 +67,10 @@ class PoolRoutes:
         return self.pool_json(req.pool)
 
     async def pool_scale(self, data: bytes) -> dict[str, Any]:
-        """A blind write (see ``decide_scale_pool``), stamped by the runner's clock and
-        ids like every decided event."""
+        """A blind write (see ``decide_scale_pool``): the runner's ``append_blind``, stamped
+        by its clock and ids like every decided event."""
         req = decode(data, ScalePool)
         event = decide_scale_pool(self.config.pools.get(req.pool), req.pool, req.size,
                                   actor=caller(req), reason=req.reason)
-        [stamped] = self.runner.stamp([event], self.runner.context())
-        seq = await self.store.append(stamped)
-        await self.projector.wait_applied(seq)
+        await self.runner.append_blind([event])
         return self.pool_json(req.pool)

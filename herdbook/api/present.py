@@ -32,7 +32,7 @@ from herdbook.api.messages import (
     NodeDetail,
     NodeSummary,
 )
-from herdbook.clock import SYSTEM_CLOCK, Clock
+from herdbook.clock import Clock
 from herdbook.history.times import iso
 from herdbook.projector.alloc_view import AllocView
 from herdbook.projector.eval_view import EvalView
@@ -68,11 +68,14 @@ def shown_map(entries: dict[str, str]) -> dict[str, str]:
 
 
 def _summary_fields(view: NodeView, heartbeat_age: float | None, heartbeat_timeout: float,
-                    allocations: int, clock: Clock) -> dict[str, Any]:
-    """``last_heartbeat``: the clock's now less the heartbeat's age."""
+                    allocations: int, clock: Clock | None) -> dict[str, Any]:
+    """``last_heartbeat``: the clock's now less the heartbeat's age (no heartbeat, no
+    time: then no clock is read, and None may stand for it)."""
     info = view.info
     last_hb = None
     if heartbeat_age is not None:
+        if clock is None:
+            raise ValueError("a heartbeat's time needs the clock")
         last_hb = iso(datetime.fromtimestamp(clock.now().timestamp() - heartbeat_age, UTC))
     return {
         "id": view.id, "type": view.type, "node_class": info.node_class,
@@ -127,21 +130,21 @@ def _detail_fields(view: NodeView) -> dict[str, Any]:
 
 
 def node_summary(view: NodeView, heartbeat_age: float | None, heartbeat_timeout: float, *,
-                 allocations: int = 0, clock: Clock = SYSTEM_CLOCK) -> NodeSummary:
+                 clock: Clock | None, allocations: int = 0) -> NodeSummary:
+    """``clock``: the server's, for ``last_heartbeat`` (None: no heartbeat age given)."""
     return NodeSummary(**_summary_fields(view, heartbeat_age, heartbeat_timeout, allocations,
                                          clock))
 
 
 def node_detail(view: NodeView, heartbeat_age: float | None, heartbeat_timeout: float, *,
-                allocations: int = 0, clock: Clock = SYSTEM_CLOCK) -> NodeDetail:
+                clock: Clock | None, allocations: int = 0) -> NodeDetail:
     return NodeDetail(**_summary_fields(view, heartbeat_age, heartbeat_timeout, allocations,
                                         clock),
                       **_detail_fields(view))
 
 
 def node_json(view: NodeView, heartbeat_age: float | None, heartbeat_timeout: float, *,
-              wide: bool = True, allocations: int = 0,
-              clock: Clock = SYSTEM_CLOCK) -> dict[str, Any]:
+              clock: Clock | None, wide: bool = True, allocations: int = 0) -> dict[str, Any]:
     """``node_detail`` (``wide``) or ``node_summary`` as a plain dict."""
     build = node_detail if wide else node_summary
     out: dict[str, Any] = msgspec.to_builtins(
@@ -201,7 +204,7 @@ class _Entry:
     __slots__ = ("beat_at", "beat_text", "head", "narrow", "timeout", "view", "wide")
 
     def __init__(self, view: NodeView, timeout: float) -> None:
-        fields = _summary_fields(view, None, timeout, 0, SYSTEM_CLOCK)   # no heartbeat: no time
+        fields = _summary_fields(view, None, timeout, 0, None)   # no heartbeat: no time
         live_at = list(fields).index(_LIVE[0])
         keys = list(fields)
         head = _wire({k: fields[k] for k in keys[:live_at]})

@@ -35,7 +35,7 @@ from herdbook.api.messages import ErrorCode, Failed, Ok
 from herdbook.api.nodes import NodeRoutes
 from herdbook.api.pools import PoolRoutes
 from herdbook.api.repairs import RepairRoutes
-from herdbook.clock import SYSTEM_CLOCK, Clock
+from herdbook.clock import Clock
 from herdbook.config import Config
 from herdbook.events.jobs import JobSpecError
 from herdbook.events.store import EventStore, StorageFullError
@@ -67,8 +67,8 @@ class Api:
     def __init__(self, nc: NATS, store: EventStore, projector: ProjectorRunner,
                  sweeper: Sweeper, rebuild: Callable[[], Awaitable[dict[str, Any]]],
                  instance: str, config: Config | None = None,
-                 metrics: Metrics | None = None, *, clock: Clock = SYSTEM_CLOCK,
-                 breaker: Breaker | None = None, runner: DecideRunner | None = None,
+                 metrics: Metrics | None = None, *, clock: Clock, runner: DecideRunner,
+                 breaker: Breaker | None = None,
                  telemetry: Telemetry | None = None, faults: FaultHistory | None = None,
                  repairs: LiveRepairs | None = None) -> None:
         """``telemetry``: the latest GPU readings (``reactors/telemetry_intake``);
@@ -82,7 +82,7 @@ class Api:
         self.projector = projector
         self.metrics = metrics
         self.clock = clock
-        self.runner = runner or DecideRunner(store, projector, clock)
+        self.runner = runner
         self.service: Any = None
         self.gpus = GpuRoutes(lambda: projector.nodes, telemetry or NoTelemetry(), faults, clock)
         nodes = NodeRoutes(nc, store, projector, sweeper, self.runner, self.config)
@@ -94,7 +94,7 @@ class Api:
             **JobRoutes(projector, self.runner).routes(),
             **AllocRoutes(projector, self.runner).routes(),
             **ExplainRoutes(nc, projector, self.config).routes(),
-            **PoolRoutes(store, projector, self.runner, self.config).routes(),
+            **PoolRoutes(projector, self.runner, self.config).routes(),
             **AdminRoutes(nc, projector, sweeper, rebuild, instance,
                           lambda: self.is_leader(), clock, breaker,
                           repairs=repair_routes.status if repair_routes else None,

@@ -76,6 +76,21 @@ def _url(store: Path, host: str | None, user: User | None = None) -> str:
     return f"nats://{auth}{shown}:{address[1]}"
 
 
+def _current(store: Path, path: Path, user: str, host: str | None) -> bool:
+    """Whether the creds file ``path`` holds ``user``'s password in the registry and the
+    URL it would be issued with now (`herd creds agent --keep`: deploy/compose.yaml issues
+    at every `docker compose up`, and a new password would lock out a running agent)."""
+    from herdbook.credentials import CredentialsError, read_creds
+    from herdbook.natsd.users import UsersError
+    try:
+        held = read_creds(path)
+        known = {u.user: u.password for u in _registry(store).users()}
+    except (CredentialsError, UsersError):
+        return False
+    return held.user == user and known.get(user) == held.password and \
+        held.url == _url(store, host)
+
+
 def _issue(store: Path, user: User, host: str | None, out: Path | None, what: str) -> None:
     from herdbook.credentials import CredsFile, write_creds
     from herdbook.natsd.users import auth_enabled
@@ -148,18 +163,26 @@ def agent(
     node_id: Annotated[str, typer.Argument(help="The node the agent runs as.")],
     data_dir: DataDir = None, config: ConfigFile = None, host: Host = None,
     out: OutFile = None, config_dir: ConfigDir = None,
+    keep: Annotated[bool, typer.Option("--keep", help="Keep the creds file when it already "
+                                       "holds this node's current credentials (for an init "
+                                       "step that runs at every start).")] = False,
 ) -> None:
     """Credentials for one node's agent: it may publish only that node's heartbeat,
     resources, health, the node events an agent writes and its allocations' status.
-    Issuing again replaces the password."""
-    from herdbook.natsd.users import UsersError
+    Issuing again replaces the password (not with --keep while the file is current)."""
+    from herdbook.natsd.users import UsersError, agent_user
     client.check_id(node_id)
     store = _store_dir(config, data_dir, config_dir)
+    path = out or Path(f"{agent_user(node_id)}.creds")
+    if keep and _current(store, path, agent_user(node_id), host):
+        console.print(f"Ok: kept {path}: the current credentials of node {node_id}",
+                      markup=False)
+        return
     try:
         user = _registry(store).add_agent(node_id)
     except (UsersError, OSError) as err:
         raise client.fail(str(err), client.EXIT_REFUSED) from None
-    _issue(store, user, host, out, f"agent credentials of node {node_id}:")
+    _issue(store, user, host, path, f"agent credentials of node {node_id}:")
 
 
 @creds_app.command("operator")

@@ -51,8 +51,8 @@ def sim_command(
                            "default: a temp dir, removed.")] = None,
     chaos: Annotated[bool, typer.Option("--chaos", help="Chaos mode instead of a "
                                                         "scenario.")] = False,
-    nodes: Annotated[int, typer.Option("--nodes", min=1, max=100_000,
-                                       help="Chaos: fleet size.")] = 100,
+    nodes: Annotated[int, typer.Option("--nodes", min=1, max=1_000_000,
+                                       help="Chaos, --replicas: fleet size.")] = 100,
     rate: Annotated[float, typer.Option("--rate", min=0.0, help="Chaos: failures per 1000 "
                                         "nodes per minute.")] = 60.0,
     duration: Annotated[float, duration_option(
@@ -69,6 +69,13 @@ def sim_command(
     heartbeat_timeout: Annotated[float, duration_option(
         "--heartbeat-timeout", help="Chaos: lifecycle.heartbeat_timeout (and the grace "
         "period).", default="2s", positive=True)] = 2.0,
+    replicas: Annotated[int, typer.Option(
+        "--replicas", min=0, max=8, help="Liveness shards: this many `herd up` replicas "
+        "share the lightweight nodes' heartbeats; one is then killed with SIGKILL (0: "
+        "off).")] = 0,
+    liveness_shards: Annotated[int, typer.Option(
+        "--liveness-shards", min=0, max=1024, help="With --replicas: the shard count "
+        "(default: --replicas).")] = 0,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the verdict.")] = False,
     log_level: Annotated[str, log_level_option("Of the simulated control plane and "
                                                "agents: error, warning, info.")] = "error",
@@ -83,6 +90,11 @@ def sim_command(
         writable_file(report, "--report")
     from herdbook.logs import setup_logging
     setup_logging(log_level)
+    if replicas:
+        from herdbook.cli import sim_replicas
+        sim_replicas.run(replicas, liveness_shards or replicas, nodes, lightweight,
+                         heartbeat_timeout, duration, data_dir, report, quiet)
+        return
     if chaos:
         if scenario is not None:
             raise client.fail("--chaos takes no SCENARIO", client.EXIT_USAGE)

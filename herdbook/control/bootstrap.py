@@ -56,6 +56,7 @@ from herdbook.control.repair_metrics import RepairCollector
 from herdbook.control.replica import ReplicaClaim
 from herdbook.control.requester import RequesterNode, default_requester_id, this_host
 from herdbook.control.settings import LivenessPublisher
+from herdbook.control.shards import shard_leases
 from herdbook.control.snapshots import SNAPSHOTS_STREAM, SnapshotWriter, restore
 from herdbook.control.snapshots import create_bucket as create_snapshots_bucket
 from herdbook.control.streams_guard import StreamsGuard, unreached_seq
@@ -234,8 +235,7 @@ def build_plane(config: Config, *, clock: Clock, ports: Ports, demo: int = 0,
     interval = min(REQUESTER_HEARTBEAT_INTERVAL, float(cfg.lifecycle.heartbeat_timeout) / 3)
     requester = NodeProtocol(node_id, actor=f"control:{node_id}", seqs=SeqAllocator(data_dir))
     sweeper = Sweeper(nc, store, projector, cfg, clock=clock, runner=runner)
-    approver = AutoApprover(store, projector, cfg.approval.auto_approve, clock=clock,
-                            runner=runner)
+    approver = AutoApprover(projector, cfg.approval.auto_approve, runner=runner)
     # The breaker decides from its own fold of herd.breaker.> (read whole on every start),
     # not from the projector's view: its runner waits on that fold.
     breaker_fold = BreakerFold(nc)
@@ -244,7 +244,7 @@ def build_plane(config: Config, *, clock: Clock, ports: Ports, demo: int = 0,
     if metrics is not None:
         metrics.registry.register(BreakerCollector(breaker, projector,
                                                    validation_waiting(cfg)))
-    classifier = HealthClassifier(nc, store, projector, policy, cfg.health.unhealthy_threshold,
+    classifier = HealthClassifier(nc, projector, policy, cfg.health.unhealthy_threshold,
                                   pool_thresholds={name: pool.health.unhealthy_threshold
                                                    for name, pool in cfg.pools.items()},
                                   clock=clock, gate=breaker.gate, runner=runner)
@@ -255,6 +255,7 @@ def build_plane(config: Config, *, clock: Clock, ports: Ports, demo: int = 0,
     parts += [RequesterNode(nc, runner, projector.nodes, requester, this_host(),
                             interval=interval),
               Service("sweeper", sweeper.start, sweeper.stop),
+              *shard_leases(cfg, nc, node_id, sweeper),
               Service("approver", approver.start, approver.stop),
               Service("circuit breaker", breaker.start, breaker.stop),
               Subscribed("breaker counting",
@@ -276,22 +277,21 @@ def build_plane(config: Config, *, clock: Clock, ports: Ports, demo: int = 0,
         Service("leader lease", lease.start, lease.stop),
         Service("leader catch-up", catch_up, leader_only=True),
         PerTerm("instance manager",
-                lambda: InstanceManager(cfg, store, projector, sweeper, providers, clock=clock,
+                lambda: InstanceManager(cfg, projector, sweeper, providers, clock=clock,
                                         gate=breaker.gate, runner=runner)),
         PerTerm("notifier", lambda: Notifier(
-            cfg.notifier, store, projector, clock=clock, runner=runner,
+            cfg.notifier, projector, clock=clock, runner=runner,
             position=KvPosition(nc, NOTIFIER_KEY, holder=node_id, clock=clock,
                                 replicas=cfg.nats.replicas),
             events=functools.partial(node_events, nc))),
         PerTerm("allocation reactor",
-                lambda: AllocationReactor(store, projector, cfg, clock=clock, runner=runner)),
-        PerTerm("scheduler", lambda: Scheduler(nc, store, projector, cfg, clock=clock,
-                                                runner=runner)),
+                lambda: AllocationReactor(projector, cfg, runner=runner)),
+        PerTerm("scheduler", lambda: Scheduler(nc, projector, cfg, clock=clock, runner=runner)),
         PerTerm("sensitive reactor",
-                lambda: SensitiveReactor(store, projector, cfg, fingerprints, clock=clock,
+                lambda: SensitiveReactor(projector, cfg, fingerprints, clock=clock,
                                          gate=breaker.gate, runner=runner)),
         PerTerm("validation reactor",
-                lambda: ValidationReactor(store, projector, cfg, clock=clock,
+                lambda: ValidationReactor(projector, cfg, clock=clock,
                                           gate=breaker.gate, runner=runner))]
     if cfg.view.snapshots:
         parts.append(PerTerm("view snapshots", lambda: SnapshotWriter(

@@ -15,13 +15,12 @@ from functools import partial
 from typing import Any
 
 from herdbook.backoff import Backoff
-from herdbook.clock import SYSTEM_CLOCK, Clock
+from herdbook.clock import Clock
 from herdbook.config import Config
 from herdbook.control.providers import InstanceSpec, Provider, ProviderError
 from herdbook.events.breaker import HeldAction
 from herdbook.events.instance import InstanceEvent
 from herdbook.events.node import NodeEvent
-from herdbook.events.store import EventStore
 from herdbook.projector.instance_view import InstanceView
 from herdbook.projector.node_view import NodeView
 from herdbook.projector.runner import ProjectorRunner
@@ -48,14 +47,13 @@ PROVISION_RETRY = Backoff(5.0, cap=300.0)
 
 
 class InstanceManager:
-    def __init__(self, config: Config, store: EventStore, projector: ProjectorRunner,
-                 sweeper: Sweeper, providers: dict[str, Provider], *,
-                 clock: Clock = SYSTEM_CLOCK, gate: Gate | None = None,
-                 runner: DecideRunner | None = None) -> None:
+    def __init__(self, config: Config, projector: ProjectorRunner, sweeper: Sweeper,
+                 providers: dict[str, Provider], *, clock: Clock, runner: DecideRunner,
+                 gate: Gate | None = None) -> None:
         self.config = config
         self.gate = gate
         """The circuit breaker (``reactors/breaker.py``): auto-replacements it holds."""
-        self.runner = runner or DecideRunner(store, projector, clock)
+        self.runner = runner
         self.clock = clock
         self.projector = projector
         self.sweeper = sweeper

@@ -92,6 +92,25 @@ def _label(q: float) -> str:
     return str(int(q)) if q.is_integer() else repr(q)
 
 
+def shard_families(sweeper: Sweeper) -> Iterator[Metric]:
+    """Liveness shards (``control/shards.py``): how many this replica sweeps and, with
+    more than one, which replica holds each (as this replica last read the leases)."""
+    status = sweeper.shard_status()
+    yield GaugeMetricFamily("herd_liveness_shards_held",
+                            "Liveness shards whose heartbeats this replica reads and sweeps.",
+                            len(status["liveness_shards_held"]))
+    holders = GaugeMetricFamily("herd_liveness_shard_holder",
+                                "1 for each liveness shard and the replica holding its lease.",
+                                labels=["shard", "replica"])
+    for shard, holder in sorted(status.get("liveness_shard_holders", {}).items()):
+        if holder:
+            holders.add_metric([shard, holder], 1)
+    yield holders
+    yield CounterMetricFamily("herd_heartbeats_accepted_total",
+                              "Heartbeats this replica accepted since start (of the shards "
+                              "it holds).", sweeper.accepted)
+
+
 class ControlPlaneCollector(Collector):
     """Every family but the request histogram, read from the view, the sweeper and
     ``Metrics`` when collected. ``stream_last`` is HERD_EVENTS' last sequence as ``scrape``

@@ -21,7 +21,8 @@ def liveness_settings(config: Config) -> LivenessSettings:
     return LivenessSettings(
         heartbeat_timeout={cls: heartbeat_timeout(config, cls) for cls in NodeClass},
         grace_period={cls: grace_period(config, cls) for cls in NodeClass},
-        boot_timeout=float(config.lifecycle.boot_timeout))
+        boot_timeout=float(config.lifecycle.boot_timeout),
+        liveness_shards=config.lifecycle.liveness_shards)
 
 
 class LivenessPublisher:

@@ -39,7 +39,7 @@ from nats.aio.client import Client as NATS
 from nats.js.api import StreamConfig
 from nats.js.errors import NotFoundError
 
-from herdbook.clock import SYSTEM_CLOCK, Clock
+from herdbook.clock import Clock
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ class StreamsGuard:
                  floor: Callable[[str], int] = lambda stream: 0,
                  buckets: dict[str, Recreate] | None = None,
                  on_recreated: OnRecreated | None = None, exact: Collection[str] = (),
-                 clock: Clock = SYSTEM_CLOCK) -> None:
+                 clock: Clock) -> None:
         """``floor(stream)``: a sequence some reader of ``stream`` already reached (the
         projector's); a recreated stream starts after it too. ``buckets``: the stream of
         each bucket herdbook owns and what creates it again. ``on_recreated(stream,

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from collections.abc import Callable
 
 from nats.aio.client import Client as NATS
@@ -23,10 +22,10 @@ log = logging.getLogger(__name__)
 
 
 class DeadLetters:
-    def __init__(self, nc: NATS, stream: str, *, log_every: float = 1.0,
-                 clock: Callable[[], float] = time.monotonic,
-                 logger: logging.Logger = log) -> None:
-        """``logger``: the reader's own, so a line says who met the message."""
+    def __init__(self, nc: NATS, stream: str, *, clock: Callable[[], float],
+                 log_every: float = 1.0, logger: logging.Logger = log) -> None:
+        """``logger``: the reader's own, so a line says who met the message. ``clock``:
+        monotonic seconds, for how often a line is logged."""
         self.nc = nc
         self.log = logger
         self.stream = stream

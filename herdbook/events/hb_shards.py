@@ -50,6 +50,11 @@ def mapping_conf(shards: int) -> list[str]:
                               nats_mapping(shards).items()), "}"] if shards > 1 else []
 
 
+def stored_heartbeat_subject(node_id: str, shards: int) -> str:
+    """Where HERD_HEARTBEATS keeps the node's last heartbeat."""
+    return f"herd.hb.{node_id}" if shards <= 1 else f"herd.hb.{shard_of(node_id, shards)}.{node_id}"
+
+
 def shard_in_subject(subject: str) -> int | None:
     """``herd.hb.<shard>.<node>`` -> shard; None for ``herd.hb.<node>`` (unmapped)."""
     parts = subject.split(".")

@@ -34,6 +34,9 @@ class LivenessSettings(msgspec.Struct, frozen=True, kw_only=True):
     heartbeat_timeout: dict[str, float]
     grace_period: dict[str, float]
     boot_timeout: float
+    liveness_shards: int = 1
+    """``lifecycle.liveness_shards``: where HERD_HEARTBEATS keeps a node's heartbeat
+    (``events.hb_shards.stored_heartbeat_subject``), which the agent's fence reads."""
 
     def timeout(self, node_class: str) -> float | None:
         return self.heartbeat_timeout.get(node_class, self.heartbeat_timeout.get(NodeClass.STANDARD))

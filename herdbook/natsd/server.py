@@ -165,8 +165,7 @@ class EmbeddedNats:
         await asyncio.to_thread(terminate, self.proc)
 
     async def supervise(self, *, restarts: int = RESTARTS, window: float = RESTART_WINDOW,
-                        interval: float = 0.5,
-                        clock: Callable[[], float] = time.monotonic) -> str:
+                        interval: float = 0.5, clock: Callable[[], float]) -> str:
         """Restart the server on the same port and store whenever it exits, with one log
         line each time. Returns, with the one line to exit with, once it has died more
         than ``restarts`` times within ``window`` seconds. Cancel it before ``stop``."""

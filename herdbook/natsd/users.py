@@ -134,6 +134,8 @@ def agent_permissions(node_id: str) -> dict[str, Any]:
         *agent_publish_subjects(nid),
         f"$JS.API.DIRECT.GET.{EVENTS_STREAM}.{aggregate_filter('node', nid)}",
         f"$JS.API.DIRECT.GET.{HEARTBEATS_STREAM}.{heartbeat_subject(nid)}",
+        # the same, stored under its liveness shard (``events.hb_shards``)
+        f"$JS.API.DIRECT.GET.{HEARTBEATS_STREAM}.herd.hb.*.{nid}",
         holder_subject(nid),
         sync_subject(nid),
         LIVENESS_READ,

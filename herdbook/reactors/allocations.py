@@ -29,7 +29,6 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from herdbook.clock import SYSTEM_CLOCK, Clock
 from herdbook.config import Config
 from herdbook.events.alloc import AllocEvent, AllocFailed, AllocLost
 from herdbook.events.eval_events import EvalEvent
@@ -44,7 +43,6 @@ from herdbook.events.node import (
     NodeTerminated,
 )
 from herdbook.events.states import Intent, Lifecycle
-from herdbook.events.store import EventStore
 from herdbook.projector.alloc_view import AllocView
 from herdbook.projector.node_view import NodeView
 from herdbook.projector.runner import ProjectorRunner
@@ -68,12 +66,12 @@ LOSING = (NodeDown, NodeDisabled, NodeDeleted, NodeTerminated)
 
 
 class AllocationReactor:
-    def __init__(self, store: EventStore, projector: ProjectorRunner, config: Config, *,
-                 clock: Clock = SYSTEM_CLOCK, runner: DecideRunner | None = None) -> None:
+    def __init__(self, projector: ProjectorRunner, config: Config, *,
+                 runner: DecideRunner) -> None:
         self.projector = projector
         self.model = projector.model
         self.config = config
-        self.runner = runner or DecideRunner(store, projector, clock)
+        self.runner = runner
         self._unsubscribe: list[Callable[[], None]] = []
         self._queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         self._schedulable: dict[str, bool] = {}

@@ -7,9 +7,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from herdbook.clock import SYSTEM_CLOCK, Clock
 from herdbook.events.node import NodeEvent
-from herdbook.events.store import EventStore
 from herdbook.projector.node_view import NodeView
 from herdbook.projector.runner import ProjectorRunner
 from herdbook.reactors.membership import decide_auto_approve
@@ -26,9 +24,9 @@ def decide_approval(view: NodeView | None, enabled: bool) -> Decision[NodeEvent]
 
 
 class AutoApprover:
-    def __init__(self, store: EventStore, projector: ProjectorRunner, enabled: bool, *,
-                 clock: Clock = SYSTEM_CLOCK, runner: DecideRunner | None = None) -> None:
-        self.runner = runner or DecideRunner(store, projector, clock)
+    def __init__(self, projector: ProjectorRunner, enabled: bool, *,
+                 runner: DecideRunner) -> None:
+        self.runner = runner
         self.projector = projector
         self.enabled = enabled
         self._unsubscribe: Callable[[], None] | None = None

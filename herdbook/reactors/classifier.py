@@ -32,7 +32,7 @@ from dataclasses import replace
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
-from herdbook.clock import SYSTEM_CLOCK, Clock
+from herdbook.clock import Clock
 from herdbook.events.authority import bind_event, bind_node_report, check_ids
 from herdbook.events.breaker import HeldAction
 from herdbook.events.codec import decode_health_report
@@ -41,7 +41,6 @@ from herdbook.events.feed import StreamFeed, stream_seq
 from herdbook.events.health_report import GpuVerdict, HealthReport, NodeHealthChanged
 from herdbook.events.node import NodeEnabled, NodeEvent, NodeUncordoned
 from herdbook.events.states import Health
-from herdbook.events.store import EventStore
 from herdbook.events.subjects import EVENTS_STREAM, HEALTH_STREAM, printable
 from herdbook.fault_history import FaultHistory, serials_of
 from herdbook.fault_hold import FaultHolds
@@ -106,14 +105,13 @@ async def decided_reports(nc: NATS, timeout: float = 120.0) -> dict[str, int]:
 
 
 class HealthClassifier:
-    def __init__(self, nc: NATS, store: EventStore, projector: ProjectorRunner, policy: Policy,
-                 threshold: int, pool_thresholds: dict[str, int] | None = None, *,
-                 clock: Clock = SYSTEM_CLOCK, gate: Gate | None = None,
-                 runner: DecideRunner | None = None) -> None:
+    def __init__(self, nc: NATS, projector: ProjectorRunner, policy: Policy, threshold: int,
+                 pool_thresholds: dict[str, int] | None = None, *, clock: Clock,
+                 runner: DecideRunner, gate: Gate | None = None) -> None:
         self.nc = nc
         self.gate = gate
         """The circuit breaker's gate (``reactors/breaker.py``); None: none."""
-        self.runner = runner or DecideRunner(store, projector, clock)
+        self.runner = runner
         self.projector = projector
         self.policy = policy
         self.threshold = threshold

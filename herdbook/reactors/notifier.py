@@ -32,7 +32,7 @@ from typing import Any, Protocol
 import aiohttp
 
 from herdbook.backoff import Backoff
-from herdbook.clock import SYSTEM_CLOCK, Clock
+from herdbook.clock import Clock
 from herdbook.config import NotifierConfig
 from herdbook.events.codec import AnyEvent
 from herdbook.events.health_report import NodeHealthChanged
@@ -46,7 +46,6 @@ from herdbook.events.node import (
     NodeUndrained,
 )
 from herdbook.events.states import Health, Intent
-from herdbook.events.store import EventStore
 from herdbook.events.subjects import printable
 from herdbook.projector.node_view import NodeView
 from herdbook.projector.runner import ProjectorRunner
@@ -131,17 +130,15 @@ EventLog = Callable[[int, int, Callable[[int, AnyEvent], None]], Awaitable[None]
 
 
 class Notifier:
-    def __init__(self, config: NotifierConfig, store: EventStore,
-                 projector: ProjectorRunner, *, clock: Clock = SYSTEM_CLOCK,
-                 runner: DecideRunner | None = None,
-                 position: CommittedPosition | None = None,
+    def __init__(self, config: NotifierConfig, projector: ProjectorRunner, *, clock: Clock,
+                 runner: DecideRunner, position: CommittedPosition | None = None,
                  events: EventLog | None = None) -> None:
         """``position`` and ``events``: where the position is committed and the log it
         resumes from (both, or neither: then it follows the changes from its start on,
         as a test of one notification wants)."""
         self.config = config
         self._unsubscribe: Callable[[], None] | None = None
-        self.runner = runner or DecideRunner(store, projector, clock)
+        self.runner = runner
         self.clock = clock
         self.projector = projector
         self.sent = 0

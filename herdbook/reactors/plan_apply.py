@@ -7,7 +7,7 @@ appends every node's part as one decision expecting that version: a node that mo
 since the plan was made conflicts, and the whole plan is stale (``KeptChanging``; the
 worker plans again).
 
-Where the store can (``EventStore.append_atomic``) and the plan holds ``ATOMIC_MIN``
+Where the runner can (``DecideRunner.run_atomic``) and the plan holds ``ATOMIC_MIN``
 events or more, whole nodes' parts are grouped into atomic batch publishes of up to
 ``PLAN_BATCH`` events (as even as whole nodes allow), batches side by side, one
 acknowledgement each: every node's first message expects that node's version, and one
@@ -25,17 +25,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from functools import partial
 
 from herdbook.events.alloc import AllocEvent, AllocPlaced, AllocStopRequested
-from herdbook.events.base import Event
 from herdbook.events.batch import MAX_BATCH
 from herdbook.events.states import Intent
-from herdbook.events.store import ConflictError
 from herdbook.projector.job_view import JobView
 from herdbook.projector.tables import ReadModel
 from herdbook.reactors.placement import Placement, Slot, Stop, capacities, place, reconcile
-from herdbook.reactors.runner import Context, DecideRunner, Decision, KeptChanging
+from herdbook.reactors.runner import Appended, Context, DecideRunner, Decision
 
 ACTOR = "scheduler"
 APPLY_CONCURRENCY = 64
@@ -48,13 +46,6 @@ PLAN_BATCH = MAX_BATCH
 4,000 placements on 1,000 nodes as raw batches here went 29–36k/s in batches of 512,
 38–47k/s in batches of 1,000. A stale node refuses its whole batch either way, and the
 plan is made again either way."""
-
-
-@runtime_checkable
-class AppendsAtomically(Protocol):
-    atomic: bool
-
-    async def append_atomic(self, parts: Sequence[tuple[Sequence[Event], int]]) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -121,13 +112,12 @@ def decide_node_plan(part: NodePlan, eval_id: str, job: JobView, kill_timeout_s:
 
 async def apply_plan(runner: DecideRunner, parts: list[NodePlan], eval_id: str,
                      job: JobView, kill_timeout_s: float) -> int:
-    """Append every node's part (``runner``: its store, ids and clock; no wait for the
-    view); return the stream sequence of the last event appended (0 if none). A stale
-    node is ``KeptChanging``, raised once every append is done."""
-    store = runner.store
-    if (isinstance(store, AppendsAtomically) and store.atomic
-            and sum(len(p.placed) + len(p.stops) for p in parts) >= ATOMIC_MIN):
-        return await _apply_batched(store, runner, parts, eval_id, job, kill_timeout_s)
+    """Append every node's part through ``runner`` (its ids and clock; one attempt: a
+    stale node makes the plan stale; no wait for the view); return the stream sequence
+    of the last event appended (0 if none). A stale node is ``KeptChanging``, raised
+    once every append is done."""
+    if runner.atomic and sum(len(p.placed) + len(p.stops) for p in parts) >= ATOMIC_MIN:
+        return await _apply_batched(runner, parts, eval_id, job, kill_timeout_s)
     return await _apply_by_node(runner, parts, eval_id, job, kill_timeout_s)
 
 
@@ -151,19 +141,21 @@ def plan_batches(parts: Sequence[NodePlan], size: int) -> list[list[NodePlan]]:
     return out
 
 
-async def _apply_batched(store: AppendsAtomically, runner: DecideRunner,
-                         parts: list[NodePlan], eval_id: str, job: JobView,
-                         kill_timeout_s: float) -> int:
-    """Each batch is decided and sent before the next is built: the server commits one
-    while the next is encoded (the connection writes a batch once this yields)."""
-    context = runner.context()
-    sends: list[asyncio.Task[int]] = []
+async def _apply_batched(runner: DecideRunner, parts: list[NodePlan], eval_id: str,
+                         job: JobView, kill_timeout_s: float) -> int:
+    """Each batch is one atomic decision of the runner, decided and sent before the next
+    is built: the server commits one while the next is encoded (the connection writes a
+    batch once this yields)."""
+    what = f"plan of eval {eval_id}"
+
+    def decide(batch: list[NodePlan], context: Context) -> list[Decision[AllocEvent]]:
+        return [decide_node_plan(p, eval_id, job, kill_timeout_s, context) for p in batch]
+
+    sends: list[asyncio.Task[Appended[AllocEvent]]] = []
     try:
         for batch in plan_batches(parts, PLAN_BATCH):
-            decided = [(runner.stamp(decide_node_plan(
-                p, eval_id, job, kill_timeout_s, context).events, context), p.expected)
-                for p in batch]
-            sends.append(asyncio.create_task(store.append_atomic(decided)))
+            sends.append(asyncio.create_task(runner.run_atomic(
+                what, partial(decide, batch), wait=False, attempts=1)))
             await asyncio.sleep(0)
         results = await asyncio.gather(*sends, return_exceptions=True)
     except BaseException:
@@ -172,11 +164,9 @@ async def _apply_batched(store: AppendsAtomically, runner: DecideRunner,
         await asyncio.gather(*sends, return_exceptions=True)
         raise
     for result in results:
-        if isinstance(result, ConflictError):
-            raise KeptChanging(f"plan of eval {eval_id} is stale: {result}") from result
         if isinstance(result, BaseException):
             raise result
-    return max((r for r in results if isinstance(r, int)), default=0)
+    return max((r.seq for r in results if isinstance(r, Appended)), default=0)
 
 
 async def _apply_by_node(runner: DecideRunner, parts: list[NodePlan], eval_id: str,
@@ -186,7 +176,7 @@ async def _apply_by_node(runner: DecideRunner, parts: list[NodePlan], eval_id: s
     async def on_node(part: NodePlan) -> int:
         async with gate:
             done = await runner.run("alloc", part.node_id, lambda context: decide_node_plan(
-                part, eval_id, job, kill_timeout_s, context), wait=False)
+                part, eval_id, job, kill_timeout_s, context), wait=False, attempts=1)
             return done.seq
 
     results = await asyncio.gather(*(on_node(p) for p in parts), return_exceptions=True)

@@ -21,11 +21,10 @@ from functools import partial
 
 from nats.aio.client import Client as NATS
 
-from herdbook.clock import SYSTEM_CLOCK, Clock
+from herdbook.clock import Clock
 from herdbook.config import Config
 from herdbook.events.eval_events import EvalCreated, EvalEvent
 from herdbook.events.evals import EvalStatus, EvalTrigger, Step
-from herdbook.events.store import EventStore
 from herdbook.projector.eval_view import EvalView
 from herdbook.projector.job_view import JobView
 from herdbook.projector.runner import ProjectorRunner
@@ -56,17 +55,16 @@ DecideEval = Callable[[Context], Decision[EvalEvent] | None]
 
 
 class Scheduler:
-    def __init__(self, nc: NATS, store: EventStore, projector: ProjectorRunner, config: Config,
-                 *, clock: Clock = SYSTEM_CLOCK, concurrency: int = 8,
-                 runner: DecideRunner | None = None) -> None:
+    def __init__(self, nc: NATS, projector: ProjectorRunner, config: Config, *,
+                 clock: Clock, runner: DecideRunner, concurrency: int = 8) -> None:
         self.projector = projector
         self.model = projector.model
         self.cfg = config.scheduler
         self.allocations = config.allocations
         self.clock = clock
-        self.runner = runner or DecideRunner(store, projector, clock)
-        self.plans = DecideRunner(store, projector, clock, attempts=1)
-        """Applies a plan's node parts: one conflict and the plan is stale (no retry)."""
+        self.runner = runner
+        """The one runner: the eval's decisions, and a plan's node parts (``apply_plan``:
+        one attempt each, as one conflict makes the plan stale)."""
         self.expected_alloc_version: Callable[[str], int] = (
             lambda node_id: self.model.alloc_versions.get(node_id, 0))
         """The version a plan on a node expects, read as the plan is made (tests make it
@@ -156,7 +154,7 @@ class Scheduler:
             await self._step(eval_id, Step.SUBMIT,
                              f"{len(plan.placed)} to place, {len(plan.stops)} to stop")
             try:
-                last = await apply_plan(self.plans, parts, eval_id, job,
+                last = await apply_plan(self.runner, parts, eval_id, job,
                                         float(self.allocations.kill_timeout))
             except KeptChanging as err:
                 log.info("eval %s: plan attempt %d/%d conflicted (%s)", eval_id, attempt,

@@ -24,7 +24,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from herdbook.clock import SYSTEM_CLOCK, Clock
+from herdbook.clock import Clock
 from herdbook.config import Config
 from herdbook.events.alloc import LIVE
 from herdbook.events.breaker import HeldAction
@@ -38,7 +38,6 @@ from herdbook.events.node import (
     NodeWipeStarted,
 )
 from herdbook.events.states import Intent, Lifecycle, NodeClass, NodeType
-from herdbook.events.store import EventStore
 from herdbook.projector.node_view import NodeView
 from herdbook.projector.runner import ProjectorRunner
 from herdbook.reactors.breaker_deciders import Gate, Holds, gate_at
@@ -151,12 +150,11 @@ def decide_wipe_timeout(view: NodeView | None, attempt: int) -> Decision[NodeEve
 
 
 class SensitiveReactor:
-    def __init__(self, store: EventStore, projector: ProjectorRunner, config: Config,
-                 fingerprints: Callable[[], Mapping[str, str]], *,
-                 clock: Clock = SYSTEM_CLOCK, gate: Gate | None = None,
-                 runner: DecideRunner | None = None) -> None:
+    def __init__(self, projector: ProjectorRunner, config: Config,
+                 fingerprints: Callable[[], Mapping[str, str]], *, clock: Clock,
+                 runner: DecideRunner, gate: Gate | None = None) -> None:
         self.gate = gate
-        self.runner = runner or DecideRunner(store, projector, clock)
+        self.runner = runner
         self.projector = projector
         self.config = config
         self.fingerprints = fingerprints

@@ -25,6 +25,7 @@ import asyncio
 import logging
 import math
 from collections.abc import Callable
+from typing import Any
 
 from nats.aio.client import Client as NATS
 
@@ -68,6 +69,8 @@ class Sweeper:
                                          clock, self._decide)
         self.taken: dict[int, float] = {}
         """Per shard swept here, when this replica took it (its observation began)."""
+        self.shard_holders: Callable[[], dict[str, str]] = dict
+        """Every shard's holder (``control.shards.ShardLeases.status``; none unsharded)."""
         self.reobservations = 0   # clock jumps and reconnections seen since start
         self._unsubscribe: Callable[[], None] | None = None
         # Nothing counts as silence before this (``reobserve``): set at start.
@@ -108,6 +111,11 @@ class Sweeper:
         if shard in self.intake.held:
             return
         await self.intake.open(shard)
+        self.observe_shard(shard)
+
+    def observe_shard(self, shard: int) -> None:
+        """A shard just taken (its heartbeats read): arm its nodes, none silent before
+        now."""
         now = self.clock.monotonic()
         self.taken[shard] = now
         nodes = [n for n in self.projector.nodes if self.intake.shard(n) == shard]
@@ -215,6 +223,12 @@ class Sweeper:
     def stats(self) -> dict[str, int]:
         """The heartbeat counters since start, for status and metrics."""
         return {**self.intake.stats(), "liveness_reobservations": self.reobservations}
+
+    def shard_status(self) -> dict[str, Any]:
+        """For status: the shard count, those swept here, and who holds each."""
+        return {"liveness_shards": self.shards, "liveness_shards_held": self.held,
+                **({"liveness_shard_holders": self.shard_holders()} if self.shards > 1
+                   else {})}
 
     def _on_counted(self, node_id: str, view: NodeView) -> None:
         """A heartbeat counted: a node it may move is decided at once, any other keeps its

@@ -33,7 +33,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 
-from herdbook.clock import SYSTEM_CLOCK, Clock
+from herdbook.clock import Clock
 from herdbook.config import Config, ValidationConfig
 from herdbook.events.alloc import (
     LIVE,
@@ -52,7 +52,6 @@ from herdbook.events.node import (
     NodeValidationStarted,
 )
 from herdbook.events.states import Approval, Health, Intent, Lifecycle, NodeType
-from herdbook.events.store import EventStore
 from herdbook.projector.alloc_view import AllocView
 from herdbook.projector.node_view import NodeView
 from herdbook.projector.runner import ProjectorRunner
@@ -269,15 +268,14 @@ class ValidationReactor:
     """Leader only: starts due validations, places their allocations, decides their ends
     and timeouts. Work is queued by node id; each pass decides from the current views."""
 
-    def __init__(self, store: EventStore, projector: ProjectorRunner, config: Config, *,
-                 clock: Clock = SYSTEM_CLOCK, gate: Gate | None = None,
-                 runner: DecideRunner | None = None) -> None:
+    def __init__(self, projector: ProjectorRunner, config: Config, *, clock: Clock,
+                 runner: DecideRunner, gate: Gate | None = None) -> None:
         self.projector = projector
         self.config = config
         self.validation = config.validation if config.validation.enabled else None
         self.clock = clock
         self.gate = gate
-        self.runner = runner or DecideRunner(store, projector, clock)
+        self.runner = runner
         self._queue: asyncio.Queue[str] = asyncio.Queue()
         self._queued: set[str] = set()
         self._timers: dict[str, asyncio.TimerHandle] = {}

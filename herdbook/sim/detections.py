@@ -7,7 +7,6 @@ that ``herd node list`` reads.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,12 +47,18 @@ def shows_failure(event: Any) -> bool:
 
 @dataclass
 class Detections:
-    clock: Callable[[], float] = time.monotonic
-    started: float = field(default_factory=time.monotonic)
+    clock: Callable[[], float]
+    """Monotonic seconds (the plane's clock's)."""
+    started: float = -1.0
+    """When tracking began (-1: at construction, by ``clock``)."""
     injections: list[Injection] = field(default_factory=list)
     detections: list[Detection] = field(default_factory=list)
     _open: dict[str, Injection] = field(default_factory=dict)
     _touched: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        if self.started < 0:
+            self.started = self.clock()
 
     def now(self) -> float:
         return self.clock() - self.started

@@ -16,7 +16,7 @@ import nats
 from nats.aio.client import Client as NATS
 
 from herdbook.api.present import instance_json, node_json
-from herdbook.clock import SYSTEM_CLOCK
+from herdbook.clock import SYSTEM_CLOCK, Clock
 from herdbook.config import parse_config
 from herdbook.control.bootstrap import bootstrap
 from herdbook.events.states import NodeType
@@ -57,16 +57,18 @@ class NodeFacts(Mapping[str, Any]):
     """One node as the API shows it, computed lazily: the common keys straight from the
     view, the rest from ``node_json`` once."""
 
-    def __init__(self, view: NodeView, sweeper: Sweeper) -> None:
+    def __init__(self, view: NodeView, sweeper: Sweeper, clock: Clock) -> None:
         self.view = view
         self.sweeper = sweeper
+        self.clock = clock
         self._json: dict[str, Any] | None = None
 
     def _full(self) -> dict[str, Any]:
         if self._json is None:
             view = self.view
             self._json = node_json(view, self.sweeper.heartbeat_age(view.id),
-                                   self.sweeper.timeouts(view).heartbeat_timeout)
+                                   self.sweeper.timeouts(view).heartbeat_timeout,
+                                   clock=self.clock)
         return self._json
 
     def __getitem__(self, key: str) -> Any:
@@ -98,15 +100,16 @@ class NodeFacts(Mapping[str, Any]):
 class FleetFacts(Mapping[str, NodeFacts]):
     """The compute nodes of the view (the control plane's own node left out)."""
 
-    def __init__(self, views: Mapping[str, NodeView], sweeper: Sweeper) -> None:
+    def __init__(self, views: Mapping[str, NodeView], sweeper: Sweeper, clock: Clock) -> None:
         self.views = views
         self.sweeper = sweeper
+        self.clock = clock
 
     def __getitem__(self, node_id: str) -> NodeFacts:
         view = self.views[node_id]
         if view.type is not NodeType.COMPUTE:
             raise KeyError(node_id)
-        return NodeFacts(view, self.sweeper)
+        return NodeFacts(view, self.sweeper, self.clock)
 
     def __iter__(self) -> Iterator[str]:
         return (k for k, v in list(self.views.items()) if v.type is NodeType.COMPUTE)
@@ -154,7 +157,7 @@ class World:
         self.plane = bootstrap(self.config, clock=SYSTEM_CLOCK)
         self.fleet: Fleet | None = None
         self.nc: NATS | None = None
-        self.detections = Detections()
+        self.detections = Detections(clock=self.plane.clock.monotonic)
         self.fleet_ids: list[str] = []
         self.loop_lag = LoopLag()
 
@@ -181,7 +184,7 @@ class World:
         await self.plane.stop()
 
     def nodes(self) -> FleetFacts:
-        return FleetFacts(self.plane.projector.nodes, self.plane.sweeper)
+        return FleetFacts(self.plane.projector.nodes, self.plane.sweeper, self.plane.clock)
 
     def instances(self) -> list[dict[str, Any]]:
         return [instance_json(i) for i in list(self.plane.projector.instances.values())]

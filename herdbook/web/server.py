@@ -87,9 +87,10 @@ def error_response(status: int, code: str, message: str) -> web.Response:
 
 
 def query_body(route: str, query: MultiMapping[str], path: Mapping[str, str] | None = None,
-               renames: Mapping[str, str] | None = None) -> bytes:
+               renames: Mapping[str, str] | None = None, *, now: datetime) -> bytes:
     """A GET's query parameters (and path parameters) as the route's JSON request: a
-    list field takes repeated or comma-separated values, ``labels`` takes ``k=v``."""
+    list field takes repeated or comma-separated values, ``labels`` takes ``k=v``, a time
+    ``now`` or a duration ago from ``now`` (the server's clock)."""
     kind = ROUTES[route].request
     obj: dict[str, Any] = dict(path or {})
     if kind is None:
@@ -117,7 +118,7 @@ def query_body(route: str, query: MultiMapping[str], path: Mapping[str, str] | N
             raise Refused(400, "bad_request", f"query parameter {key!r}: given {len(values)} "
                           "times; it takes one value")
         elif "datetime" in text:
-            obj[name] = _time(key, values[-1])
+            obj[name] = _time(key, values[-1], now)
         else:
             obj[name] = values[-1]
     try:
@@ -129,11 +130,10 @@ def query_body(route: str, query: MultiMapping[str], path: Mapping[str, str] | N
 _QUERY_DURATION = re.compile(QUERY_DURATION)
 
 
-def _time(key: str, text: str) -> str:
+def _time(key: str, text: str, now: datetime) -> str:
     """A time in a query, as the document says (``openapi.QUERY_TIME_SCHEMA``): RFC 3339,
     ``now``, or a duration ago such as ``5m``; as RFC 3339 for the request, whose Struct
     then decodes it as any RFC 3339 time."""
-    now = datetime.now(UTC)
     if text == "now":
         return now.isoformat()
     if _QUERY_DURATION.fullmatch(text):
@@ -310,7 +310,8 @@ class WebServer:
                 return await self.call(request, route, await request.read())
             if route not in ROUTES:   # an untyped route: no fields to read a query as
                 return await self.call(request, route, b"")
-            return await self.call(request, route, query_body(route, request.query))
+            return await self.call(request, route, query_body(route, request.query,
+                                                              now=self.clock.now()))
         return handler
 
     def _alias(self, route: str, *, at: str | None = None,
@@ -318,7 +319,8 @@ class WebServer:
             -> Callable[[web.Request], Awaitable[web.Response]]:
         async def handler(request: web.Request) -> web.Response:
             chosen = at if at is not None and "at" in request.query else route
-            body = query_body(chosen, request.query, request.match_info, renames)
+            body = query_body(chosen, request.query, request.match_info, renames,
+                              now=self.clock.now())
             return await self.call(request, chosen, body)
         return handler
 
@@ -378,7 +380,7 @@ class WebServer:
                               "events": "/v1/events", "fleet": "/v1/fleet"})
 
     async def _events(self, request: web.Request) -> web.StreamResponse:
-        return await sse.stream(request, self.nc.jetstream(), self.closing)
+        return await sse.stream(request, self.nc.jetstream(), self.closing, self.clock.now())
 
     def fleet(self) -> bytes:
         """The console's rows as the reply's JSON (``web/fleet.py``'s ``FleetJson``): a

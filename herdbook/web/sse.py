@@ -70,7 +70,7 @@ def check_subject(subject: str | None) -> str:
 
 
 def deliver_from(since: str | None, last_event_id: str | None,
-                 now: datetime | None = None) -> ConsumerConfig:
+                 now: datetime) -> ConsumerConfig:
     """Where the stream starts: after ``Last-Event-ID``, else at ``since``, else new
     events only (``since`` is checked either way: a request the document refuses is
     refused whatever else it sends)."""
@@ -80,7 +80,6 @@ def deliver_from(since: str | None, last_event_id: str | None,
     if _SEQUENCE.fullmatch(word):
         return _resume(last_event_id) or ConsumerConfig(
             deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=int(word))
-    now = now or datetime.now(UTC)
     try:
         if _DURATION.fullmatch(word):
             start = parse_time(word, now)
@@ -121,12 +120,14 @@ def frame(seq: int, subject: str, data: bytes) -> bytes | None:
     return b"id: %d\nevent: %s\ndata: %s\n\n" % (seq, str(tag).encode(), body)
 
 
-async def stream(request: web.Request, js: JetStreamContext, closing: asyncio.Event) -> \
-        web.StreamResponse:
-    """Serve one event stream until the client goes or ``closing`` is set."""
+async def stream(request: web.Request, js: JetStreamContext, closing: asyncio.Event,
+                 now: datetime) -> web.StreamResponse:
+    """Serve one event stream until the client goes or ``closing`` is set; a ``since``
+    duration counts back from ``now`` (the server's clock)."""
     try:
         subject = check_subject(request.query.get("subject"))
-        config = deliver_from(request.query.get("since"), request.headers.get("Last-Event-ID"))
+        config = deliver_from(request.query.get("since"), request.headers.get("Last-Event-ID"),
+                              now)
     except BadStream as err:
         raise web.HTTPBadRequest(text=msgspec.json.encode(
             {"code": "bad_request", "message": str(err)}).decode(),

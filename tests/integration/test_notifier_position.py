@@ -30,6 +30,7 @@ from herdbook.events.positions import NOTIFIER_KEY, POSITIONS_STREAM, KvPosition
 from herdbook.events.store import EventStore
 from herdbook.projector.runner import ProjectorRunner
 from herdbook.reactors.notifier import Notifier
+from herdbook.reactors.runner import DecideRunner
 from herdbook.reactors.tracking import node_events
 
 
@@ -48,8 +49,9 @@ class World:
 
     def notifier(self) -> Notifier:
         """A leader's notifier, as bootstrap builds it for every term."""
-        return Notifier(self.config, self.store, self.projector,  # type: ignore[arg-type]
-                        clock=SYSTEM_CLOCK, position=self.position(),
+        return Notifier(self.config, self.projector, clock=SYSTEM_CLOCK,
+                        runner=DecideRunner(self.store, self.projector, SYSTEM_CLOCK),
+                        position=self.position(),
                         events=functools.partial(node_events, self.nc))
 
     async def append(self, event: Any) -> int:

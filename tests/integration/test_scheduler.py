@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from herdbook.clock import SYSTEM_CLOCK
 from herdbook.config import parse_config
 from herdbook.events.alloc import AllocCompleted, AllocRunning, AllocStatus
 from herdbook.events.eval_events import EvalCreated, EvalStatusChanged
@@ -34,6 +35,7 @@ from herdbook.events.store import EventStore
 from herdbook.projector.eval_view import spawn, step
 from herdbook.projector.runner import ProjectorRunner
 from herdbook.reactors.allocations import AllocationReactor
+from herdbook.reactors.runner import DecideRunner
 from herdbook.reactors.scheduler import Scheduler, new_eval
 from tests.conftest import poll
 from tests.fakes import FakeClock
@@ -71,8 +73,10 @@ class Harness:
         self.config = parse_config(CONFIG)
         self.store = EventStore(nc.jetstream())
         self.projector = ProjectorRunner(nc, str(db), batch_interval=0.01)
-        self.reactor = AllocationReactor(self.store, self.projector, self.config)
-        self.scheduler = Scheduler(nc, self.store, self.projector, self.config)
+        self.runner = DecideRunner(self.store, self.projector, SYSTEM_CLOCK)
+        self.reactor = AllocationReactor(self.projector, self.config, runner=self.runner)
+        self.scheduler = Scheduler(nc, self.projector, self.config, clock=SYSTEM_CLOCK,
+                                   runner=self.runner)
         self.started = False
 
     async def start(self) -> None:
@@ -358,7 +362,7 @@ async def test_a_leader_that_starts_after_a_node_went_down_loses_and_requeues_it
     await h.add_node("n2")
     await h.store.append(NodeDown(node_id="n1", heartbeat_age=90.0, reason="grace expired"))
     await h.wait(lambda: h.projector.nodes["n1"].lifecycle is Lifecycle.DOWN)
-    h.reactor = AllocationReactor(h.store, h.projector, h.config)
+    h.reactor = AllocationReactor(h.projector, h.config, runner=h.runner)
     h.reactor.start()               # a new leader
     moved = await h.wait(lambda: len(h.allocs(node_id="n2")) == 2 and h.allocs(node_id="n2"))
     assert {a.status for a in h.allocs(node_id="n1")} == {AllocStatus.LOST}

@@ -26,9 +26,10 @@ from herdbook.control.plane import ControlPlane
 from herdbook.events.node import NodeInfo, NodeNotificationFailed, NodeRegistered
 from herdbook.events.states import Intent, Lifecycle
 from herdbook.reactors.notifier import Notifier
+from herdbook.reactors.runner import DecideRunner
 from herdbook.reactors.slurm import Slurm
 from tests.conftest import free_port
-from tests.fakes import FakeProjector, FakeStore
+from tests.fakes import FakeClock, FakeProjector, FakeStore
 from tests.integration.conftest import running_plane
 from tests.integration.test_agent_executor import eventually
 
@@ -216,8 +217,10 @@ async def test_an_unknown_slurm_node_is_retried_then_recorded(idle: SlurmCluster
     store = FakeStore(projector)
     store.fold(NodeRegistered(node_id="n9", boot_id="b",
                               info=NodeInfo(labels={"slurm-node": "gpu-9"})))
-    notifier = Notifier(parse_config(slurm_config(idle)).notifier, store,  # type: ignore[arg-type]
-                        projector)  # type: ignore[arg-type]
+    clock = FakeClock()
+    notifier = Notifier(parse_config(slurm_config(idle)).notifier, projector,  # type: ignore[arg-type]
+                        clock=clock,
+                        runner=DecideRunner(store, projector, clock))  # type: ignore[arg-type]
     assert not await notifier.notify("drain", "n9", "x")
     [(event, _)] = store.appended
     assert isinstance(event, NodeNotificationFailed) and event.attempts == 2

@@ -9,6 +9,7 @@ from herdbook.events.node import NodeApproved, NodeBootChecked, NodeInfo, NodeRe
 from herdbook.events.states import Approval
 from herdbook.projector.node_view import NodeView, apply
 from herdbook.reactors.approver import AutoApprover, decide_approval
+from herdbook.reactors.runner import DecideRunner
 from tests.fakes import FakeClock, FakeProjector, FakeStore
 
 
@@ -37,8 +38,9 @@ class World:
         self.projector = FakeProjector()
         self.store = FakeStore(self.projector)
         self.clock = FakeClock()
-        self.approver = AutoApprover(self.store, self.projector, enabled,  # type: ignore[arg-type]
-                                     clock=self.clock)
+        self.approver = AutoApprover(self.projector, enabled,  # type: ignore[arg-type]
+                                     runner=DecideRunner(self.store, self.projector,  # type: ignore[arg-type]
+                                                         self.clock))
 
     async def settle(self) -> None:
         for _ in range(5):

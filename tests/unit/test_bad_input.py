@@ -184,6 +184,9 @@ BAD_INPUT: list[tuple[str, int]] = [
     ("sim --chaos --duration soon", 2),
     ("sim --chaos --mix meteor=1", 2),
     ("sim --chaos --heartbeat-interval 0s", 2),
+    ("sim --replicas 2 --nodes 10", 2),                  # lightweight nodes only
+    ("sim --replicas 2 --lightweight --liveness-shards 1", 2),   # fewer shards than replicas
+    ("sim --replicas 9 --lightweight", 2),
     ("sim --chaos --heartbeat-timeout soon", 2),
     ("sim --chaos --data-dir {file}", 2),
     ("sim --chaos --data-dir {under_file}", 2),

@@ -21,6 +21,7 @@ from herdbook.events.node import (
 from herdbook.events.states import Health, Lifecycle
 from herdbook.health_policy import Policy
 from herdbook.reactors.classifier import HealthClassifier, decide_on_report
+from herdbook.reactors.runner import DecideRunner
 from tests.fakes import FakeClock, FakeNats, FakeProjector, FakeStore
 
 POLICY = Policy.load(None)
@@ -46,8 +47,9 @@ class World:
         self.projector = projector or FakeProjector()
         self.store = store or FakeStore(self.projector)
         self.clock = FakeClock()
-        self.classifier = HealthClassifier(FakeNats(), self.store, self.projector,  # type: ignore[arg-type]
-                                           POLICY, threshold, clock=self.clock)
+        self.classifier = HealthClassifier(FakeNats(), self.projector,  # type: ignore[arg-type]
+                                           POLICY, threshold, clock=self.clock, runner=DecideRunner(
+                                               self.store, self.projector, self.clock))  # type: ignore[arg-type]
         self.classifier.follow(decided or {})
 
     def ready(self) -> None:

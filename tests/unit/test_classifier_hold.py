@@ -31,6 +31,7 @@ from herdbook.projector.node_view import NodeView
 from herdbook.reactors.classifier import HealthClassifier
 from herdbook.reactors.health import decide_health
 from herdbook.reactors.intents import decide_uncordon
+from herdbook.reactors.runner import DecideRunner
 from tests.fakes import FakeClock, FakeNats, FakeProjector, FakeStore
 
 POLICY = Policy.load(None)
@@ -50,8 +51,10 @@ class World:
                  store: FakeStore | None = None) -> None:
         self.projector = projector or FakeProjector()
         self.store = store or FakeStore(self.projector)
-        self.classifier = HealthClassifier(FakeNats(), self.store, self.projector,  # type: ignore[arg-type]
-                                           policy, 2, clock=FakeClock())
+        clock = FakeClock()
+        self.classifier = HealthClassifier(FakeNats(), self.projector,  # type: ignore[arg-type]
+                                           policy, 2, clock=clock, runner=DecideRunner(
+                                               self.store, self.projector, clock))  # type: ignore[arg-type]
         self.classifier.follow({})
         self.seq = 0
 

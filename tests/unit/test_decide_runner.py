@@ -3,27 +3,19 @@ when a decision runs (with someone else writing in between), then these events."
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-from itertools import count
-
 import pytest
 
 from herdbook.events.node import NodeApproved, NodeCordoned, NodeInfo, NodeRegistered
+from herdbook.events.pool import PoolScaled
 from herdbook.events.states import Approval
-from herdbook.reactors.runner import Context, DecideRunner, Decision, KeptChanging
-from tests.fakes import FakeClock, FakeProjector, FakeStore
+from herdbook.reactors.runner import Context, Decision, KeptChanging
+from tests import world as shared
+from tests.world import T0
 
-T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 
-
-class World:
+class World(shared.World):
     def __init__(self) -> None:
-        self.projector = FakeProjector()
-        self.store = FakeStore(self.projector)
-        self.clock = FakeClock(T0)
-        ids = count(1)
-        self.runner = DecideRunner(self.store, self.projector, self.clock,
-                                   ids=lambda: f"id{next(ids)}", attempts=3)
+        super().__init__(attempts=3)
         self.store.fold(NodeRegistered(node_id="n1", boot_id="b", info=NodeInfo()))
 
     def approve(self, context: Context) -> Decision[NodeApproved]:
@@ -39,7 +31,7 @@ async def test_a_decision_is_stamped_appended_at_its_version_and_waited_for() ->
     version = world.projector.nodes["n1"].version
     done = await world.runner.run("node", "n1", world.approve)
     [event] = done.events
-    assert (event.event_id, event.at) == ("id1", T0)
+    assert (event.event_id, event.at) == ("id0001", T0)
     assert world.store.appended == [(event, version)]
     assert world.projector.waited == [done.seq]
     assert world.projector.nodes["n1"].approval is Approval.APPROVED
@@ -95,5 +87,62 @@ async def test_a_causation_inside_the_decision_follows_the_new_id() -> None:
     done = await world.runner.run("node", "n1",
                                   lambda context: Decision(version, [first, second, outside]))
     a, b, c = done.events
-    assert b.causation_id == a.event_id == "id1"
+    assert b.causation_id == a.event_id == "id0001"
     assert c.causation_id == "stored-1"
+
+
+# several aggregates at once, and facts no version decides ---------------------------------
+
+
+def both_nodes(world: World, reason: str) -> list[Decision[NodeCordoned]]:
+    """One decision per node, each from its node's current version."""
+    return [Decision(world.projector.nodes[n].version,
+                     [NodeCordoned(node_id=n, actor="op", reason=reason)]) for n in ("n1", "n2")]
+
+
+async def test_an_atomic_decision_stamps_every_part_and_stores_them_as_one_batch() -> None:
+    world = World()
+    world.store.fold(NodeRegistered(node_id="n2", boot_id="b", info=NodeInfo()))
+    versions = [world.projector.nodes[n].version for n in ("n1", "n2")]
+    done = await world.runner.run_atomic("both", lambda _: both_nodes(world, "x"))
+    assert [(e.node_id, e.event_id, e.at) for e in done.events] == [
+        ("n1", "id0001", T0), ("n2", "id0002", T0)]
+    assert [v for _, v in world.store.appended] == versions
+    assert world.projector.waited == [done.seq] and done.seq == world.store.seq
+
+
+async def test_a_stale_part_stores_no_part_and_all_are_decided_again() -> None:
+    world = World()
+    world.store.fold(NodeRegistered(node_id="n2", boot_id="b", info=NodeInfo()))
+    world.store.race(NodeApproved(node_id="n2", actor="other"))
+    decided = 0
+
+    def decide(context: Context) -> list[Decision[NodeCordoned]]:
+        nonlocal decided
+        decided += 1
+        return both_nodes(world, f"try {decided}")
+
+    done = await world.runner.run_atomic("both", decide)
+    assert decided == 2
+    # the first try stored nothing, n1's part neither; the second both, from the newer n2
+    assert [(e.node_id, e.reason) for e, _ in world.store.appended] == [
+        ("n1", "try 2"), ("n2", "try 2")]
+    assert [e for e, _ in world.store.appended] == list(done.events)
+
+
+async def test_one_attempt_makes_a_stale_atomic_decision_kept_changing_at_once() -> None:
+    world = World()
+    world.store.fold(NodeRegistered(node_id="n2", boot_id="b", info=NodeInfo()))
+    world.store.race(NodeApproved(node_id="n2", actor="other"))
+    with pytest.raises(KeptChanging, match="plan X is stale"):
+        await world.runner.run_atomic("plan X", lambda _: both_nodes(world, "x"), attempts=1)
+    assert world.store.appended == [] and world.projector.waited == []
+
+
+async def test_a_blind_fact_is_stamped_and_appended_expecting_no_version() -> None:
+    world = World()
+    done = await world.runner.append_blind([PoolScaled(pool="p", size=3, actor="op")])
+    [event] = done.events
+    assert (event.event_id, event.at) == ("id0001", T0)
+    assert world.store.appended == [(event, None)]
+    assert world.projector.waited == [done.seq]

@@ -125,7 +125,7 @@ def test_fewer_nvlinks_than_at_start() -> None:
 def test_a_pcie_card_without_nvlink_or_remapping_finds_nothing() -> None:
     nvml, mon, _ = monitor(count=1)
     nvml.gpus[0].unsupported = {"nvmlDeviceGetNvLinkState", "nvmlDeviceGetRemappedRows"}
-    mon = HealthMonitor(nvml)
+    mon = HealthMonitor(nvml, clock=FakeClock())
     assert mon.report("n", "b", 0.0).events == ()
 
 
@@ -228,7 +228,7 @@ def test_follow_up_and_other_lines_are_not_sxids(line: str) -> None:
 def test_sxids_of_the_kernel_log_are_node_events_fatal_or_not() -> None:
     nvml, mon, _ = monitor()
     source = ListSource()
-    mon.kernel_log = kernel = KernelLog(source, lambda: gpu.bus_ids(nvml), XidMerger())
+    mon.kernel_log = kernel = KernelLog(source, lambda: gpu.bus_ids(nvml), XidMerger(clock=FakeClock()))
     source.lines = [FATAL, FATAL.replace("Fatal, Link 44 sourcetrack", "Severity 1 Engine"),
                     NONFATAL]
     assert len(kernel.poll()) == 2          # at once: the agent reports without waiting

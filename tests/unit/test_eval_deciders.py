@@ -4,8 +4,7 @@ reference diagram, one decision at the eval's version."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
-from itertools import count
+from datetime import timedelta
 
 from herdbook.events.eval_events import EvalCreated, EvalEnqueued, EvalLinked
 from herdbook.events.evals import EvalStatus, EvalTrigger, Step
@@ -24,15 +23,10 @@ from herdbook.reactors.eval_deciders import (
     decide_spawn,
     newer_pending,
 )
-from herdbook.reactors.runner import Context, Decision
+from herdbook.reactors.runner import Decision
+from tests.world import T0, context
 
 S = EvalStatus
-T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
-
-
-def context(now: datetime = T0) -> Context:
-    ids = count(1)
-    return Context(now=now, new_id=lambda: f"id{next(ids)}")
 
 
 def an_eval(status: EvalStatus, *, eval_id: str = "e1", job_id: str = "train",
@@ -116,11 +110,11 @@ def test_a_failed_follow_up_takes_its_id_and_delay_from_the_context_and_links_ba
     assert isinstance(created, EvalCreated)
     assert (created.eval_id, created.job_id, created.status, created.previous_eval,
             created.priority, created.wait_until) == (
-        "id1", "train", S.PENDING, "e1", 70, T0 + timedelta(seconds=60))
-    link = decide_link(failed, EvalTrigger.FAILED_FOLLOW_UP, "id1")
+        "id0001", "train", S.PENDING, "e1", 70, T0 + timedelta(seconds=60))
+    link = decide_link(failed, EvalTrigger.FAILED_FOLLOW_UP, "id0001")
     assert link is not None and link.expected == 7
     assert [(type(e), e.next_eval, e.blocked_eval) for e in link.events
-            if isinstance(e, EvalLinked)] == [(EvalLinked, "id1", None)]
+            if isinstance(e, EvalLinked)] == [(EvalLinked, "id0001", None)]
 
 
 def test_a_queued_allocs_eval_is_created_blocked_and_set_as_the_old_ones_blocked_eval() -> None:
@@ -131,7 +125,7 @@ def test_a_queued_allocs_eval_is_created_blocked_and_set_as_the_old_ones_blocked
     assert (created.status, created.wait_until) == (S.BLOCKED, None)
     link = decide_link(scheduling, EvalTrigger.QUEUED_ALLOCS, created.eval_id)
     assert link is not None
-    assert [e.blocked_eval for e in link.events if isinstance(e, EvalLinked)] == ["id1"]
+    assert [e.blocked_eval for e in link.events if isinstance(e, EvalLinked)] == ["id0001"]
 
 
 def job(job_id: str = "train", priority: int = 60) -> JobView:
@@ -145,7 +139,7 @@ def test_a_cluster_event_creates_a_pending_eval_with_the_contexts_id_and_its_cau
     [created] = decision.events
     assert (created.eval_id, created.job_id, created.triggered_by, created.status,
             created.priority, created.node_id, created.causation_id, created.actor) == (
-        "id1", "train", EvalTrigger.NODE_UPDATE, S.PENDING, 60, "n1", "down-1", "allocations")
+        "id0001", "train", EvalTrigger.NODE_UPDATE, S.PENDING, 60, "n1", "down-1", "allocations")
 
 
 def test_no_eval_for_a_job_that_is_gone_nor_for_a_failure_a_pending_eval_covers() -> None:

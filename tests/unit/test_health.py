@@ -13,6 +13,7 @@ from herdbook.events.states import Approval, Health, Lifecycle, NodeType
 from herdbook.health_policy import Policy, PolicyError, Verdict
 from herdbook.projector.node_view import NodeView
 from herdbook.reactors.health import decide_health
+from tests.fakes import FakeClock
 
 POLICY = Policy.load(None)
 
@@ -107,7 +108,7 @@ def test_unhealthy_is_sticky() -> None:
 
 def test_the_agent_monitor_reports_injected_faults_once() -> None:
     nvml = FakeNvml(count=4, seed="n")
-    monitor = HealthMonitor(nvml)
+    monitor = HealthMonitor(nvml, clock=FakeClock())
     assert POLICY.classify(monitor.report("n", "b", 0.0)).result == "healthy"
     nvml.inject("xid", 3, 79)
     nvml.inject("ecc-sbe", 1, 120)
@@ -129,7 +130,7 @@ def test_a_reading_a_gpu_lacks_is_skipped_not_a_failed_check_nor_hiding_the_othe
     nvml = FakeNvml(count=3, seed="n")
     nvml.gpus[0].unsupported = {"nvmlDeviceGetNvLinkErrorCounter", "nvmlDeviceGetTotalEccErrors",
                                 "nvmlDeviceGetPowerUsage"}
-    monitor = HealthMonitor(nvml)
+    monitor = HealthMonitor(nvml, clock=FakeClock())
     nvml.inject("pcie", 0, 3)
     nvml.inject("ecc-sbe", 1, 5)
     nvml.inject("nvlink", 2, 1)

@@ -359,9 +359,11 @@ class Classifier:
         self.nc = FakeNats()
         self.projector = FakeProjector()
         self.store = FakeStore(self.projector)
+        clock = FakeClock()
         self.classifier = HealthClassifier(
-            self.nc, self.store, self.projector, Policy.load(None),  # type: ignore[arg-type]
-            threshold=1)
+            self.nc, self.projector, Policy.load(None),  # type: ignore[arg-type]
+            threshold=1, clock=clock,
+            runner=DecideRunner(self.store, self.projector, clock))  # type: ignore[arg-type]
         self.seq = 0
 
     async def receive(self, subject: str, data: bytes) -> None:

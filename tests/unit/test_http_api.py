@@ -30,6 +30,8 @@ from herdbook.web.auth import (
 from herdbook.web.openapi import READS, ROUTES, document, http_path
 from herdbook.web.server import query_body
 
+NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+
 
 def refs(node: Any) -> list[str]:
     if isinstance(node, dict):
@@ -116,16 +118,26 @@ def test_origin_and_bind_checks() -> None:
 def test_query_parameters_become_the_routes_request() -> None:
     query = MultiDict([("filter_state", "READY,DEGRADED"), ("filter_state", "DOWN"),
                        ("limit", "5"), ("wide", "true"), ("label", "rack=r1"), ("token", "x")])
-    body = query_body("node.list", query, renames={"label": "labels"})
+    body = query_body("node.list", query, renames={"label": "labels"}, now=NOW)
     assert msgspec.json.decode(body, type=ListNodes) == ListNodes(
         filter_state=["READY", "DEGRADED", "DOWN"], limit=5, wide=True, labels={"rack": "r1"})
-    assert msgspec.json.decode(query_body("node.describe", MultiDict(), {"id": "n1"})) == \
+    assert msgspec.json.decode(query_body("node.describe", MultiDict(), {"id": "n1"},
+                                          now=NOW)) == \
         {"id": "n1"}
     for bad in (MultiDict([("nope", "1")]), MultiDict([("limit", "zero")]),
                 MultiDict([("limit", "0")])):
         with pytest.raises(Refused) as refused:
-            query_body("node.list", bad)
+            query_body("node.list", bad, now=NOW)
         assert refused.value.status == 400
+
+
+def test_a_query_time_is_read_from_the_servers_clock_not_the_wall() -> None:
+    """``now`` and a duration ago count from the clock the server was given."""
+    def at(text: str) -> object:
+        return msgspec.json.decode(query_body("node.list_at", MultiDict([("at", text)]),
+                                              now=NOW))["at"]
+    assert at("now") == "2026-01-01T12:00:00Z"
+    assert at("5m") == "2026-01-01T11:55:00Z"
 
 
 def test_the_event_stream_takes_herd_events_subjects_only() -> None:
@@ -139,11 +151,11 @@ def test_the_event_stream_takes_herd_events_subjects_only() -> None:
 
 
 def test_the_event_stream_starts_after_last_event_id_else_at_since_else_now() -> None:
-    now = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
-    assert sse.deliver_from(None, None).deliver_policy == DeliverPolicy.NEW
-    by_seq = sse.deliver_from("42", None)
+    now = NOW
+    assert sse.deliver_from(None, None, now).deliver_policy == DeliverPolicy.NEW
+    by_seq = sse.deliver_from("42", None, now)
     assert (by_seq.deliver_policy, by_seq.opt_start_seq) == (DeliverPolicy.BY_START_SEQUENCE, 42)
-    resumed = sse.deliver_from("1", "41")
+    resumed = sse.deliver_from("1", "41", now)
     assert resumed.opt_start_seq == 42
     ago = sse.deliver_from("5m", None, now)
     assert ago.deliver_policy == DeliverPolicy.BY_START_TIME

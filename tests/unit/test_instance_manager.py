@@ -15,6 +15,7 @@ from herdbook.events.states import InstanceState, Lifecycle
 from herdbook.reactors import liveness
 from herdbook.reactors.heartbeats import NodeBeat
 from herdbook.reactors.pools import decide_provisioned, decide_running, decide_terminating
+from herdbook.reactors.runner import DecideRunner
 from tests.fakes import FakeClock, FakeProjector, FakeStore
 
 CONFIG = parse_config(b"""
@@ -63,9 +64,10 @@ class World:
         self.store = FakeStore(self.projector)
         self.clock = FakeClock()
         self.provider = FakeProvider()
-        self.manager = InstanceManager(CONFIG, self.store, self.projector,  # type: ignore[arg-type]
+        self.manager = InstanceManager(CONFIG, self.projector,  # type: ignore[arg-type]
                                        FakeSweeper(), {"fake": self.provider},  # type: ignore[arg-type,dict-item]
-                                       clock=self.clock)
+                                       clock=self.clock, runner=DecideRunner(
+                                           self.store, self.projector, self.clock))  # type: ignore[arg-type]
 
     async def reconcile(self) -> None:
         await self.manager.reconcile()

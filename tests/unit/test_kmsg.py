@@ -137,7 +137,8 @@ def kernel_line(index: int, xid: int) -> str:
 
 def test_a_kernel_xid_names_the_gpu_by_its_bus_id() -> None:
     source = ListSource()
-    log = KernelLog(source, lambda: gpu.bus_ids(gpu.FakeNvml(count=8, seed="n")), XidMerger())
+    log = KernelLog(source, lambda: gpu.bus_ids(gpu.FakeNvml(count=8, seed="n")),
+                    XidMerger(clock=FakeClock()))
     source.lines = [kernel_line(5, 79), "unrelated",
                     "NVRM: Xid (PCI:0000:ee:00): 13, not one of ours"]
     found = log.poll()
@@ -148,9 +149,9 @@ def test_a_kernel_xid_names_the_gpu_by_its_bus_id() -> None:
 
 def test_an_xid_seen_by_nvml_and_the_kernel_in_one_report_is_reported_once() -> None:
     nvml = gpu.FakeNvml(count=2, seed="n")
-    monitor = HealthMonitor(nvml)
+    monitor = HealthMonitor(nvml, clock=FakeClock())
     source = ListSource()
-    monitor.kernel_log = kernel = KernelLog(source, lambda: gpu.bus_ids(nvml), XidMerger())
+    monitor.kernel_log = kernel = KernelLog(source, lambda: gpu.bus_ids(nvml), XidMerger(clock=FakeClock()))
     nvml.inject("xid", 1, 31)
     source.lines = [kernel_line(1, 31)]
     kernel.poll()

@@ -19,6 +19,7 @@ from herdbook.events.states import Health, Lifecycle
 from herdbook.health_policy import DEFAULT_POLICY_YAML, Format, Policy, PolicyError
 from herdbook.health_policy_navarch import event_fields
 from herdbook.reactors.classifier import HealthClassifier
+from herdbook.reactors.runner import DecideRunner
 from tests.fakes import FakeClock, FakeNats, FakeProjector, FakeStore
 
 NAVARCH_POLICY = """\
@@ -91,8 +92,10 @@ class World:
     def __init__(self, policy: Policy, nodes: list[str], threshold: int = 2) -> None:
         self.projector = FakeProjector()
         self.store = FakeStore(self.projector)
-        self.classifier = HealthClassifier(FakeNats(), self.store, self.projector,  # type: ignore[arg-type]
-                                           policy, threshold, clock=FakeClock())
+        clock = FakeClock()
+        self.classifier = HealthClassifier(FakeNats(), self.projector,  # type: ignore[arg-type]
+                                           policy, threshold, clock=clock, runner=DecideRunner(
+                                               self.store, self.projector, clock))  # type: ignore[arg-type]
         self.classifier.follow({})
         self.seq = 0
         for node in nodes:

@@ -68,7 +68,8 @@ def test_cached_bytes_are_the_replys_bytes_narrow_and_wide() -> None:
         for age in (None, 0.0, 2.5, 31.0):
             for wide, build in ((False, node_summary), (True, node_detail)):
                 got = cache.item(node, age, lambda v: 30.0, 2, 1e9, wide=wide)
-                want = encode(build(node, age, 30.0, allocations=2))
+                want = encode(build(node, age, 30.0, allocations=2,
+                                   clock=FakeClock(datetime.fromtimestamp(1e9, UTC))))
                 if age is None:
                     assert got == want
                 else:

@@ -12,7 +12,8 @@ from herdbook.events.node import (
     NodeRegistered,
 )
 from herdbook.reactors.notifier import Notifier, action_for, has_drain_status
-from tests.fakes import FakeProjector, FakeStore
+from herdbook.reactors.runner import DecideRunner
+from tests.fakes import FakeClock, FakeProjector, FakeStore
 
 
 class RecordingStore(FakeStore):
@@ -26,7 +27,9 @@ def notifier(yaml: str) -> tuple[Notifier, RecordingStore]:
     projector = FakeProjector()
     store = RecordingStore(projector)
     store.fold(NodeRegistered(node_id="gpu-1", boot_id="b"))
-    return Notifier(parse_config(yaml).notifier, store, projector), store  # type: ignore[arg-type]
+    clock = FakeClock()
+    return Notifier(parse_config(yaml).notifier, projector, clock=clock,  # type: ignore[arg-type]
+                    runner=DecideRunner(store, projector, clock)), store  # type: ignore[arg-type]
 
 
 def test_which_events_notify() -> None:

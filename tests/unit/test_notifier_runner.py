@@ -17,6 +17,7 @@ from herdbook.events.node import (
 )
 from herdbook.events.states import Intent
 from herdbook.reactors.notifier import Notifier, decide_drained, decide_failed
+from herdbook.reactors.runner import DecideRunner
 from tests.fakes import FakeClock, FakeProjector, FakeStore
 
 
@@ -26,8 +27,9 @@ class World:
         self.projector = FakeProjector()
         self.store = FakeStore(self.projector)
         self.clock = FakeClock()
-        self.notifier = Notifier(parse_config(yaml).notifier, self.store,  # type: ignore[arg-type]
-                                 self.projector, clock=self.clock)
+        self.notifier = Notifier(parse_config(yaml).notifier, self.projector,  # type: ignore[arg-type]
+                                 clock=self.clock, runner=DecideRunner(
+                                     self.store, self.projector, self.clock))  # type: ignore[arg-type]
         for event in (NodeRegistered(node_id="n1", boot_id="b", info=NodeInfo()),
                       NodeApproved(node_id="n1"),
                       NodeBootChecked(node_id="n1", boot_id="b", passed=True)):

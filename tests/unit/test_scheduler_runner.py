@@ -5,10 +5,10 @@ these events, at these versions, stamped with the clock's time and the runner's 
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
-from itertools import count
+from datetime import timedelta
 from typing import Any
 
+import pytest
 from msgspec.structs import replace
 
 from herdbook.config import Config
@@ -16,46 +16,32 @@ from herdbook.events.alloc import AllocLost, AllocPlaced, AllocRunning, AllocSto
 from herdbook.events.eval_events import EvalCreated, EvalLinked, EvalStatusChanged
 from herdbook.events.evals import EvalStatus, EvalTrigger, Step
 from herdbook.events.jobs import JobRegistered, JobSpec, Resources
-from herdbook.events.node import (
-    GpuInfo,
-    NodeApproved,
-    NodeBootChecked,
-    NodeDrainStarted,
-    NodeInfo,
-    NodeRegistered,
-)
+from herdbook.events.node import NodeDrainStarted
 from herdbook.projector.eval_view import step
+from herdbook.reactors import plan_apply
 from herdbook.reactors.allocations import AllocationReactor
 from herdbook.reactors.eval_deciders import cluster_eval
 from herdbook.reactors.scheduler import Scheduler
-from tests.fakes import FakeClock, FakeNats, FakeProjector, FakeStore
+from tests import world as shared
+from tests.fakes import FakeNats
+from tests.world import T0
 
 S = EvalStatus
-T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 
 
-class World:
+class World(shared.World):
+    """The allocation reactor and the scheduler on the world's one runner."""
+
     def __init__(self) -> None:
-        self.projector = FakeProjector()
-        self.store = FakeStore(self.projector)
-        self.clock = FakeClock(T0)
-        self.model = self.projector.model
+        super().__init__()
         self.config = Config()
-        ids = count(1)
-        self.reactor = AllocationReactor(self.store, self.projector, self.config,  # type: ignore[arg-type]
-                                         clock=self.clock)
-        self.scheduler = Scheduler(FakeNats(), self.store, self.projector,  # type: ignore[arg-type]
-                                   self.config, clock=self.clock)
-        for runner in (self.reactor.runner, self.scheduler.runner, self.scheduler.plans):
-            runner.ids = lambda: f"id{next(ids):04d}"
+        self.reactor = AllocationReactor(self.projector, self.config,  # type: ignore[arg-type]
+                                         runner=self.runner)
+        self.scheduler = Scheduler(FakeNats(), self.projector, self.config,  # type: ignore[arg-type]
+                                   clock=self.clock, runner=self.runner)
 
-    def node(self, node_id: str, gpus: int = 2) -> None:
-        info = NodeInfo(gpus=tuple(GpuInfo(index=i, uuid=f"{node_id}-{i}", name="H100")
-                                   for i in range(gpus)))
-        for event in (NodeRegistered(node_id=node_id, boot_id="b", info=info),
-                      NodeApproved(node_id=node_id),
-                      NodeBootChecked(node_id=node_id, boot_id="b", passed=True)):
-            self.store.fold(event)
+    def node(self, node_id: str, gpus: int = 2, **info: Any) -> None:
+        super().node(node_id, gpus, **info)
 
     def job(self, job_id: str = "train", count: int = 2) -> None:
         self.store.fold(JobRegistered(job_id=job_id, spec=JobSpec(
@@ -72,9 +58,6 @@ class World:
         self.store.fold(AllocPlaced(node_id=node_id, alloc_id=alloc_id, job_id=job_id,
                                     eval_id="e0", index=index, command=["true"]))
         self.store.fold(AllocRunning(node_id=node_id, alloc_id=alloc_id, pid=1))
-
-    def appended(self, kind: type) -> list[tuple[Any, int | None]]:
-        return [(e, v) for e, v in self.store.appended if isinstance(e, kind)]
 
     def statuses(self, eval_id: str) -> list[str]:
         return [e.status.value for e, _ in self.store.appended
@@ -193,6 +176,35 @@ async def test_a_plan_that_another_writer_made_stale_is_planned_again() -> None:
                                    "complete"]
     [(mine, _)] = w.appended(AllocPlaced)
     assert mine.node_id == "n2"   # n1 is full now
+
+
+async def test_a_plan_in_atomic_batches_goes_through_the_runner_and_stale_is_planned_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same race, with the plan big enough for atomic batches (``ATOMIC_MIN``): the
+    runner stamps both nodes' parts and the stale batch stores nothing, not even n2's."""
+    monkeypatch.setattr(plan_apply, "ATOMIC_MIN", 1)
+    w = World()
+    w.node("n1", gpus=1)
+    w.node("n2", gpus=2)
+    w.job(count=2)
+    eval_id = w.eval()
+    batches: list[str] = []
+    run_atomic = w.runner.run_atomic
+
+    async def counted(what: str, *args: Any, **kwargs: Any) -> Any:
+        batches.append(what)
+        return await run_atomic(what, *args, **kwargs)
+
+    monkeypatch.setattr(w.runner, "run_atomic", counted)
+    w.store.race(AllocPlaced(node_id="n1", alloc_id="theirs", job_id="other", eval_id="x",
+                             index=0, command=["true"], resources=Resources(gpus=1)))
+    await w.scheduler.process(eval_id)
+    assert w.statuses(eval_id) == ["scheduling", "applying", "scheduling", "applying",
+                                   "complete"]
+    assert batches == [f"plan of eval {eval_id}"] * 2
+    placed = w.appended(AllocPlaced)
+    assert [(e.node_id, e.at) for e, _ in placed] == [("n2", T0), ("n2", T0)]
+    assert all(e.event_id.startswith("id") for e, _ in placed)
 
 
 async def test_a_superseded_eval_is_canceled() -> None:

@@ -19,6 +19,7 @@ from herdbook.events.node import (
 )
 from herdbook.events.states import Intent, NodeClass
 from herdbook.projector.node_view import NodeView
+from herdbook.reactors.runner import DecideRunner
 from herdbook.reactors.sensitive import (
     SensitiveReactor,
     decide_release,
@@ -35,8 +36,10 @@ class World:
         self.store = FakeStore(self.projector)
         self.clock = FakeClock()
         self.fingerprints: dict[str, str] = {}
-        self.reactor = SensitiveReactor(self.store, self.projector, CONFIG,  # type: ignore[arg-type]
-                                        lambda: self.fingerprints, clock=self.clock)
+        self.reactor = SensitiveReactor(self.projector, CONFIG,  # type: ignore[arg-type]
+                                        lambda: self.fingerprints, clock=self.clock,
+                                        runner=DecideRunner(self.store, self.projector,  # type: ignore[arg-type]
+                                                            self.clock))
 
     def sensitive(self, node_id: str, pool: str = "secure") -> NodeView:
         info = NodeInfo(node_class=NodeClass.SENSITIVE, labels={"pool": pool})

@@ -15,6 +15,7 @@ from herdbook.events.health_report import NodeHealthChanged
 from herdbook.events.node import NodeInfo, NodeNotificationFailed, NodeRegistered, NodeUndrained
 from herdbook.events.states import Health
 from herdbook.reactors.notifier import Notifier, action_for, has_drain_status, reason_for
+from herdbook.reactors.runner import DecideRunner
 from herdbook.reactors.slurm import (
     SlurmError,
     clean_reason,
@@ -25,7 +26,7 @@ from herdbook.reactors.slurm import (
     node_state,
     update_argv,
 )
-from tests.fakes import FakeProjector, FakeStore
+from tests.fakes import FakeClock, FakeProjector, FakeStore
 
 
 def test_node_names_from_the_template() -> None:
@@ -110,7 +111,9 @@ def notifier(tmp_path: Path, body: str, node_name: str = "{label:slurm}",
     store = FakeStore(projector)
     store.fold(NodeRegistered(node_id="gpu-1", boot_id="b",
                               info=NodeInfo(labels={"slurm": "cn7"})))
-    return Notifier(config.notifier, store, projector), store  # type: ignore[arg-type]
+    clock = FakeClock()
+    return Notifier(config.notifier, projector, clock=clock,  # type: ignore[arg-type]
+                    runner=DecideRunner(store, projector, clock)), store  # type: ignore[arg-type]
 
 
 async def test_a_drain_runs_scontrol_without_a_shell_for_the_labelled_node(
@@ -185,7 +188,9 @@ async def test_a_missing_scontrol_is_a_one_line_failure(tmp_path: Path) -> None:
     projector = FakeProjector()
     store = FakeStore(projector)
     store.fold(NodeRegistered(node_id="gpu-1", boot_id="b"))
-    n = Notifier(config.notifier, store, projector)  # type: ignore[arg-type]
+    clock = FakeClock()
+    n = Notifier(config.notifier, projector, clock=clock,  # type: ignore[arg-type]
+                 runner=DecideRunner(store, projector, clock))  # type: ignore[arg-type]
     assert not await n.notify("drain", "gpu-1", "")
     [(event, _)] = store.appended
     assert isinstance(event, NodeNotificationFailed)
@@ -215,7 +220,9 @@ async def test_the_documented_kubernetes_template_runs_kubectl(
     projector = FakeProjector()
     store = FakeStore(projector)
     store.fold(NodeRegistered(node_id="gpu-1", boot_id="b"))
-    n = Notifier(config, store, projector)  # type: ignore[arg-type]
+    clock = FakeClock()
+    n = Notifier(config, projector, clock=clock,  # type: ignore[arg-type]
+                 runner=DecideRunner(store, projector, clock))  # type: ignore[arg-type]
     assert await n.notify("drain", "gpu-1", "XID 79 on GPU 3")
     assert (await n.drained("gpu-1"))[0]
     assert await n.notify("undrain", "gpu-1", "")

@@ -19,7 +19,7 @@ from herdbook.events.node import (
     NodeInfo,
     NodeRegistered,
 )
-from herdbook.reactors.runner import Context
+from herdbook.reactors.runner import Context, DecideRunner
 from herdbook.reactors.validation import ValidationReactor, decide_due, held_by_bound
 from tests.fakes import FakeClock, FakeProjector, FakeStore
 
@@ -89,8 +89,9 @@ async def test_the_reactor_starts_waiting_nodes_as_slots_free_first_come_first()
                           b"when: [approved]}", "f")
     for n in range(1, 6):
         due_node(store, f"n{n}")
-    reactor = ValidationReactor(store, projector, config,  # type: ignore[arg-type]
-                                clock=FakeClock(T0))
+    clock = FakeClock(T0)
+    reactor = ValidationReactor(projector, config, clock=clock,  # type: ignore[arg-type]
+                                runner=DecideRunner(store, projector, clock))  # type: ignore[arg-type]
     reactor.start()
     try:
         await settled(reactor)

@@ -45,7 +45,7 @@ BASE = (NodeRegistered(node_id="g1", boot_id="b1", info=NodeInfo(
 
 def test_a_validating_node_in_detail() -> None:
     view = fold(*BASE, START)
-    detail = msgspec.to_builtins(node_detail(view, None, 30.0))
+    detail = msgspec.to_builtins(node_detail(view, None, 30.0, clock=None))
     assert detail["state"] == "VALIDATING" and detail["schedulable"] is False
     assert {k: v for k, v in detail.items() if k.startswith("validation")} == {
         "validation": "running", "validation_due": None, "validation_trigger": "returned",
@@ -54,7 +54,7 @@ def test_a_validating_node_in_detail() -> None:
         "validation_reason": "back from UNHEALTHY"}
     # node.list -o wide's cached bytes are the same reply
     cached = NodeJsonCache().item(view, None, lambda v: 30.0, 0, 1e9, wide=True)
-    assert msgspec.json.decode(cached) == node_json(view, None, 30.0)
+    assert msgspec.json.decode(cached) == node_json(view, None, 30.0, clock=None)
     msgspec.json.decode(cached, type=NodeDetail)
 
 
@@ -63,7 +63,7 @@ def test_a_failed_validation_in_detail() -> None:
     view = fold(*BASE, START, NodeValidationFailed(
         node_id="g1", alloc_id="va1", check="dcgm-diag", trigger="returned", failures=1,
         reason="validation dcgm-diag exited 1: GPU 3 failed", at=end))
-    detail = node_json(view, None, 30.0)
+    detail = node_json(view, None, 30.0, clock=None)
     assert (detail["state"], detail["validation"], detail["validation_due"]) == (
         "UNHEALTHY", "failed", "returned")
     assert detail["validation_at"] == "2026-03-01T12:04:00Z"
@@ -72,13 +72,13 @@ def test_a_failed_validation_in_detail() -> None:
 
 
 def test_a_never_validated_node_says_none() -> None:
-    detail = node_json(fold(*BASE), None, 30.0)
+    detail = node_json(fold(*BASE), None, 30.0, clock=None)
     assert detail["validation"] is None and detail["validation_due"] == "approved"
 
 
 def test_the_table_prints_a_hint_line_for_a_validating_node(
         capsys: pytest.CaptureFixture[str]) -> None:
-    detail = node_json(fold(*BASE, START), None, 30.0)
+    detail = node_json(fold(*BASE, START), None, 30.0, clock=None)
     assert validation_hint(detail) == (
         "validating: dcgm-diag (returned) runs as allocation va1 since "
         "2026-03-01T12:00:00Z; back in service when it passes (herd alloc status va1)")
@@ -96,7 +96,7 @@ def test_a_node_waiting_for_its_validation_says_so() -> None:
     assert not waiting(due, ValidationConfig())                         # no gate
     assert not waiting(due, ValidationConfig(command=["x"], when=["returned"]))
     assert not waiting(fold(*BASE, START), gate)                        # it runs
-    detail = {**node_json(due, None, 30.0), "validation_waiting": True}
+    detail = {**node_json(due, None, 30.0, clock=None), "validation_waiting": True}
     assert validation_hint(detail) == (
         "due for validation (approved): waits to start (validation.max_concurrent bounds "
         "the checks at once); the scheduler places nothing here until it is validated")

@@ -1,0 +1,79 @@
+"""The sweeper per liveness shard, without NATS (the fakes and clock of
+``test_sweeper_heap``): it declares only nodes of the shards it holds, and a shard taken
+over is observed for one heartbeat timeout before anything in it is declared."""
+
+from __future__ import annotations
+
+import asyncio
+
+from herdbook.config import parse_config
+from herdbook.events.hb_shards import shard_of
+from herdbook.events.node import NodeBootChecked, NodeInfo, NodeRegistered
+from herdbook.reactors.runner import DecideRunner
+from herdbook.reactors.sweeper import Sweeper
+from tests.fakes import FakeClock, FakeProjector, FakeStore
+
+CONFIG = parse_config(b"lifecycle: {heartbeat_timeout: 30s, liveness_shards: 2}")
+A, B = "node-1", "node-0"      # shard_of: 1 and 0 (checked below)
+
+
+class World:
+    def __init__(self) -> None:
+        self.clock = FakeClock()
+        self.projector = FakeProjector()
+        self.store = FakeStore(self.projector)
+        self.sweeper = Sweeper(None, self.store, self.projector, CONFIG,  # type: ignore[arg-type]
+                               clock=self.clock,
+                               runner=DecideRunner(self.store, self.projector, self.clock))  # type: ignore[arg-type]
+        self.projector.nodes.subscribe(self.sweeper._on_view_change)
+
+    def take(self, shard: int) -> None:
+        self.sweeper.intake.held[shard] = None     # what intake.open does, without NATS
+        self.sweeper.observe_shard(shard)
+
+    def ready(self, node_id: str) -> None:
+        self.store.fold(NodeRegistered(node_id=node_id, boot_id="b", info=NodeInfo()))
+        self.store.fold(NodeBootChecked(node_id=node_id, boot_id="b", passed=True))
+
+    async def at(self, t: float) -> list[str]:
+        self.clock.advance(t - self.clock.seconds)
+        self.sweeper.sweep()
+        for _ in range(5):
+            await asyncio.sleep(0)
+        return [f"{e.event_name}:{e.node_id}"  # type: ignore[attr-defined]
+                for e, _ in self.store.appended]
+
+
+def test_the_nodes_fall_in_two_shards() -> None:
+    assert (shard_of(A, 2), shard_of(B, 2)) == (1, 0)
+
+
+async def test_only_the_nodes_of_held_shards_are_swept() -> None:
+    world = World()
+    world.take(shard_of(A, 2))
+    world.ready(A)
+    world.ready(B)
+    assert await world.at(31) == [f"degraded:{A}"]   # B's shard is another replica's
+    assert B not in world.sweeper.beats
+
+
+async def test_a_shard_taken_over_is_observed_for_one_timeout_before_declaring() -> None:
+    world = World()
+    world.take(shard_of(A, 2))
+    world.ready(A)
+    world.ready(B)                                   # silent from t=0
+    await world.at(100)
+    world.take(shard_of(B, 2))                       # taken over at t=100
+    assert f"degraded:{B}" not in await world.at(129.9)   # silent 129.9 s, watched 29.9 s
+    assert (await world.at(130))[-1] == f"degraded:{B}"  # one heartbeat timeout later
+
+
+async def test_a_shard_released_is_no_longer_swept() -> None:
+    world = World()
+    world.take(0)
+    world.take(1)
+    world.ready(A)
+    world.ready(B)
+    await world.sweeper.release(shard_of(B, 2))
+    assert await world.at(31) == [f"degraded:{A}"]
+    assert world.sweeper.held == [shard_of(A, 2)]
