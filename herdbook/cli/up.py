@@ -21,7 +21,9 @@ DEFAULT_HTTP_PORT = 8641
 
 
 def up(
-    config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML config file.")] = None,
+    config: Annotated[Path | None, typer.Option(
+        "--config", "-c", help="YAML config file [default: the first of ./herd.yaml, "
+        "/etc/herd/herd.yaml that exists; HERD_CONFIG_PATH replaces that list].")] = None,
     data_dir: Annotated[str | None, typer.Option("--data-dir", help="Where the view and the "
                                                  "embedded NATS store live [default: ./.herd].")] = None,
     nats_port: Annotated[int | None, typer.Option("--nats-port", min=1, max=65535,
@@ -67,13 +69,16 @@ def up(
     """Run the control plane: NATS (embedded unless --nats-url), streams, projector,
     reactors and the API. Stops cleanly on Ctrl-C / SIGTERM."""
     import asyncio
+    import os
 
     import msgspec
 
     from herdbook.config import ConfigError, load_config
+    from herdbook.config_path import find_config
     from herdbook.control.errors import ControlPlaneFailed, StartupError
     from herdbook.control.up import run
 
+    config, config_from = find_config(config, os.environ)
     try:
         cfg = load_config(config)
     except ConfigError as err:
@@ -126,6 +131,8 @@ def up(
         say(f"herd control plane [bold]{info['node_id']}[/] is up "
             f"({info['nodes']} nodes in the view)")
         say(f"  {where} listening on {info['nats_url']}, data in {info['data_dir']}")
+        say(escape(f"  config:            {config_from}"))
+        say(escape(f"  health policy:     {cfg.health.policy or 'built-in default'}"))
         if info.get("auth"):
             say("  credentials on:    every client needs its own user "
                 f"(`herd creds agent|operator --data-dir {info['data_dir']}`)")

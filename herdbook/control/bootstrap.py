@@ -22,6 +22,7 @@ demo agents.
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -88,6 +89,7 @@ from herdbook.reactors.telemetry_intake import TelemetryIntake
 from herdbook.reactors.tracking import node_events
 from herdbook.reactors.validation import ValidationReactor, validation_waiting
 
+log = logging.getLogger(__name__)
 REQUESTER_HEARTBEAT_INTERVAL = 5.0
 CATCH_UP_TIMEOUT = 60.0
 
@@ -116,6 +118,10 @@ def build_plane(config: Config, *, clock: Clock, ports: Ports, demo: int = 0,
         policy = Policy.load(cfg.health.policy)
     except PolicyError as err:
         raise StartupError(str(err)) from err
+    # which rules classify this fleet's reports: an operator reading the log of a start
+    # must not have to guess whether health.policy was the file they edited
+    log.info("health policy: %s: %s", cfg.health.policy or "built-in default",
+             policy.summary())
 
     nc = ports.connection()
     projector = ProjectorRunner(nc, str(data_dir / "view.db"),

@@ -35,15 +35,21 @@ def listening_on(port: int) -> set[str]:
 def test_herd_up_without_auth_listens_on_127_0_0_1_only(tmp_path: Path) -> None:
     port = free_port()
     out = tmp_path / "up.out"
+    # no --config: the ready block names the ./herd.yaml it found (config_path)
+    (tmp_path / "herd.yaml").write_text("approval: {auto_approve: false}\n")
     with open(out, "wb") as stdout:
         proc = subprocess.Popen(
             [sys.executable, "-m", "herdbook.cli", "up", "--nats-port", str(port),
              "--data-dir", str(tmp_path / "d"), "--node-id", "cp-loopback",
-             "--log-level", "warning"], stdout=stdout, stderr=subprocess.STDOUT)
+             "--log-level", "warning"], stdout=stdout, stderr=subprocess.STDOUT,
+            cwd=tmp_path)
     try:
         wait_until(lambda: "is up" in out.read_text(), timeout=60, what="herd up")
         assert listening_on(port) == {"127.0.0.1"}
         assert f"listening on nats://127.0.0.1:{port}" in out.read_text()
+        assert f"config:            {tmp_path / 'herd.yaml'} (found on the search path)" in (
+            out.read_text())
+        assert "health policy:     built-in default" in out.read_text()
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(30)
