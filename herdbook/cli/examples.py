@@ -70,11 +70,14 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "audit verify": ("herd audit verify",),
     "view rebuild": ("herd view rebuild",),
     # operating herdbook
-    "creds agent": ("herd creds agent gpu-017",),
+    "creds agent": ("herd creds agent gpu-017",
+                    "herd creds agent gpu-017 --out /creds/agent.creds --keep"),
     "creds operator": ("herd creds operator --name alice",),
     "creds list": ("herd creds list",),
     "creds revoke": ("herd creds revoke op-alice",),
     "nats cluster": ("herd nats cluster --size 3 --dir ./nats-cluster",),
+    "nats config": ("herd nats config --auth --out /etc/herd/nats --cluster-routes "
+                    "nats-route://nats1:6222,nats-route://nats2:6222,nats-route://nats3:6222",),
     "sim": ("herd sim scenarios/xid-storm.yaml",),
     "version": ("herd version",),
 }
