@@ -118,6 +118,10 @@ class ExplainRoutes:
         except msgspec.DecodeError:
             raise ApiError("unavailable", f"node {alloc.node_id}'s agent answered something "
                            "that is not a log") from None
+        if reply.missing and running:
+            # placed, not started yet: no output so far (a follow waits for it)
+            return AllocLogsReply(alloc_id=alloc.id, node_id=alloc.node_id, data="", offset=0,
+                                  next_offset=0, size=0, truncated=False, running=True)
         if not reply.ok:
             raise ApiError("not_found" if reply.missing else "unavailable",
                            f"node {alloc.node_id}: {reply.error}")

@@ -17,14 +17,17 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import msgspec
 import pytest
 
 from herdbook.clock import SYSTEM_CLOCK
 from herdbook.config import parse_config
 from herdbook.control.bootstrap import bootstrap
 from herdbook.control.plane import ControlPlane
+from herdbook.events.agent_requests import LogsReply, LogsRequest
 from herdbook.events.alloc import AllocCompleted, AllocFailed, AllocRunning, AllocStatus
 from herdbook.events.store import EventStore
+from herdbook.events.subjects import logs_subject
 from tests.conftest import free_port, herd, poll
 from tests.integration.test_scheduler import add_ready_node
 
@@ -267,3 +270,27 @@ async def test_eval_describe_and_job_plan_say_what_fits_where_and_why_not(
     assert (await js.stream_info("HERD_EVENTS")).state.last_seq == last
     missing = await asyncio.to_thread(herd, "eval", "describe", "nothere", server=world.url)
     assert (missing.returncode, missing.stdout) == (1, ""), missing.stderr
+
+    # alloc.logs asks the allocation's node's agent (here the test answers for gpu-1, as
+    # an agent whose log file does not exist would): none answering is unavailable, a
+    # running allocation without output yet is empty, a finished one's is not found
+    [running_alloc] = [a for a in world.allocs("train") if a.status == "running"][:1]
+    [done] = world.allocs("etl")
+    reply = await world.call("alloc.logs", id=running_alloc.id)
+    assert (reply["ok"], reply["code"]) == (False, "unavailable"), reply
+
+    async def no_output(msg: Any) -> None:
+        asked = msgspec.json.decode(msg.data, type=LogsRequest)
+        await msg.respond(msgspec.json.encode(LogsReply(
+            ok=False, missing=True, error=f"no output of allocation {asked.alloc_id}")))
+
+    sub = await world.nc.subscribe(logs_subject("gpu-1"), cb=no_output)
+    try:
+        reply = await world.call("alloc.logs", id=running_alloc.id[:12], tail=5)
+        assert reply["result"] == {
+            "alloc_id": running_alloc.id, "node_id": "gpu-1", "data": "", "offset": 0,
+            "next_offset": 0, "size": 0, "truncated": False, "running": True}, reply
+        reply = await world.call("alloc.logs", id=done.id)
+        assert (reply["ok"], reply["code"]) == (False, "not_found"), reply
+    finally:
+        await sub.unsubscribe()
