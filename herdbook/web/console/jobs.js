@@ -82,7 +82,7 @@ export async function jobPage(id) {
       <div class="card"><h2>Evaluations</h2><div id="job-evals"></div></div>
     </div>
     <div class="card"><h2>Allocations</h2><div id="job-allocs"></div>
-      <p class="muted">Allocation logs: the API does not serve them yet.</p></div>`;
+      <p class="muted">Allocation logs: <code>herd alloc logs ID</code> (the API's alloc.logs); not shown here yet.</p></div>`;
   const draw = async () => {
     const [job, allocs] = await Promise.all([
       api(`/v1/jobs/${encodeURIComponent(id)}`),
