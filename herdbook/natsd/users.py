@@ -148,7 +148,7 @@ def agent_permissions(node_id: str) -> dict[str, Any]:
 
 def read_routes() -> list[str]:
     """The API's read routes, the same set a read-only HTTP token may call."""
-    from herdbook.web.openapi import READS  # the HTTP API's table: one list of reads
+    from herdbook.web.routes import READS  # the HTTP API's table: one list of reads
     return sorted(READS)
 
 

@@ -51,14 +51,13 @@ from herdbook.web.auth import (
 )
 from herdbook.web.client_errors import ClientErrorLog
 from herdbook.web.fleet import FLEET_COLUMNS, FleetJson
-from herdbook.web.openapi import (
+from herdbook.web.openapi import QUERY_DURATION, document
+from herdbook.web.routes import (
     ALIASES,
     NODE_ACTION_PATH,
-    QUERY_DURATION,
     READS,
     ROUTES,
     STATUS_OF_CODE,
-    document,
     http_path,
     node_actions,
 )
