@@ -25,8 +25,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from herdbook.events.health_report import HealthEventKind
+if TYPE_CHECKING:   # a type only
+    from herdbook.events.health_report import HealthEventKind
 
 COUNTER_LIKE: frozenset[HealthEventKind] = frozenset({"xid", "ecc_sbe", "ecc_dbe", "nvlink", "pcie",
                                                       "sxid", "ib_flap"})

@@ -24,7 +24,10 @@ support). A policy rule may name its own (``action:`` in the policy file), which
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Literal, get_args
+from typing import TYPE_CHECKING, Literal, cast, get_args
+
+if TYPE_CHECKING:   # a type only: this table stays free of imports
+    from herdbook.events.health_report import HealthEventKind
 
 Action = Literal["none", "restart_workload", "reset_gpu", "reboot_node", "inspect_hardware"]
 ACTIONS: tuple[str, ...] = get_args(Action)
@@ -59,7 +62,7 @@ XID_ACTIONS: dict[int, Action] = {
 }
 UNLISTED_XID: Action = "inspect_hardware"
 
-KIND_ACTIONS: dict[str, Action] = {
+KIND_ACTIONS: dict[HealthEventKind, Action] = {
     "thermal": "inspect_hardware",      # cooling: fans, airflow, heat sink
     "ecc_sbe": "none",                  # corrected
     "ecc_dbe": "reset_gpu",             # the row is remapped at the next reset
@@ -96,7 +99,8 @@ def action_for(kind: str, xid: int = 0, *, name: str = "", fatal: bool = False) 
         return CHECK_ACTIONS.get(name, UNLISTED_CHECK)
     if kind == "sxid" and fatal:
         return SXID_FATAL
-    return KIND_ACTIONS.get(kind, "inspect_hardware")
+    # typed keys, so a misspelt kind in the table fails mypy; any other word gets the default
+    return KIND_ACTIONS.get(cast("HealthEventKind", kind), "inspect_hardware")
 
 
 def worst(actions: Iterable[str]) -> Action:
