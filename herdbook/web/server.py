@@ -21,23 +21,21 @@ import logging
 import re
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any, Protocol
 
 import msgspec
 from aiohttp import web
-from multidict import MultiMapping
 from nats.aio.client import Client as NATS
 
 from herdbook.api.caller import CALLER
-from herdbook.api.history_messages import Time
 from herdbook.api.lookup import ApiError, resolve
 from herdbook.api.server import Api
 from herdbook.clock import Clock
 from herdbook.events.states import Lifecycle
 from herdbook.history.fleet import WINDOWS, parse_window
 from herdbook.history.queries import fleet_history
-from herdbook.history.times import iso, parse_time
+from herdbook.history.times import iso
 from herdbook.web import sse
 from herdbook.web.auth import (
     Principal,
@@ -50,8 +48,10 @@ from herdbook.web.auth import (
     same_origin,
 )
 from herdbook.web.client_errors import ClientErrorLog
-from herdbook.web.fleet import FLEET_COLUMNS, FleetJson
-from herdbook.web.openapi import QUERY_DURATION, document
+from herdbook.web.fleet import FleetJson
+from herdbook.web.openapi import document
+from herdbook.web.own_paths import server_paths
+from herdbook.web.query import query_body
 from herdbook.web.routes import (
     ALIASES,
     NODE_ACTION_PATH,
@@ -83,68 +83,6 @@ def json_response(body: Any, status: int = 200) -> web.Response:
 
 def error_response(status: int, code: str, message: str) -> web.Response:
     return json_response({"code": code, "message": message}, status)
-
-
-def query_body(route: str, query: MultiMapping[str], path: Mapping[str, str] | None = None,
-               renames: Mapping[str, str] | None = None, *, now: datetime) -> bytes:
-    """A GET's query parameters (and path parameters) as the route's JSON request: a
-    list field takes repeated or comma-separated values, ``labels`` takes ``k=v``, a time
-    ``now`` or a duration ago from ``now`` (the server's clock)."""
-    kind = ROUTES[route].request
-    obj: dict[str, Any] = dict(path or {})
-    if kind is None:
-        return b""
-    fields = {f.name: f.type for f in msgspec.structs.fields(kind)}
-    for key in dict.fromkeys(query.keys()):
-        if key == "token":
-            continue
-        name = (renames or {}).get(key, key)
-        values = query.getall(key)
-        if name in obj:
-            raise Refused(400, "bad_request", f"query parameter {key!r}: the path gives it")
-        if name not in fields:
-            raise Refused(400, "bad_request", f"unknown query parameter {key!r}; {route} takes "
-                          + ", ".join(sorted(fields)))
-        text = str(fields[name])
-        if name == "labels":
-            pairs = [v.partition("=") for v in values]
-            if any(not sep for _, sep, _ in pairs):
-                raise Refused(400, "bad_request", f"{key}: write key=value")
-            obj[name] = {k: v for k, _, v in pairs}
-        elif text.startswith("list["):
-            obj[name] = [part for v in values for part in v.split(",") if part]
-        elif len(values) > 1:
-            raise Refused(400, "bad_request", f"query parameter {key!r}: given {len(values)} "
-                          "times; it takes one value")
-        elif "datetime" in text:
-            obj[name] = _time(key, values[-1], now)
-        else:
-            obj[name] = values[-1]
-    try:
-        return _encode(msgspec.convert(obj, kind, strict=False))
-    except msgspec.ValidationError as err:
-        raise Refused(400, "bad_request", str(err)) from None
-
-
-_QUERY_DURATION = re.compile(QUERY_DURATION)
-
-
-def _time(key: str, text: str, now: datetime) -> str:
-    """A time in a query, as the document says (``openapi.QUERY_TIME_SCHEMA``): RFC 3339,
-    ``now``, or a duration ago such as ``5m``; as RFC 3339 for the request, whose Struct
-    then decodes it as any RFC 3339 time."""
-    if text == "now":
-        return now.isoformat()
-    if _QUERY_DURATION.fullmatch(text):
-        try:
-            return parse_time(text, now).isoformat()
-        except OverflowError:   # 999999d ago is before year 1: the start of time
-            return datetime.min.replace(tzinfo=UTC).isoformat()
-    try:
-        return msgspec.convert(text, Time).isoformat()
-    except msgspec.ValidationError:
-        raise Refused(400, "bad_request", f"{key}: invalid time {text!r}: write RFC 3339 "
-                      "(2026-11-21T10:00:00Z), now, or a duration ago (10m, 2h, 1d)") from None
 
 
 class WebServer:
@@ -340,39 +278,7 @@ class WebServer:
                                                         "id": request.match_info["id"]}))
 
     async def _openapi(self, request: web.Request) -> web.Response:
-        extra = {**sse.sse_paths(),
-                 "/v1/fleet": {"get": {"operationId": "fleet", "tags": ["fleet"],
-                                       "summary": "the whole fleet for the grid: "
-                                                  + ", ".join(FLEET_COLUMNS),
-                                       "responses": {"200": {"description": "columns, rows",
-                                                             "content": JSON_OBJECT}}}},
-                 "/v1/health-summary": {"get": {
-                     "operationId": "health_summary", "tags": ["fleet"],
-                     "summary": "leader, projector lag, heartbeat ages, counts",
-                     "responses": {"200": {"description": "the summary",
-                                           "content": JSON_OBJECT}}}},
-                 "/v1/fleet/history": {"get": {
-                     "operationId": "fleet_history", "tags": ["fleet"],
-                     "summary": "the fleet over a window (?window=15m|1h|6h|24h|7d), from the "
-                                "event log: per bucket state and health counts, health score, "
-                                "detections, recoveries; heartbeat age p50/p99 as sampled",
-                     "parameters": [{"name": "window", "in": "query", "schema": {
-                         "type": "string", "enum": list(WINDOWS), "default": "1h"}}],
-                     "responses": {"200": {"description": "from, to, step_s, points, marks",
-                                           "content": JSON_OBJECT}}}},
-                 "/v1/nodes/{node_id}/gpus/history": {"get": {
-                     "operationId": "gpu_history", "tags": ["gpu"],
-                     "summary": "a node's GPUs' recent temperature, power and utilisation "
-                                "(the control plane's in-memory ring, ?window=)",
-                     "parameters": [{"name": "node_id", "in": "path", "required": True,
-                                     "schema": {"type": "string",
-                                                "pattern": "^[A-Za-z0-9_-]{1,128}$"}},
-                                    {"name": "window", "in": "query", "schema": {
-                                        "type": "string", "enum": list(WINDOWS),
-                                        "default": "15m"}}],
-                     "responses": {"200": {"description": "times, gpus",
-                                           "content": JSON_OBJECT}}}}}
-        return json_response(document(extra, self.api.routes))
+        return json_response(document(server_paths(), self.api.routes))
 
     async def _index(self, request: web.Request) -> web.Response:
         return json_response({"api": "/v1/", "openapi": "/openapi.json",
@@ -461,9 +367,6 @@ class WebServer:
             "by_health": dict(Counter(str(n.health) for n in nodes.values()))})
 
 
-
-
-JSON_OBJECT = {"application/json": {"schema": {"type": "object"}}}
 
 
 def _window(text: str) -> timedelta:
