@@ -45,6 +45,7 @@ from herdbook.events.health_report import (
 from herdbook.fault_history import NO_HISTORY, FaultHistory, NodeHistory
 from herdbook.fault_hold import COUNTER_LIKE, DEFAULT_HOLD, Finding, Held
 from herdbook.health_actions import ACTIONS, action_for, worst
+from herdbook.health_policy_fields import compile_checked
 from herdbook.health_policy_navarch import check_fields, describe, event_fields
 
 RESULTS = VERDICT_LEVELS   # least to most severe
@@ -272,7 +273,6 @@ class Policy:
 
     @classmethod
     def parse(cls, text: str | bytes, source: str = "policy") -> Policy:
-        import cel
         try:
             raw = msgspec.yaml.decode(text, type=PolicyFile)
         except (msgspec.ValidationError, msgspec.DecodeError) as err:
@@ -299,7 +299,7 @@ class Policy:
                 raise PolicyError(f"{where}: action {rule.action!r} is not one of "
                                   f"{', '.join(ACTIONS)}")
             try:
-                program = cel.compile(rule.condition)
+                program = compile_checked(rule.condition, checks=fmt is Format.HERDBOOK)
             except ValueError as err:
                 raise PolicyError(f"{where}: {' '.join(str(err).split())}") from err
             compiled.append(CompiledRule(rule.name, _meaning(rule.result, fmt), program,

@@ -44,6 +44,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "instance list": ("herd instance list",),
     "instance describe": ("herd instance describe i-0abc",),
     "health check-policy": ("herd health check-policy policy.yaml",),
+    "health test-policy": ("herd health test-policy policy.yaml -e "
+                           "'{\"kind\": \"xid\", \"gpu\": 0, \"xid\": 79}'",),
     "breaker status": ("herd breaker status", "herd breaker status -o json"),
     "breaker reset": ("herd breaker reset --reason 'driver 550 rolled back'",
                       "herd breaker reset --scope pool:a100 -m 'checked the rack'"),

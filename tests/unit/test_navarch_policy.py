@@ -202,18 +202,18 @@ def test_check_policy_prints_one_line_for_either_format(tmp_path: Path) -> None:
     runner = CliRunner()
     navarch = tmp_path / "navarch.yaml"
     navarch.write_text(NAVARCH_POLICY)
-    result = runner.invoke(health_app, [str(navarch)])
+    result = runner.invoke(health_app, ["check-policy", str(navarch)])
     assert result.exit_code == 0, result.output
     assert result.output == (f"Ok: {navarch}: Navarch format (version v1) 'training-fleet': "
                              "7 rules (1 healthy, 3 degraded, 3 unhealthy), hold 10m\n")
     herdbook = tmp_path / "herdbook.yaml"
     herdbook.write_text(DEFAULT_POLICY_YAML)
-    result = runner.invoke(health_app, [str(herdbook)])
+    result = runner.invoke(health_app, ["check-policy", str(herdbook)])
     assert result.exit_code == 0 and result.output.startswith(
         f"Ok: {herdbook}: herdbook format (version 1) 'herdbook-default': 22 rules (")
     bad = tmp_path / "bad.yaml"
     bad.write_text(NAVARCH_POLICY.replace("event.metrics.temperature >= 95", "event.metrics."))
-    result = runner.invoke(health_app, [str(bad)])
+    result = runner.invoke(health_app, ["check-policy", str(bad)])
     assert result.exit_code == 1
     assert "rule 'thermal-critical'" in result.output
     assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
