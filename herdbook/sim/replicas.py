@@ -21,14 +21,15 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import nats
 
+from herdbook.api.messages import Envelope
 from herdbook.control.nats_parts import ensure_streams
 from herdbook.control.shards import shard_key
 from herdbook.events.codec import encode
@@ -36,6 +37,7 @@ from herdbook.events.hb_shards import shard_of
 from herdbook.events.heartbeat import Heartbeat
 from herdbook.events.node import NodeBootChecked, NodeRegistered
 from herdbook.events.store import subject_of
+from herdbook.events.subjects import API_PREFIX
 from herdbook.natsd.server import EmbeddedNats
 
 BOOT = "sim-boot"
@@ -110,30 +112,40 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def scrape(port: int, name: str) -> float:
-    """One unlabelled sample of the replica's /metrics (0 when absent)."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=120) as reply:
-        for line in reply.read().decode().splitlines():
-            if line.startswith(name + " "):
-                return float(line.split()[1])
-    return 0.0
+async def statuses(nc: Any, names: list[str], tries: int = 60
+                   ) -> dict[str, tuple[dict[str, Any], float]]:
+    """Each replica's `herd status` (the API answers from any replica: asked until each
+    one has), with when it answered. Not /metrics: rendering every node's series there
+    takes seconds of the replica's event loop at 100k nodes, long enough to cost it its
+    leases."""
+    got: dict[str, tuple[dict[str, Any], float]] = {}
+    for _ in range(tries):
+        if len(got) == len(names):
+            break
+        asked = time.monotonic()
+        try:
+            msg = await nc.request(f"{API_PREFIX}.status", b"{}", timeout=30)
+        except Exception:  # noqa: BLE001 - none up yet, or a slow one: ask again
+            await asyncio.sleep(0.5)
+            continue
+        body = msgspec.json.decode(msg.data, type=Envelope)
+        if body.ok:
+            result = msgspec.json.decode(body.result)
+            got.setdefault(result["instance"], (result, (asked + time.monotonic()) / 2))
+    return got
 
 
 class Replica:
     def __init__(self, index: int, work: Path, url: str, config: Path) -> None:
         self.name = f"replica-{index}"
-        self.port = free_port()
         data = work / self.name
         data.mkdir(parents=True, exist_ok=True)
         self.log = open(data / "herd-up.log", "ab")  # noqa: SIM115 - closed in stop
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "herdbook.cli", "up", "-c", str(config), "--nats-url", url,
-             "--data-dir", str(data), "--node-id", self.name, "--metrics-port",
-             str(self.port), "--http-port", "0", "--log-level", "warning"],
+             "--data-dir", str(data), "--node-id", self.name, "--http-port", "0",
+             "--log-level", "info"],
             stdout=self.log, stderr=subprocess.STDOUT)
-
-    def metric(self, name: str) -> float:
-        return scrape(self.port, name)
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -233,13 +245,15 @@ async def run_replicas(opts: ReplicaOptions, work: Path,
         await ensure_streams(nc, 1, 3600.0)
         say(f"registering {opts.nodes:,} lightweight nodes")
         await fleet.register()
+        fleet.start()     # heartbeating before any replica watches: none may look silent
         config = work / "herd.yaml"
         config.write_text(config_yaml(opts))
-        replicas = [Replica(i + 1, work, server.url, config) for i in range(opts.replicas)]
-        # /metrics renders every node's series: seconds at 100k nodes, so polled slowly
-        await until(lambda: _all_up(replicas, opts.nodes), 900, "every replica's view",
-                    interval=3.0)
-        fleet.start()
+        # One after the other: each folds the whole log at its start, and two doing so
+        # at once on a small machine can starve each other past NATS's write deadline.
+        for i in range(opts.replicas):
+            replicas.append(Replica(i + 1, work, server.url, config))
+            await until(lambda: _all_up(nc, replicas, opts.nodes), 900,
+                        f"replica-{i + 1}'s view", interval=2.0)
         kv = await nc.jetstream().key_value("herd_leases")
         share = -(-opts.shards // opts.replicas)
 
@@ -251,7 +265,7 @@ async def run_replicas(opts: ReplicaOptions, work: Path,
         say(f"{opts.replicas} replicas share {opts.shards} shards; watching one heartbeat "
             f"timeout ({opts.heartbeat_timeout:g}s), then measuring {opts.measure:g}s")
         await asyncio.sleep(opts.heartbeat_timeout)
-        figures = await measure(replicas, kv, opts)
+        figures = await measure(nc, replicas, kv, opts)
         for f in figures:
             say(f"  {f.name}: shards {f.shards}, {f.heartbeats_per_s:,.0f} heartbeats/s, "
                 f"{f.cpu_per_s:.2f} CPU s/s ({f.us_per_heartbeat:.1f} µs a heartbeat)")
@@ -267,46 +281,35 @@ async def run_replicas(opts: ReplicaOptions, work: Path,
         await asyncio.to_thread(server.stop)
 
 
-async def _all_up(replicas: list[Replica], nodes: int) -> bool:
+async def _all_up(nc: Any, replicas: list[Replica], nodes: int) -> bool:
     for replica in replicas:
         if not replica.alive():
             raise RuntimeError(f"{replica.name} exited (its log: {replica.log.name})")
-        try:
-            seen = await asyncio.to_thread(replica.metric, "herd_heartbeats_accepted_total")
-            count = await asyncio.to_thread(_node_count, replica.port)
-        except OSError:
-            return False
-        if seen < 0 or count < nodes:
-            return False
-    return True
+    got = await statuses(nc, [r.name for r in replicas], tries=3 * len(replicas))
+    return len(got) == len(replicas) and all(
+        status["nodes"] >= nodes for status, _ in got.values())
 
 
-def _node_count(port: int) -> int:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=120) as reply:
-        return int(sum(float(line.split()[-1]) for line in reply.read().decode().splitlines()
-                       if line.startswith("herd_nodes{") and 'class="standard"' in line))
-
-
-async def measure(replicas: list[Replica], kv: Any, opts: ReplicaOptions
+async def measure(nc: Any, replicas: list[Replica], kv: Any, opts: ReplicaOptions
                   ) -> list[ReplicaFigures]:
-    """Accepted heartbeats from /metrics, read before and after the window (each read
-    stamped at its midpoint); CPU from /proc over the window alone, so that rendering
-    /metrics (seconds of CPU at 100k nodes) is not counted."""
-    def accepted() -> list[tuple[float, float]]:
-        out = []
-        for r in replicas:
-            start = time.monotonic()
-            count = r.metric("herd_heartbeats_accepted_total")
-            out.append((count, (start + time.monotonic()) / 2))
-        return out
+    """Accepted heartbeats from each replica's status, read before and after the window
+    (each stamped when it answered); CPU from /proc over the window alone."""
+    names = [r.name for r in replicas]
+
+    async def accepted() -> list[tuple[float, float]]:
+        got = await statuses(nc, names)
+        missing = [n for n in names if n not in got]
+        if missing:
+            raise RuntimeError(f"{', '.join(missing)} did not answer status")
+        return [(float(got[n][0]["heartbeats_accepted"]), got[n][1]) for n in names]
 
     def cpu() -> list[float]:
         return [cpu_seconds(r.proc.pid) for r in replicas]
-    before = await asyncio.to_thread(accepted)
+    before = await accepted()
     cpu0, t0 = cpu(), time.monotonic()
     await asyncio.sleep(opts.measure)
     cpu1, t1 = cpu(), time.monotonic()
-    after = await asyncio.to_thread(accepted)
+    after = await accepted()
     held = await holders(kv, opts.shards)
     out = []
     for i, replica in enumerate(replicas):
