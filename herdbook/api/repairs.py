@@ -13,7 +13,8 @@ from herdbook.api.history_routes import fitting
 from herdbook.api.lookup import ApiError, decode
 from herdbook.api.repair_messages import ListRepairs, RepairsReply
 from herdbook.clock import Clock
-from herdbook.history.repairs import Episode, availability, episodes, summary
+from herdbook.history.repair_episodes import Episode
+from herdbook.history.repair_queries import availability, episodes, summary
 from herdbook.history.repairs_live import LiveRepairs
 from herdbook.history.times import iso
 

@@ -17,7 +17,8 @@ from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Met
 from prometheus_client.registry import Collector
 
 from herdbook.clock import Clock
-from herdbook.history.repairs import DURATIONS, availability
+from herdbook.history.repair_episodes import DURATIONS
+from herdbook.history.repair_queries import availability
 from herdbook.history.repairs_live import LiveRepairs
 
 BUCKETS = (60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0, 43200.0, 86400.0,

@@ -42,17 +42,18 @@ owned over the window (node-hours where the fleet has no GPUs).
 The state is mutated in place and returned (as ``projector.node_view.apply_all`` does: a
 copy per event would cost a fleet's worth of dicts); ``apply`` does no I/O and reads no
 clock. An event at or below the last sequence folded is ignored, so a replay is harmless.
+
+What the fold keeps (episodes, signs, service segments) is ``repair_episodes.py``; the
+queries over it (episodes in a window, duration percentiles, availability),
+``repair_queries.py``.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, cast
 
-import msgspec
 from msgspec.structs import replace
 
 from herdbook.events.codec import AnyNodeEvent
@@ -60,6 +61,7 @@ from herdbook.events.health_report import VERDICT_LEVELS, NodeHealthChanged
 from herdbook.events.instance import InstanceProvisioning
 from herdbook.events.node import NodeBootChecked, NodeBootStarted, NodeEvent
 from herdbook.events.states import Approval, Health, Lifecycle, NodeType
+from herdbook.history.repair_episodes import Episode, RepairsState, Segment, Sign, Step
 from herdbook.projector.node_view import NodeView
 from herdbook.projector.node_view import apply as apply_node
 
@@ -89,97 +91,6 @@ IGNORED = frozenset({"info_updated", "approved", "rejected", "declared",
 whether it is in service). A unit test holds every node event to one of the two."""
 OUT_OF_SERVICE = frozenset({Lifecycle.DEGRADED, Lifecycle.DOWN, Lifecycle.FAILED,
                             Lifecycle.QUARANTINED})
-DURATIONS = ("time_to_quarantine", "time_to_drain", "time_in_repair", "mttr")
-
-
-class Step(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    step: str
-    at: datetime
-    actor: str = ""
-    detail: str = ""
-
-
-class Episode(msgspec.Struct, frozen=True, kw_only=True):
-    id: str
-    """``<node>:<sequence of the first sign>``: unique in a log."""
-    node_id: str
-    pool: str = ""
-    kind: str
-    """What kind of fault: a GPU verdict's kind (xid, ecc_dbe, thermal, ...), health (a
-    node check), down, failed, boot_check, wipe_failed or validation."""
-    xid: int = 0
-    reason: str = ""
-    gpus: int = 0
-    detected_at: datetime
-    detected_by: str = ""
-    quarantined_at: datetime
-    quarantined_by: str = ""
-    quarantine: str = ""
-    """How it left service: the node's state then (unhealthy, down, cordoned, ...)."""
-    drained_at: datetime | None = None
-    drained_by: str = ""
-    remediated_at: datetime | None = None
-    remediated_by: str = ""
-    remediation: str = ""      # reboot | restart | recovered | replace | wipe | operator
-    validated_at: datetime | None = None
-    validated_by: str = ""
-    back_at: datetime | None = None
-    back_by: str = ""
-    replaced_by: str = ""
-    outcome: str = "open"      # open | back | deleted
-    steps: tuple[Step, ...] = ()
-
-    def durations(self) -> dict[str, float | None]:
-        """The four durations in seconds; None where a step is missing."""
-        def span(a: datetime | None, b: datetime | None) -> float | None:
-            return None if a is None or b is None else (b - a).total_seconds()
-        back = self.back_at if self.outcome == "back" else None
-        return {"time_to_quarantine": span(self.detected_at, self.quarantined_at),
-                "time_to_drain": span(self.quarantined_at, self.drained_at),
-                "time_in_repair": span(self.quarantined_at, back),
-                "mttr": span(self.detected_at, back)}
-
-
-class Sign(msgspec.Struct, frozen=True, kw_only=True):
-    """A first sign of trouble while no episode is open; dropped when it clears."""
-
-    seq: int
-    at: datetime
-    actor: str
-    detail: str
-    out_at: datetime | None = None
-    out_by: str = ""
-    out_how: str = ""
-
-
-class Segment(msgspec.Struct, frozen=True, array_like=True):
-    """From ``at`` on (until the node's next segment): owned, in service, GPUs, pool."""
-
-    at: datetime
-    owned: bool
-    in_service: bool
-    gpus: int
-    pool: str
-
-
-@dataclass
-class RepairsState:
-    views: dict[str, NodeView] = field(default_factory=dict)
-    """Each node as ``projector.node_view`` folds it: what is in service is its rule."""
-    open: dict[str, Episode] = field(default_factory=dict)
-    closed: list[Episode] = field(default_factory=list)
-    """In the order they closed."""
-    signs: dict[str, Sign] = field(default_factory=dict)
-    successors: dict[str, str] = field(default_factory=dict)
-    """A replacement node -> the node it replaces (``instance.provisioning``)."""
-    segments: dict[str, list[Segment]] = field(default_factory=dict)
-    gated: frozenset[str] = frozenset()
-    """The validation triggers configured (``validation.when`` where ``validation`` is
-    enabled): a node due by one of them is not back in service until validated."""
-    last_at: dict[str, datetime] = field(default_factory=dict)
-    """Each node's latest step time: the next is never earlier."""
-    seq: int = 0
-    """The last sequence folded."""
 
 
 def owned(view: NodeView | None) -> bool:
@@ -415,86 +326,3 @@ def fold(events: Iterable[tuple[int, Any]], state: RepairsState | None = None) -
     for seq, event in events:
         apply(state, event, seq)
     return state
-
-
-# queries --------------------------------------------------------------------------------
-def episodes(state: RepairsState, since: datetime | None = None, *, pool: str = "",
-             kind: str = "", node_id: str = "") -> list[Episode]:
-    """Closed and open episodes that touch ``since`` .. now (open, or detected or ended
-    at or after it), oldest detection first, filtered by pool, kind and node."""
-    found = [e for e in (*state.closed, *state.open.values())
-             if (since is None or e.outcome == "open" or e.detected_at >= since
-                 or (e.back_at is not None and e.back_at >= since))
-             and (not pool or e.pool == pool) and (not kind or e.kind == kind)
-             and (not node_id or e.node_id == node_id)]
-    return sorted(found, key=lambda e: (e.detected_at, e.id))
-
-
-def percentile(ordered: Sequence[float], q: float) -> float | None:
-    """Nearest rank over sorted values; None when there are none."""
-    if not ordered:
-        return None
-    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
-
-
-def stats(values: Iterable[float]) -> dict[str, Any]:
-    ordered = sorted(values)
-    return {"count": len(ordered), "p50": percentile(ordered, 0.5),
-            "p90": percentile(ordered, 0.9), "p99": percentile(ordered, 0.99),
-            "max": ordered[-1] if ordered else None,
-            "mean": sum(ordered) / len(ordered) if ordered else None}
-
-
-def summary(found: Iterable[Episode]) -> dict[str, Any]:
-    """Percentiles of the four durations over the episodes back in service: for the
-    fleet, per pool and per fault kind; and how many episodes are open."""
-    found = list(found)
-    closed = [e for e in found if e.outcome == "back"]
-    open_count = sum(1 for e in found if e.outcome == "open")
-
-    def group(rows: list[dict[str, float | None]]) -> dict[str, Any]:
-        return {name: stats(v for r in rows if (v := r[name]) is not None)
-                for name in DURATIONS}
-
-    everything = [e.durations() for e in closed]    # once: three groupings read them
-    pools: dict[str, list[dict[str, float | None]]] = {}
-    kinds: dict[str, list[dict[str, float | None]]] = {}
-    for episode, row in zip(closed, everything, strict=True):
-        pools.setdefault(episode.pool, []).append(row)
-        kinds.setdefault(episode.kind, []).append(row)
-    return {"episodes": len(closed), "open": open_count,
-            "fleet": group(everything),
-            "pools": {name: group(items) for name, items in sorted(pools.items())},
-            "kinds": {name: group(items) for name, items in sorted(kinds.items())}}
-
-
-def availability(state: RepairsState, start: datetime, end: datetime) -> dict[str, Any]:
-    """GPU-hours (and node-hours) owned and in service over ``start`` .. ``end``, for the
-    fleet and per pool; ``availability`` is the GPU share, the node share where no GPU
-    was owned, None where nothing was."""
-    totals: dict[str, list[float]] = {}   # pool -> gpu owned, gpu in service, node ..
-    for segments in state.segments.values():
-        for i, seg in enumerate(segments):
-            until = segments[i + 1].at if i + 1 < len(segments) else end
-            seconds = (min(until, end) - max(seg.at, start)).total_seconds()
-            if seconds <= 0 or not seg.owned:
-                continue
-            row = totals.setdefault(seg.pool, [0.0, 0.0, 0.0, 0.0])
-            row[0] += seg.gpus * seconds
-            row[2] += seconds
-            if seg.in_service:
-                row[1] += seg.gpus * seconds
-                row[3] += seconds
-
-    def shape(row: list[float]) -> dict[str, Any]:
-        gpu_owned, gpu_in, node_owned, node_in = (v / 3600.0 for v in row)
-        share = (gpu_in / gpu_owned if gpu_owned else
-                 node_in / node_owned if node_owned else None)
-        return {"gpu_hours_owned": round(gpu_owned, 3),
-                "gpu_hours_in_service": round(gpu_in, 3),
-                "node_hours_owned": round(node_owned, 3),
-                "node_hours_in_service": round(node_in, 3),
-                "availability": None if share is None else round(share, 6)}
-
-    fleet = [sum(row[i] for row in totals.values()) for i in range(4)]
-    return {**shape(fleet), "pools": {pool: shape(row) for pool, row in sorted(totals.items())}}

@@ -22,7 +22,8 @@ from nats.js import JetStreamContext
 from herdbook.backoff import Backoff
 from herdbook.events.instance import InstanceProvisioning
 from herdbook.history.reader import NODE_EVENTS, LogEntry, scan_log
-from herdbook.history.repairs import RepairsState, apply
+from herdbook.history.repair_episodes import RepairsState
+from herdbook.history.repairs import apply
 
 log = logging.getLogger(__name__)
 INSTANCE_EVENTS = "herd.instance.>"

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import free_port, herd, wait_until
+from tests.servers import nats_server, nc, nc_without_atomic  # noqa: F401 - fixtures
 
 CONFIG = """
 lifecycle:

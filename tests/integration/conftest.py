@@ -15,6 +15,7 @@ from herdbook.config import parse_config
 from herdbook.control.bootstrap import bootstrap
 from herdbook.control.plane import ControlPlane
 from tests.integration.test_scheduler import Harness
+from tests.servers import nats_server, nc, nc_without_atomic  # noqa: F401 - fixtures
 
 
 @contextlib.asynccontextmanager
@@ -30,7 +31,7 @@ async def running_plane(config_yaml: str) -> AsyncIterator[ControlPlane]:
 
 
 @pytest.fixture
-async def h(nc: Any, tmp_path: Path) -> AsyncIterator[Harness]:
+async def h(nc: Any, tmp_path: Path) -> AsyncIterator[Harness]:  # noqa: F811 - the fixture nc
     harness = Harness(nc, tmp_path / "view.db")
     await harness.projector.start()
     harness.reactor.start()

@@ -1,19 +1,15 @@
 """The scenarios ship inside the package: `herd sim gpu-failure` finds one by name from
-any directory, and a build of the package (what `pip install .` installs) carries them."""
+any directory (a build of the package carrying them is
+``tests/integration/test_bundled_scenarios_build.py``: it runs setuptools)."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from herdbook.sim.scenario_file import load_scenario
 from herdbook.sim.scenarios import bundled, find
-
-ROOT = Path(__file__).parents[2]
 
 
 def test_a_bundled_scenario_is_found_by_name_from_a_cwd_without_the_repo(
@@ -34,17 +30,3 @@ def test_a_file_of_that_name_wins_and_anything_else_is_left_to_the_loader(
     assert find("gpu-failure") == Path("gpu-failure")
     assert find("no-such-scenario") == Path("no-such-scenario")
     assert find(tmp_path / "sub" / "cordon-drain") == tmp_path / "sub" / "cordon-drain"
-
-
-def test_a_build_of_the_package_carries_the_scenarios(tmp_path: Path) -> None:
-    src = tmp_path / "src"
-    src.mkdir()
-    shutil.copy(ROOT / "pyproject.toml", src)
-    shutil.copy(ROOT / "README.md", src)
-    shutil.copytree(ROOT / "herdbook", src / "herdbook",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    subprocess.run([sys.executable, "-c", "import setuptools; setuptools.setup()", "-q",
-                    "build_py", "--build-lib", str(tmp_path / "lib")],
-                   cwd=src, check=True, capture_output=True, timeout=120)
-    shipped = {p.stem for p in (tmp_path / "lib/herdbook/sim/scenarios").glob("*.yaml")}
-    assert shipped == set(bundled())

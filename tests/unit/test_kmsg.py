@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,6 @@ from herdbook.agent import gpu
 from herdbook.agent.gpu_checks import HealthMonitor
 from herdbook.agent.kmsg import (
     FileSource,
-    JournalSource,
     KernelLog,
     KernelXid,
     XidMerger,
@@ -215,21 +213,6 @@ def test_a_fifo_is_read_as_writers_come_and_go(tmp_path: Path) -> None:
             assert source.read_lines() == [f"line {n}"]
     finally:
         source.close()
-
-
-def test_journalctl_is_a_subprocess_whose_lines_are_read_without_blocking() -> None:
-    source = JournalSource(("sh", "-c", "echo '[ 1.5] h kernel: NVRM: Xid (PCI:0000:3b:00): 79, x';"
-                            " exec sleep 30"))
-    try:
-        deadline = time.monotonic() + 10
-        lines: list[str] = []
-        while not lines and time.monotonic() < deadline:
-            lines = source.read_lines()
-            time.sleep(0.02)
-        assert [parse_line(line) for line in lines] == [KernelXid("0000:3b:00", 79, "x")]
-    finally:
-        source.close()
-    assert source.process.returncode is not None
 
 
 def test_the_source_flag_is_checked() -> None:

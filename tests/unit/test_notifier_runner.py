@@ -1,5 +1,6 @@
 """The notifier's writes through the decide runner: given a node's past events, when a
-notification fails for good or the drain-status source says drained, then these events."""
+notification fails for good or the drain-status source says drained, then these events.
+The failures that run a real command are in tests/integration/test_notifier.py."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ from herdbook.events.node import (
     NodeApproved,
     NodeBootChecked,
     NodeCordoned,
-    NodeDeleted,
     NodeDrained,
     NodeDrainStarted,
     NodeInfo,
@@ -61,24 +61,6 @@ def test_drained_only_while_draining() -> None:
     [event] = decision.events
     assert isinstance(event, NodeDrained) and "reports it drained" in event.reason
     assert decide_drained(None, "done") is None
-
-
-async def test_a_failure_after_another_writer_is_recorded_once_from_the_newer_view() -> None:
-    world = World()
-    # given an operator's cordon lands while the notification was being retried
-    world.store.race(NodeCordoned(node_id="n1", actor="op", reason="x"))
-    assert not await world.notifier.notify("drain", "n1", "")
-    [(event, expected)] = world.store.appended
-    assert isinstance(event, NodeNotificationFailed) and "exited 3" in event.reason
-    assert expected == world.store.seq - 1         # the cordon's sequence
-    assert event.at == world.clock.now()
-
-
-async def test_a_failure_for_a_deleted_node_records_nothing() -> None:
-    world = World()
-    world.store.fold(NodeDeleted(node_id="n1"))
-    assert not await world.notifier.notify("drain", "n1", "")
-    assert world.store.appended == []
 
 
 async def test_drained_by_the_source_lands_once_even_after_a_race() -> None:

@@ -35,7 +35,9 @@ from herdbook.events.node import (
 )
 from herdbook.events.states import Health
 from herdbook.history import repairs
-from herdbook.history.repairs import RepairsState, availability, episodes, fold, stats, summary
+from herdbook.history.repair_episodes import RepairsState
+from herdbook.history.repair_queries import availability, episodes, stats, summary
+from herdbook.history.repairs import fold
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 GPUS = tuple(GpuInfo(index=i, uuid=f"GPU-{i}", name="H100") for i in range(8))

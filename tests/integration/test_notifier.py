@@ -1,4 +1,5 @@
-"""The exec notifier with real commands, its retries and the failure event."""
+"""The exec notifier with real commands (processes, so not in tests/unit), its retries and
+the failure event, alone and through the decide runner against a racing writer."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 from herdbook.config import parse_config
 from herdbook.events.node import (
     NodeCordoned,
+    NodeDeleted,
     NodeDrainStarted,
     NodeNotificationFailed,
     NodeRegistered,
@@ -14,6 +16,7 @@ from herdbook.events.node import (
 from herdbook.reactors.notifier import Notifier, action_for, has_drain_status
 from herdbook.reactors.runner import DecideRunner
 from tests.fakes import FakeClock, FakeProjector, FakeStore
+from tests.unit.test_notifier_runner import World
 
 
 class RecordingStore(FakeStore):
@@ -61,3 +64,21 @@ async def test_exec_drain_status_is_the_exit_code() -> None:
     assert has_drain_status(n.config)
     assert (await n.drained("done"))[0]
     assert not (await n.drained("busy"))[0]
+
+
+async def test_a_failure_after_another_writer_is_recorded_once_from_the_newer_view() -> None:
+    world = World()
+    # given an operator's cordon lands while the notification was being retried
+    world.store.race(NodeCordoned(node_id="n1", actor="op", reason="x"))
+    assert not await world.notifier.notify("drain", "n1", "")
+    [(event, expected)] = world.store.appended
+    assert isinstance(event, NodeNotificationFailed) and "exited 3" in event.reason
+    assert expected == world.store.seq - 1         # the cordon's sequence
+    assert event.at == world.clock.now()
+
+
+async def test_a_failure_for_a_deleted_node_records_nothing() -> None:
+    world = World()
+    world.store.fold(NodeDeleted(node_id="n1"))
+    assert not await world.notifier.notify("drain", "n1", "")
+    assert world.store.appended == []
