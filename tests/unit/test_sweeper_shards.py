@@ -8,6 +8,7 @@ import asyncio
 
 from herdbook.config import parse_config
 from herdbook.events.hb_shards import shard_of
+from herdbook.events.heartbeat import Heartbeat
 from herdbook.events.node import NodeBootChecked, NodeInfo, NodeRegistered
 from herdbook.reactors.runner import DecideRunner
 from herdbook.reactors.sweeper import Sweeper
@@ -27,8 +28,13 @@ class World:
                                runner=DecideRunner(self.store, self.projector, self.clock))  # type: ignore[arg-type]
         self.projector.nodes.subscribe(self.sweeper._on_view_change)
 
-    def take(self, shard: int) -> None:
-        self.sweeper.intake.held[shard] = None     # what intake.open does, without NATS
+    def take(self, shard: int, stored: dict[str, float] | None = None) -> None:
+        """What ``Sweeper.take`` does, without NATS: the shard's heartbeats read (live,
+        and ``stored``: node -> when its last stored heartbeat was sent, by the clock),
+        then its nodes observed."""
+        self.sweeper.intake.held[shard] = None
+        for node_id, at in (stored or {}).items():
+            self.sweeper.accept(Heartbeat(node_id=node_id, boot_id="b", seq=1), at)
         self.sweeper.observe_shard(shard)
 
     def ready(self, node_id: str) -> None:
@@ -61,9 +67,10 @@ async def test_a_shard_taken_over_is_observed_for_one_timeout_before_declaring()
     world = World()
     world.take(shard_of(A, 2))
     world.ready(A)
-    world.ready(B)                                   # silent from t=0
+    world.ready(B)
     await world.at(100)
-    world.take(shard_of(B, 2))                       # taken over at t=100
+    # taken over at t=100; B's last stored heartbeat is from t=60: 40 s silent already
+    world.take(shard_of(B, 2), stored={B: 60.0})
     assert f"degraded:{B}" not in await world.at(129.9)   # silent 129.9 s, watched 29.9 s
     assert (await world.at(130))[-1] == f"degraded:{B}"  # one heartbeat timeout later
 
