@@ -93,7 +93,7 @@ def _current(store: Path, path: Path, user: str, host: str | None) -> bool:
 
 def _issue(store: Path, user: User, host: str | None, out: Path | None, what: str) -> None:
     from herdbook.credentials import CredsFile, write_creds
-    from herdbook.natsd.users import auth_enabled
+    from herdbook.natsd.users import auth_enabled, running_server
     path = out or Path(f"{user.user}.creds")
     try:
         write_creds(path, CredsFile(user=user.user, password=user.password,
@@ -114,34 +114,13 @@ def _issue(store: Path, user: User, host: str | None, out: Path | None, what: st
                                  markup=False)
 
 
-def running_server(store: Path) -> int | None:
-    """The pid of the nats-server of ``store`` while it runs (its pid file names a live
-    nats-server process, whoever owns it), else None."""
-    import os
-
-    from herdbook.natsd.users import PID_FILE
-    try:
-        pid = int((store / PID_FILE).read_text().strip())
-        os.kill(pid, 0)
-    except PermissionError:
-        pass                # alive, another user's
-    except (OSError, ValueError):
-        return None
-    try:
-        if b"nats-server" not in Path(f"/proc/{pid}/cmdline").read_bytes():
-            return None     # a stale pid file naming another process by now
-    except OSError:
-        pass
-    return pid
-
-
 def _is_cluster(store: Path) -> bool:
     from herdbook.natsd.cluster_config import CLUSTER_JSON
     return (store / CLUSTER_JSON).is_file()
 
 
 def _reloaded(store: Path) -> str:
-    from herdbook.natsd.users import auth_enabled
+    from herdbook.natsd.users import auth_enabled, running_server
     if _is_cluster(store):
         return (f"now copy {store / 'users.conf'} to every server of the cluster and have "
                 "each reload it: nats-server --signal reload (SIGHUP to its pid)")

@@ -22,10 +22,9 @@ class NoBucket(Exception):
 def bucket_server(store: Path) -> tuple[str, dict[str, Any], int] | None:
     """(servers, connect options, replicas for a new bucket) to reach the bucket with the
     control plane's user; None for an embedded server that is not running."""
-    from herdbook.cli.creds import running_server
     from herdbook.credentials import NatsAuth
     from herdbook.natsd.cluster_config import read_cluster
-    from herdbook.natsd.users import CONTROL_USER, UserRegistry, auth_enabled, server_address
+    from herdbook.natsd.users import CONTROL_USER, UserRegistry, auth_enabled, running_server, server_address
     control = next((u for u in UserRegistry(store).users() if u.user == CONTROL_USER), None)
     if control is None:
         return None

@@ -342,3 +342,16 @@ def bind_telemetry(subject: str, data: bytes | bytearray) -> GpuTelemetry:
     if len(set(indexes)) != len(indexes) or min(indexes) < 0:
         raise Unvouched(f"GPU indexes {printable(str(indexes), 120)} are not distinct and >= 0")
     return telemetry
+
+
+# The API routes that only read: what a read-only HTTP token and `herd creds operator
+# --reader` may call (the HTTP API serves them as GET too; web/routes.py). Fail closed: a
+# new route is a command until listed here.
+API_READS = frozenset({
+    "node.list", "node.describe", "node.conformance", "node.history", "node.list_at",
+    "node.describe_at", "job.list", "job.status", "eval.list", "eval.status", "alloc.list",
+    "alloc.status", "instance.list", "instance.describe", "pool.list", "pool.status",
+    "status", "audit.list", "audit.verify", "breaker.status", "gpu.list", "gpu.describe",
+    "fleet.repairs",
+    "eval.describe",   # not alloc.logs (output may hold secrets) nor job.plan (a spec body)
+})

@@ -36,7 +36,11 @@ from typing import Any
 
 import msgspec
 
-from herdbook.events.authority import agent_publish_subjects, operator_agent_requests
+from herdbook.events.authority import (
+    API_READS,
+    agent_publish_subjects,
+    operator_agent_requests,
+)
 from herdbook.events.liveness import LIVENESS_READ
 from herdbook.events.subjects import (
     EVENTS_STREAM,
@@ -148,8 +152,7 @@ def agent_permissions(node_id: str) -> dict[str, Any]:
 
 def read_routes() -> list[str]:
     """The API's read routes, the same set a read-only HTTP token may call."""
-    from herdbook.web.routes import READS  # the HTTP API's table: one list of reads
-    return sorted(READS)
+    return sorted(API_READS)
 
 
 def operator_permissions(name: str, read_only: bool = False) -> dict[str, Any]:
@@ -324,3 +327,21 @@ def auth_enabled(store_dir: str | Path) -> bool:
     except OSError:
         return False
     return f'include "{USERS_CONF}"' in text
+
+
+def running_server(store: Path) -> int | None:
+    """The pid of the nats-server of ``store`` while it runs (its pid file names a live
+    nats-server process, whoever owns it), else None."""
+    try:
+        pid = int((store / PID_FILE).read_text().strip())
+        os.kill(pid, 0)
+    except PermissionError:
+        pass                # alive, another user's
+    except (OSError, ValueError):
+        return None
+    try:
+        if b"nats-server" not in Path(f"/proc/{pid}/cmdline").read_bytes():
+            return None     # a stale pid file naming another process by now
+    except OSError:
+        pass
+    return pid

@@ -68,6 +68,7 @@ from herdbook.api.messages import (
     StopJob,
 )
 from herdbook.api.repair_messages import ListRepairs, RepairsReply
+from herdbook.events.authority import API_READS
 
 
 class HttpError(msgspec.Struct, frozen=True, kw_only=True):
@@ -127,14 +128,8 @@ ROUTES: dict[str, Route] = {
     "fleet.repairs": Route(ListRepairs, RepairsReply),
 }
 
-READS = frozenset({
-    "node.list", "node.describe", "node.conformance", "node.history", "node.list_at",
-    "node.describe_at", "job.list", "job.status", "eval.list", "eval.status", "alloc.list",
-    "alloc.status", "instance.list", "instance.describe", "pool.list", "pool.status",
-    "status", "audit.list", "audit.verify", "breaker.status", "gpu.list", "gpu.describe",
-    "fleet.repairs",
-    "eval.describe",   # not alloc.logs (output may hold secrets) nor job.plan (a spec body)
-})
+
+READS = API_READS   # events/authority.py: the one list, natsd/users.py reads it too
 
 NODE_FILTERS = {"state": "filter_state", "approval": "filter_approval", "label": "labels"}
 GPU_FILTERS = {"node": "node_id", "label": "labels"}
