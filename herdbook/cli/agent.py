@@ -99,11 +99,11 @@ def agent(
     base: NatsAuth = ctx.obj["auth"]
     auth = NatsAuth(user or base.user, password or base.password, creds or base.creds,
                     tls_ca or base.tls_ca, tls_cert or base.tls_cert, tls_key or base.tls_key)
-    client.set_auth(auth)
     if server:
         ctx.obj["server"] = server
     elif creds and ctx.obj["server_default"]:
         ctx.obj["server"] = checked_auth(auth, None) or ctx.obj["server"]
+    ctx.obj["server"] = client.Server(ctx.obj["server"], auth)     # the agent's own
     checked_auth(auth, ctx.obj["server"])
     if ctx.invoked_subcommand is not None:
         return

@@ -8,14 +8,13 @@ import asyncio
 import getpass
 import re
 import socket
-import sys
-import types
 import weakref
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import msgspec
 
+from herdbook.cli.nats_import import import_nats as import_nats
 from herdbook.cli.output import LazyConsole
 from herdbook.events.subjects import API_PREFIX, InvalidIdError, validate_id
 
@@ -35,22 +34,41 @@ DEFAULT_SERVER = "nats://127.0.0.1:4222"
 T = TypeVar("T")
 R = TypeVar("R")
 
-_auth: NatsAuth | None = None
-"""The global --creds/--user/--password/--tls-* options, set once by the app callback."""
+class Server(str):
+    """A NATS URL and the credentials to reach it with (the global --creds/--user/
+    --password/--tls-* options, or a context's): made by the app callback into
+    ``ctx.obj["server"]``, read by ``connect``. A ``str``, so every command that hands
+    its server on as one keeps working; ``str()`` of it is itself, so the credentials
+    survive the ``str(ctx.obj["server"])`` that most commands write. msgspec encodes no
+    ``str`` subclass: what is encoded takes ``url``."""
+
+    auth: NatsAuth | None
+
+    def __new__(cls, url: str, auth: NatsAuth | None = None) -> Server:
+        server = super().__new__(cls, url)
+        server.auth = auth
+        return server
+
+    def __str__(self) -> str:
+        return self
+
+    @property
+    def url(self) -> str:
+        return str.__str__(self)
 
 
-_user: str | None = None
-"""The NATS user this CLI authenticates as, if any: requests go to
-``herd.api.v1.<route>.<user>`` and the control plane records that user as the actor."""
+class Session:
+    """What ``connect`` knows of one connection: the permission violations NATS reported
+    on it, and the NATS user it authenticated as, if any: requests go to
+    ``herd.api.v1.<route>.<user>`` and the control plane records that user as the actor."""
+
+    def __init__(self, user: str | None) -> None:
+        self.watch = PermissionWatch()
+        self.user = user
 
 
-def set_auth(auth: NatsAuth) -> None:
-    global _auth
-    _auth = auth
-
-
-def api_subject(route: str) -> str:
-    return f"{API_PREFIX}.{route}.{_user}" if _user else f"{API_PREFIX}.{route}"
+def api_subject(route: str, user: str | None = None) -> str:
+    return f"{API_PREFIX}.{route}.{user}" if user else f"{API_PREFIX}.{route}"
 
 
 def fail(message: str, code: int) -> typer.Exit:
@@ -145,72 +163,32 @@ class PermissionWatch:
             task.cancel()
 
 
-_watches: weakref.WeakKeyDictionary[Any, PermissionWatch] = weakref.WeakKeyDictionary()
+_sessions: weakref.WeakKeyDictionary[Any, Session] = weakref.WeakKeyDictionary()
+"""Each connection's ``Session``, for as long as the connection lives: kept beside the
+nats-py client, not on it, whose attributes are its own."""
 
 
-class _Deferred(types.ModuleType):
-    """A package whose code runs when something first reads an attribute it lacks (its
-    ``__path__`` included, so importing a submodule runs it too)."""
-
-    def __getattr__(self, name: str) -> Any:
-        spec = self.__spec__
-        assert spec is not None and spec.loader is not None
-        self.__class__ = types.ModuleType  # type: ignore[assignment]
-        self.__path__ = list(spec.submodule_search_locations or [])
-        self.__file__ = spec.origin
-        spec.loader.exec_module(self)
-        return getattr(self, name)
-
-
-def import_nats(server: str) -> None:
-    """Import nats-py without what a core request does not use: aiohttp (0.14 s, a third
-    of `herd node list`), which it imports for its websocket transport alone, unless a URL
-    of ``server`` is a websocket one; and its JetStream package (``nats.js``, 0.06 s of
-    dataclasses), run when first used (``_Deferred``). A ``None`` in ``sys.modules``
-    makes nats-py's ``import aiohttp`` fail as if absent; removed after, so a later
-    ``import aiohttp`` in this process works."""
-    if "nats" in sys.modules or "aiohttp" in sys.modules:
-        return
-    from importlib.machinery import PathFinder
-    from importlib.util import find_spec
-    package = find_spec("nats")
-    spec = PathFinder.find_spec("nats.js", package.submodule_search_locations) if package else None
-    deferred = None
-    if spec is not None and spec.loader is not None:
-        deferred = _Deferred("nats.js")
-        deferred.__spec__, deferred.__loader__, deferred.__package__ = spec, spec.loader, "nats.js"
-        sys.modules["nats.js"] = deferred
-    websockets = "ws://" in server or "wss://" in server
-    if not websockets:
-        sys.modules["aiohttp"] = None  # type: ignore[assignment]
-    try:
-        import nats
-    except BaseException:
-        if sys.modules.get("nats.js") is deferred:
-            del sys.modules["nats.js"]
-        raise
-    finally:
-        if not websockets:
-            del sys.modules["aiohttp"]
-    if deferred is not None and "js" not in vars(nats):
-        nats.js = deferred  # as an import would bind it
+def _watch(nc: Any) -> PermissionWatch | None:
+    session = _sessions.get(nc)
+    return None if session is None else session.watch
 
 
 async def connect(server: str) -> Any:
+    """A connection to ``server`` with its credentials (a ``Server``'s; a plain URL's
+    own user:password, if any)."""
     import_nats(server)
     import nats
 
     from herdbook.credentials import CredentialsError, NatsAuth, redact, url_user
     from herdbook.nats_connection import server_list
-    global _user
     check_server(server)
     try:
-        _, options = (_auth or NatsAuth()).resolve(server)
+        _, options = (getattr(server, "auth", None) or NatsAuth()).resolve(server)
     except CredentialsError as err:
         raise fail(str(err), EXIT_USAGE) from None
-    _user = options.get("user") or url_user(server)
+    session = Session(options.get("user") or url_user(server))
+    watch = session.watch
     shown = redact(server)
-    watch = PermissionWatch()
     try:
         # nats-py keeps retrying a refused first connect; bound it ourselves.
         nc = await asyncio.wait_for(
@@ -227,14 +205,14 @@ async def connect(server: str) -> Any:
             reason = ("NATS refused the credentials (authorization violation): pass --creds "
                       "FILE or --user/--password (`herd creds operator` issues them)")
         raise fail(f"control plane unreachable at {shown}: {reason}", EXIT_UNREACHABLE) from None
-    _watches[nc] = watch
+    _sessions[nc] = session
     return nc
 
 
 async def _send(nc: Any, subject: str, data: bytes, timeout: float) -> Any:
     """``nc.request``, unless NATS denies the subject first (``PermissionWatch``)."""
     sent = nc.request(subject, data, timeout=timeout)
-    watch = _watches.get(nc)
+    watch = _watch(nc)
     return await (sent if watch is None else watch.guard(subject, sent))
 
 
@@ -255,7 +233,7 @@ async def unless_denied(nc: Any, pending: Awaitable[T], cased: Iterable[str] = (
     own (`herd events tail`: stream info, message gets, its consumer and its pulls).
     nats-py lowers the case of the server's error: a denied subject starting with one of
     ``cased`` is shown with that start as written there."""
-    watch = _watches.get(nc)
+    watch = _watch(nc)
     if watch is None:
         return await pending
     try:
@@ -333,7 +311,8 @@ async def attempt(nc: Any, route: str, payload: msgspec.Struct | dict[str, Any],
     from herdbook.api.messages import Envelope
     if (why := bad_request(payload)) is not None:
         raise RequestFailed(why, EXIT_USAGE)
-    subject = api_subject(route)
+    session = _sessions.get(nc)
+    subject = api_subject(route, None if session is None else session.user)
     try:
         msg = await _send(nc, subject, msgspec.json.encode(payload), timeout)
     except nats.errors.NoRespondersError:

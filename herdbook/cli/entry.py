@@ -14,10 +14,10 @@ from typing import Any
 
 GLOBAL_OPTIONS = {"--server": "server", "-s": "server", "--creds": "creds", "--user": "user",
                   "--password": "password", "--tls-ca": "tls_ca", "--tls-cert": "tls_cert",
-                  "--tls-key": "tls_key"}
+                  "--tls-key": "tls_key", "--context": "context"}
 ENV = {"server": "HERD_SERVER", "creds": "HERD_CREDS", "user": "HERD_USER",
        "password": "HERD_PASSWORD", "tls_ca": "HERD_TLS_CA", "tls_cert": "HERD_TLS_CERT",
-       "tls_key": "HERD_TLS_KEY"}
+       "tls_key": "HERD_TLS_KEY", "context": "HERD_CONTEXT"}
 """Each global option's environment variable, read when the option is not given."""
 LIST_OPTIONS = {"--output": "output", "-o": "output", "--filter-approval": "filter_approval",
                 "--filter-state": "filter_state", "--labels": "labels", "--selector": "labels",
@@ -86,8 +86,8 @@ def node_list_fast(found: dict[str, Any]) -> None:
     """What the typer app's callback and `node list` do with these options."""
     from herdbook.cli import node_list
     from herdbook.cli.output import Format
-    server = _connect_as(found)
-    node_list.list_nodes(server, Format(found.get("output", "table")), found["wide"],
+    server, output = _connect_as(found)
+    node_list.list_nodes(server, Format(output), found["wide"],
                          found["filter_approval"] or None,
                          found["filter_state"] or None, found.get("labels"),
                          found.get("order_by", "id"), found.get("at"))
@@ -97,27 +97,36 @@ def gpu_list_fast(found: dict[str, Any]) -> None:
     """What the typer app's callback and `gpu list` do with these options."""
     from herdbook.cli import gpu_list
     from herdbook.cli.output import Format
-    server = _connect_as(found)
-    gpu_list.list_gpus(server, Format(found.get("output", "table")), found.get("labels"),
+    server, output = _connect_as(found)
+    gpu_list.list_gpus(server, Format(output), found.get("labels"),
                        found["health"] or None, found.get("node"))
 
 
-def _connect_as(found: dict[str, Any]) -> str:
-    """The typer app's callback: the global options (or their environment variables)
-    set the client's credentials; the server to connect to."""
+def _connect_as(found: dict[str, Any]) -> tuple[str, str]:
+    """The typer app's callback: the global options (or their environment variables),
+    then the context (``cli/contexts.py``), give the server to connect to with its
+    credentials; and the output format, ``--output`` else the context's."""
     from herdbook.cli import client
+    from herdbook.cli.contexts import ContextError, in_use
     from herdbook.credentials import CredentialsError, NatsAuth
     given = {key: found[key] if key in found else os.environ.get(env) or None
              for key, env in ENV.items()}
+    try:
+        use = in_use(os.environ, given.pop("context"))
+    except ContextError:
+        raise TyperSays from None           # the typer app says what is wrong
+    for key in ("creds", "tls_ca", "tls_cert", "tls_key"):
+        given[key] = given[key] or getattr(use, key)
     server = given.pop("server")
+    server = use.server if server is None else server       # `--server ''` is refused
     auth = NatsAuth(**given)
     if auth.creds:
         try:
             server = auth.resolve(server)[0] or server
         except CredentialsError:
             raise TyperSays from None       # the typer app says what is wrong
-    client.set_auth(auth)
-    return client.DEFAULT_SERVER if server is None else server
+    url = client.DEFAULT_SERVER if server is None else server
+    return client.Server(url, auth), found.get("output") or use.output or "table"
 
 
 def main() -> None:

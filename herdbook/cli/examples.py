@@ -44,6 +44,12 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "instance list": ("herd instance list",),
     "instance describe": ("herd instance describe i-0abc",),
     "health check-policy": ("herd health check-policy policy.yaml",),
+    "context list": ("herd context list",),
+    "context show": ("herd context show", "herd context show prod -o json"),
+    "context use": ("herd context use prod",),
+    "context set": ("herd context set prod --server nats://nats.prod:4222 --creds "
+                    "op-admin.creds --use",),
+    "context delete": ("herd context delete staging",),
     "health test-policy": ("herd health test-policy policy.yaml -e "
                            "'{\"kind\": \"xid\", \"gpu\": 0, \"xid\": 79}'",),
     "breaker status": ("herd breaker status", "herd breaker status -o json"),

@@ -12,7 +12,7 @@ from typer.core import TyperCommand, TyperGroup
 
 from herdbook.cli import client
 from herdbook.cli.creds import CredsOption, PasswordOption, TlsCa, TlsCert, TlsKey, UserOption
-from herdbook.cli.output import Format
+from herdbook.cli.output import Format, Output
 from herdbook.cli.usage import PANELS, OneLineErrors, finish_help
 
 if TYPE_CHECKING:
@@ -41,6 +41,7 @@ LAZY: dict[str, tuple[str, str, str]] = {
     "view": ("herdbook.cli.view", "view_app", HISTORY),
     "creds": ("herdbook.cli.creds", "creds_app", OPERATE),
     "nats": ("herdbook.cli.cluster", "nats_app", OPERATE),
+    "context": ("herdbook.cli.context", "context_app", OPERATE),
 }
 """Every command and sub-app but ``status`` and ``version``, in the order `herd --help`
 lists them within a panel (typer's: the commands, then the groups)."""
@@ -149,26 +150,42 @@ def main_options(
                                         help="NATS URL of the control plane.")] = client.DEFAULT_SERVER,
     creds: CredsOption = None, user: UserOption = None, password: PasswordOption = None,
     tls_ca: TlsCa = None, tls_cert: TlsCert = None, tls_key: TlsKey = None,
+    context: Annotated[str | None, typer.Option(
+        "--context", envvar="HERD_CONTEXT", help="Use this context of the CLI's config "
+        "file (`herd context list`) instead of its current one.")] = None,
     show_version: Annotated[bool, typer.Option(
         "--version", is_eager=True, callback=_print_version,
         help="Print herdbook's version and exit (as `herd version`).")] = False,
 ) -> None:
+    import os
+
+    from herdbook.cli.contexts import Context, ContextError, in_use
     from herdbook.cli.creds import checked_auth
     from herdbook.credentials import NatsAuth
-    auth = NatsAuth(user, password, creds, tls_ca, tls_cert, tls_key)
     source = ctx.get_parameter_source("server")
     default = source is None or source.name == "DEFAULT"
+    # `herd context` edits the file: a bad current context must not stop it
+    try:
+        use = in_use(os.environ, context) if ctx.invoked_subcommand != "context" else Context()
+    except ContextError as err:
+        raise client.fail(str(err), client.EXIT_USAGE) from None
+    # a flag or its environment variable first, then the context, then the default
+    creds, tls_ca = creds or use.creds, tls_ca or use.tls_ca
+    tls_cert, tls_key = tls_cert or use.tls_cert, tls_key or use.tls_key
+    if default and use.server:
+        server, default = use.server, False
+    auth = NatsAuth(user, password, creds, tls_ca, tls_cert, tls_key)
     if creds:
         # The creds file names the server it was issued for: used unless --server says.
         server = checked_auth(auth, None if default else server) or server
-    client.set_auth(auth)
-    ctx.obj = {"server": server, "auth": auth, "server_default": default and not creds}
+    ctx.obj = {"server": client.Server(server, auth), "auth": auth,
+               "server_default": default and not creds, "output": use.output}
 
 
 @app.command(rich_help_panel=START)
 def status(
     ctx: typer.Context,
-    output: Annotated[Format, typer.Option("--output", "-o", help="table, json, yaml, csv.")] = Format.table,
+    output: Output = Format.table,
 ) -> None:
     """The control plane answering: node count, projector position and lag, dead letters,
     dropped heartbeat replays, liveness detections, the fleet health score (0-100 and its

@@ -63,9 +63,25 @@ else:
         if name != "Output":
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
         import typer
-        option = Annotated[Format, typer.Option("--output", "-o", help="table, json, yaml or csv.")]
+        option = Annotated[Format, typer.Option("--output", "-o", help="table, json, yaml or "
+                                                "csv [default: the context's, else table].",
+                                                callback=context_output)]
+        # typer finds the context parameter by its annotation, resolved in this module,
+        # which imports typer only here
+        context_output.__annotations__ = {"ctx": typer.Context, "value": Any, "return": Any}
         globals()["Output"] = option
         return option
+
+
+def context_output(ctx: typer.Context, value: Any) -> Any:
+    """``--output`` when given, else the context's ``output`` (``cli/contexts.py``; the
+    app callback put it in ``ctx.obj``), else the command's default."""
+    source = ctx.get_parameter_source("output")
+    obj = ctx.find_root().obj
+    chosen = obj.get("output") if isinstance(obj, dict) else None
+    if chosen and (source is None or source.name == "DEFAULT"):
+        return Format(chosen)
+    return value
 
 _CONTROL = CONTROL
 

@@ -174,6 +174,20 @@ BAD_INPUT: list[tuple[str, int]] = [
     ("health check-policy {missing}", 2),
     ("health check-policy {dir}", 2),
     ("health check-policy {malformed}", 1),     # read, and refused: what the command checks
+    ("health test-policy {missing} -e '{{\"kind\": \"xid\"}}'", 2),
+    ("health test-policy {malformed} -e '{{\"kind\": \"xid\"}}'", 1),
+    ("health test-policy {malformed} -e '{{\"kind\": \"xid\"'", 2),      # not JSON
+    ("health test-policy {malformed} -e '{{\"gpu\": 0}}'", 2),            # no kind
+    ("health test-policy {malformed} -e '{{\"kind\": \"xid\", \"temp\": 1}}'", 2),
+    # contexts (cli/contexts.py)
+    ("--context nope status", 2),
+    ("context use nope", 2),
+    ("context show nope", 2),
+    ("context delete nope", 2),
+    ("context list -o sideways", 2),
+    ("context set 'a b'", 2),
+    ("context set c -s 'x y'", 2),
+    ("context set c --creds {missing}", 2),
     # sim
     ("sim", 2),
     ("sim {missing}", 2),

@@ -164,7 +164,8 @@ class SilentNats:
     """A connection on which NATS drops the request: no reply ever comes."""
 
     def __init__(self) -> None:
-        self.watch = client.PermissionWatch()
+        self.session = client.Session(None)
+        self.watch = self.session.watch
 
     async def request(self, subject: str, data: bytes, timeout: float) -> Any:
         await asyncio.sleep(timeout)
@@ -173,7 +174,7 @@ class SilentNats:
 
 async def test_a_denied_request_fails_at_once_with_the_subject() -> None:
     nc = SilentNats()
-    client._watches[nc] = nc.watch
+    client._sessions[nc] = nc.session
     violation = Exception('nats: Permissions Violation for Publish to "herd.api.v1.status"')
     other = Exception('nats: Permissions Violation for Publish to "herd.hb.x"')
 
