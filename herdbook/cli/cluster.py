@@ -18,7 +18,7 @@ def refuse_open_listener(host: str, insecure: bool, what: str, *, auth: bool | N
     """Without credentials every client is trusted as any node or operator: such a server
     listens on loopback only, unless the operator says --insecure. ``auth`` None: the
     command has no --auth."""
-    from herdbook.natsd.server import is_loopback
+    from herdbook.hosts import is_loopback
     if auth or is_loopback(host):
         return
     if not insecure:

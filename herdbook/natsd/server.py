@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
-import ipaddress
 import logging
 import os
 import shutil
@@ -41,17 +40,6 @@ RESTART_WINDOW = 60.0
 
 class NatsServerError(RuntimeError):
     pass
-
-
-def is_loopback(host: str) -> bool:
-    """127.0.0.0/8, ::1 or "localhost": only processes on this machine can connect."""
-    name = host.strip().strip("[]").lower()
-    if name == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
 
 
 def find_binary() -> str:

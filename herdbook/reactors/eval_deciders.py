@@ -78,28 +78,34 @@ def decide_dequeue(view: EvalView | None) -> Decision[EvalEvent] | None:
     return None
 
 
-def decide_cancel(view: EvalView | None, reason: str) -> Decision[EvalEvent] | None:
-    """Superseded: a pending eval is a no-op; one further along is canceled from
-    scheduling."""
+BACK_TO_SCHEDULING = {EvalStatus.DELAYED: Step.DEQUEUE, EvalStatus.APPLYING: Step.PLAN_FAILED}
+"""The arrow that brings a live eval back to scheduling, where it can end."""
+
+
+def _end(view: EvalView | None, reason: str, *, pending: Step, last: Step,
+         back_reason: str) -> Decision[EvalEvent] | None:
+    """An eval that is not done yet ends: by ``pending`` if it was never dequeued, else
+    back to scheduling (with ``back_reason``) and ``last`` from there."""
     if view is None or view.status in DONE:
         return None
     if view.status is EvalStatus.PENDING:
-        return steps(view, (Step.NO_OP, reason))
-    back = {EvalStatus.DELAYED: Step.DEQUEUE, EvalStatus.APPLYING: Step.PLAN_FAILED}
-    arrows = [(back[view.status], "")] if view.status in back else []
-    return steps(view, *arrows, (Step.CANCEL, reason))
+        return steps(view, (pending, reason))
+    back = BACK_TO_SCHEDULING.get(view.status)
+    arrows = [(back, back_reason)] if back is not None else []
+    return steps(view, *arrows, (last, reason))
+
+
+def decide_cancel(view: EvalView | None, reason: str) -> Decision[EvalEvent] | None:
+    """Superseded: a pending eval is a no-op; one further along is canceled from
+    scheduling."""
+    return _end(view, reason, pending=Step.NO_OP, last=Step.CANCEL, back_reason="")
 
 
 def decide_give_up(view: EvalView | None, reason: str) -> Decision[EvalEvent] | None:
     """Failed after its last delivery: reaped if it was never dequeued, else failed from
     scheduling."""
-    if view is None or view.status in DONE:
-        return None
-    if view.status is EvalStatus.PENDING:
-        return steps(view, (Step.REAP_UNDELIVERABLE, reason))
-    back = {EvalStatus.DELAYED: Step.DEQUEUE, EvalStatus.APPLYING: Step.PLAN_FAILED}
-    arrows = [(back[view.status], reason)] if view.status in back else []
-    return steps(view, *arrows, (Step.FAIL, reason))
+    return _end(view, reason, pending=Step.REAP_UNDELIVERABLE, last=Step.FAIL,
+                back_reason=reason)
 
 
 def decide_blocked(view: EvalView | None, how: Step, reason: str, *,

@@ -12,10 +12,11 @@ another site cannot cordon the fleet through the operator's browser.
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 from typing import Protocol
 from urllib.parse import urlsplit
+
+from herdbook.hosts import is_loopback
 
 log = logging.getLogger(__name__)
 
@@ -99,15 +100,6 @@ def same_origin(origin: str | None, host: str | None, scheme: str) -> bool:
         return False
     parts = urlsplit(origin)
     return parts.scheme == scheme and parts.netloc.lower() == host.lower()
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def check_bind(host: str, auth: bool) -> str | None:

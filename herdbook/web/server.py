@@ -36,6 +36,7 @@ from herdbook.events.states import Lifecycle
 from herdbook.history.fleet import WINDOWS, parse_window
 from herdbook.history.queries import fleet_history
 from herdbook.history.times import iso
+from herdbook.hosts import is_loopback
 from herdbook.web import sse
 from herdbook.web.auth import (
     Principal,
@@ -44,7 +45,6 @@ from herdbook.web.auth import (
     authenticate,
     authorize,
     check_bind,
-    is_loopback,
     same_origin,
 )
 from herdbook.web.client_errors import ClientErrorLog

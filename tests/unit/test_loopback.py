@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from herdbook.cli.main import app
-from herdbook.natsd.server import is_loopback
+from herdbook.hosts import is_loopback
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "127.3.2.1", "::1", "[::1]", "localhost",
