@@ -219,33 +219,3 @@ async def test_an_agents_fence_finds_its_nodes_heartbeat_in_its_shard(snc: Any) 
     fence = Fence(snc, "x", me, own_boots=(), timeout=lambda: 1.0)
     last = await fence.last_heartbeat()
     assert last is not None and last.boot_id == "b1"
-
-
-class SlowSweeper:
-    """Takes a shard as slowly as reading 100k stored heartbeats on a busy machine."""
-
-    def __init__(self) -> None:
-        self.held: set[int] = set()
-        self.shard_holders: Any = dict
-
-    async def take(self, shard: int) -> None:
-        await asyncio.sleep(1.5)
-        self.held.add(shard)
-
-    async def release(self, shard: int) -> None:
-        self.held.discard(shard)
-
-
-async def test_a_slow_shard_start_does_not_let_the_other_leases_lapse(nc: Any) -> None:
-    from herdbook.control.shards import ShardLeases
-    sweeper = SlowSweeper()
-    leases = ShardLeases(nc, "ra", sweeper, shards=2, ttl=1.0)
-    await leases.start()
-    try:
-        await asyncio.sleep(2.5)     # both starts done; every lease renewed throughout
-        assert sweeper.held == {0, 1}
-        assert sorted(leases.revisions) == [0, 1]
-        kv = await nc.jetstream().key_value("herd_leases")
-        assert {(await kv.get(f"sweeper-{k}")).value for k in (0, 1)} == {b"ra"}
-    finally:
-        await leases.stop()

@@ -20,7 +20,8 @@ from herdbook.clock import SYSTEM_CLOCK
 from herdbook.config import ViewConfig, parse_config
 from herdbook.control import snapshots
 from herdbook.control.bootstrap import bootstrap
-from herdbook.control.snapshots import BUCKET, Snapshot, SnapshotWriter, headers_of, listed, restore
+from herdbook.control.snapshot_files import Snapshot
+from herdbook.control.snapshots import BUCKET, SnapshotWriter, headers_of, listed, restore
 from herdbook.events.codec import encode
 from herdbook.events.node import NodeRegistered
 from herdbook.events.store import subject_of

@@ -67,7 +67,6 @@ OVER_400 = {
     "events/store.py": 446,
     "projector/node_view.py": 419,
     "health_policy.py": 412,
-    "control/snapshots.py": 403,
 }
 
 

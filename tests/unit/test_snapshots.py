@@ -10,18 +10,15 @@ from pathlib import Path
 import pytest
 
 from herdbook.config import ConfigError, ViewConfig, parse_config
+from herdbook.control.snapshot_files import Snapshot, copy_view, local_view, unpack
 from herdbook.control.snapshots import (
     SNAPSHOTS_STREAM,
-    Snapshot,
     SnapshotWriter,
-    copy_view,
     due,
     expired,
     headers_of,
-    local_view,
     parse,
     restorable,
-    unpack,
 )
 from herdbook.durations import Duration
 from herdbook.natsd import users
