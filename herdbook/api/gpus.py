@@ -16,6 +16,7 @@ from bisect import bisect_left
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
+from types import MappingProxyType
 from typing import Any, NamedTuple, Protocol
 
 import msgspec
@@ -37,7 +38,7 @@ from herdbook.clock import Clock
 from herdbook.events.health_report import GpuVerdict
 from herdbook.events.states import Health
 from herdbook.events.telemetry import GpuReading
-from herdbook.fault_history import FaultHistory
+from herdbook.health.fault_history import FaultHistory
 from herdbook.history.times import iso
 from herdbook.projector.node_view import NodeView
 from herdbook.reactors.telemetry_intake import Sample
@@ -51,12 +52,18 @@ _encoder = msgspec.json.Encoder()
 
 
 class Telemetry(Protocol):
-    """``reactors.telemetry_intake.TelemetryIntake``: a node's latest sample."""
+    """``reactors.telemetry_intake.TelemetryIntake``: a node's latest sample; all of them
+    by node id (``/v1/fleet`` reads them in one pass)."""
 
     def of(self, node_id: str) -> Sample | None: ...
 
+    @property
+    def latest(self) -> Mapping[str, Sample]: ...
+
 
 class NoTelemetry:
+    latest: Mapping[str, Sample] = MappingProxyType({})
+
     def of(self, node_id: str) -> Sample | None:
         return None
 

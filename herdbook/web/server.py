@@ -48,7 +48,7 @@ from herdbook.web.auth import (
     same_origin,
 )
 from herdbook.web.client_errors import ClientErrorLog
-from herdbook.web.fleet import FleetJson
+from herdbook.web.fleet import Beat, FleetJson
 from herdbook.web.openapi import document
 from herdbook.web.own_paths import server_paths
 from herdbook.web.query import query_body
@@ -72,9 +72,16 @@ PRINCIPAL = web.RequestKey("principal", Principal)
 
 
 class Heartbeats(Protocol):
-    """``reactors.sweeper.Sweeper``: seconds since a node's last heartbeat, or None."""
+    """``reactors.sweeper.Sweeper``: seconds since a node's last heartbeat, or None; its
+    heartbeat records and clock (``/v1/fleet`` reads every age in one pass)."""
 
     def heartbeat_age(self, node_id: str) -> float | None: ...
+
+    @property
+    def beats(self) -> Mapping[str, Beat]: ...
+
+    @property
+    def clock(self) -> Clock: ...
 
 
 def json_response(body: Any, status: int = 200) -> web.Response:
@@ -293,9 +300,11 @@ class WebServer:
         telemetry sample, the heartbeat age per request."""
         projector = self.api.projector
         nodes = projector.nodes
+        beats = self.heartbeats
         return self._fleet.reply(getattr(nodes, "rows", nodes), projector.allocs.values,
                                  projector.folded_seq, projector.committed_seq,
-                                 self.heartbeats.heartbeat_age, self.api.gpus.telemetry.of)
+                                 beats.beats, beats.clock.monotonic(),
+                                 self.api.gpus.telemetry.latest)
 
     async def _fleet_reply(self, request: web.Request) -> web.Response:
         authorize(request[PRINCIPAL], False)
