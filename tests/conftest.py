@@ -1,10 +1,12 @@
-"""Shared helpers: the compiled cut, a free port, the real `herd` CLI, waits. The fixtures that
-start a nats-server live in ``tests/servers.py``, for the integration and e2e tests only
-(``tests/unit/test_layout_rules.py``: a unit test starts no server and no process)."""
+"""Shared helpers: the compiled cut, a free port, whether a process runs, the real `herd`
+CLI, waits. The fixtures that start a nats-server live in ``tests/servers.py``, for the
+integration and e2e tests only (``tests/unit/test_layout_rules.py``: a unit test starts no
+server and no process)."""
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 import shutil
 import socket
@@ -66,6 +68,15 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs: a zombie (exited, not reaped yet) does not."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
 HERD = [sys.executable, "-m", "herdbook.cli"]
 
 
@@ -91,15 +102,27 @@ def wait_until(predicate, timeout: float = 20.0, interval: float = 0.1, what: st
     raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}: {last!r}")
 
 
-async def poll(predicate, timeout: float = 20.0, what: str = ""):  # type: ignore[no-untyped-def]
-    """``predicate()``'s first truthy result, asked every 50 ms on the event loop."""
+async def poll(predicate, timeout: float = 20.0, what: str = "", *,  # type: ignore[no-untyped-def]
+               interval: float = 0.05, ignoring: tuple[type[BaseException], ...] = ()):
+    """``predicate()``'s first truthy result (awaited, where it is awaitable), asked every
+    ``interval`` seconds on the event loop; an exception in ``ignoring`` counts as "not
+    yet", and the last one is the timeout's cause. The one async wait of the tests: the
+    modules' own ``eventually``/``until`` only set other defaults."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = predicate()
+    error: BaseException | None = None
+    while True:
+        try:
+            result = predicate()
+            if inspect.isawaitable(result):
+                result = await result
+        except ignoring as err:
+            result, error = None, err
         if result:
             return result
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what or predicate}")
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}"
+                                 ) from error
+        await asyncio.sleep(interval)
 
 
 async def settle(nc, stream: str = "HERD_EVENTS") -> int:  # type: ignore[no-untyped-def]

@@ -19,24 +19,10 @@ from typing import Any
 import pytest
 
 from tests.conftest import free_port, herd, wait_until
-from tests.e2e.conftest import Fleet
+from tests.e2e.conftest import JOBS_CONFIG, Fleet
 
 CHROMIUM = os.environ.get("HERD_CHROMIUM", "/usr/bin/chromium")
 CHROMEDRIVER = os.environ.get("HERD_CHROMEDRIVER", "/usr/bin/chromedriver")
-
-CONFIG = """
-lifecycle:
-  heartbeat_timeout: 1s
-  grace_period:
-    standard: 1500ms
-approval:
-  auto_approve: true
-scheduler:
-  unblock_delay: 100ms
-allocations:
-  checkpoint_grace: 2s
-  kill_timeout: 1s
-"""
 
 JOB = """\
 id: web-train
@@ -137,7 +123,7 @@ def console(browser: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     fleet = Fleet(tmp)
     http_port = free_port()
     try:
-        fleet.up(CONFIG, "--http-port", str(http_port))
+        fleet.up(JOBS_CONFIG, "--http-port", str(http_port))
         # the job first, on the node the XID test takes down, so its allocation is lost there
         fleet.agent("web-xid", "--fake-gpus", "4")
         wait_until(lambda: fleet.state("web-xid") == "READY", what="web-xid READY")

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from tests.browser.conftest import CONFIG, Console, screenshots
+from tests.browser.conftest import Console, screenshots
 from tests.conftest import free_port, herd, wait_until
-from tests.e2e.conftest import Fleet
+from tests.e2e.conftest import JOBS_CONFIG, Fleet
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e]
 
@@ -49,7 +49,7 @@ def detail(browser: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[C
     fleet = Fleet(tmp)
     http_port = free_port()
     try:
-        fleet.up(CONFIG + VALIDATION, "--http-port", str(http_port))
+        fleet.up(JOBS_CONFIG + VALIDATION, "--http-port", str(http_port))
         fleet.agent(NODE, "--fake-gpus", "4", "--telemetry-interval", "1s")
         wait_until(lambda: fleet.state(NODE) == "READY", timeout=60, what=f"{NODE} READY")
         for name, text in (("too-big", TOO_BIG), ("quick", QUICK)):

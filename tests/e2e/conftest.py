@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,6 +22,19 @@ lifecycle:
   grace_period:
     standard: 1500ms
 """
+
+JOBS_CONFIG = CONFIG + """\
+approval:
+  auto_approve: true
+scheduler:
+  unblock_delay: 100ms
+allocations:
+  checkpoint_grace: 2s
+  kill_timeout: 1s
+"""
+"""A fleet that runs jobs quickly: nodes approved on arrival, a blocked eval retried
+within 100 ms, a stopped allocation killed within a second (tests/e2e/test_jobs.py, the
+browser tests)."""
 
 
 class Fleet:
@@ -58,6 +72,11 @@ class Fleet:
 
     def state(self, node_id: str) -> object:
         return self.nodes().get(node_id, {}).get("state")
+
+    def describe(self, node_id: str) -> dict[str, Any]:
+        """`herd node describe NODE -o json`."""
+        out = herd("node", "describe", node_id, "-o", "json", server=self.url, check=True)
+        return dict(json.loads(out.stdout))
 
     def stop(self) -> None:
         for proc in self.procs.values():

@@ -12,16 +12,15 @@ InfiniBand sysfs tree; a webhook receiver on 127.0.0.1.
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import free_port, herd, wait_until
+from tests.conftest import herd, wait_until
 from tests.e2e.conftest import Fleet
+from tests.servers import QuietHandler, serving_http
 
 pytestmark = pytest.mark.e2e
 
@@ -30,23 +29,14 @@ pytestmark = pytest.mark.e2e
 def webhook() -> Iterator[tuple[list[dict[str, Any]], str]]:
     calls: list[dict[str, Any]] = []
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_POST(self) -> None:  # noqa: N802 - http.server's name
-            length = int(self.headers.get("Content-Length", 0))
-            calls.append({"path": self.path, **json.loads(self.rfile.read(length))})
+            calls.append({"path": self.path, **self.json_body()})
             self.send_response(200)
             self.end_headers()
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield calls, f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving_http(Handler) as base:
+        yield calls, base
 
 
 def config(base: str) -> str:
@@ -68,11 +58,6 @@ def ib_port(root: Path, state: str) -> None:
     (base / "state").write_text(state + "\n")
     (base / "phys_state").write_text(("5: LinkUp" if "ACTIVE" in state else "2: Polling") + "\n")
     (base / "counters" / "link_downed").write_text("0\n")
-
-
-def describe(fleet: Fleet, node_id: str) -> dict[str, Any]:
-    out = herd("node", "describe", node_id, "-o", "json", server=fleet.url, check=True)
-    return dict(json.loads(out.stdout))
 
 
 def unhealthy_change(fleet: Fleet, node_id: str) -> dict[str, Any] | None:
@@ -104,7 +89,7 @@ def test_deeper_faults_carry_their_action_to_every_reader(
     assert change["recommended_action"] == "reset_gpu"
     assert "nvlink-down: NVLink link 3 down (17 of 18 up) on GPU 1" in change["reason"]
     assert change["gpus"]["1"]["recommended_action"] == "reset_gpu"
-    assert describe(fleet, "gpu-1")["recommended_action"] == "reset_gpu"
+    assert fleet.describe("gpu-1")["recommended_action"] == "reset_gpu"
     gpu = json.loads(herd("gpu", "describe", "gpu-1/1", "-o", "json", server=fleet.url,
                           check=True).stdout)
     assert gpu["recommended_action"] == "reset_gpu"

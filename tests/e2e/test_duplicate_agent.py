@@ -5,7 +5,6 @@ takes the node over and keeps its labels. Real `herd up`, real agents."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -14,7 +13,7 @@ import time
 
 import pytest
 
-from tests.conftest import herd, wait_until
+from tests.conftest import wait_until
 from tests.e2e.conftest import Fleet
 
 pytestmark = pytest.mark.e2e
@@ -24,12 +23,6 @@ def newcomer(fleet: Fleet, name: str, state_dir: str, *extra: str) -> subprocess
     return fleet.spawn(name, "agent", "--server", fleet.url, "--node-id", "gpu-2",
                        "--state-dir", str(fleet.tmp / state_dir), "--fake-gpus", "2",
                        "--heartbeat-interval", "0.2", *extra)
-
-
-def describe(fleet: Fleet) -> dict[str, object]:
-    out = herd("node", "describe", "gpu-2", "-o", "json", server=fleet.url, check=True)
-    result: dict[str, object] = json.loads(out.stdout)
-    return result
 
 
 def held_by_first(fleet: Fleet) -> subprocess.Popen[bytes]:
@@ -45,7 +38,7 @@ def assert_still_held(fleet: Fleet, first: subprocess.Popen[bytes]) -> None:
     while time.monotonic() < deadline:
         assert fleet.state("gpu-2") == "READY"
         time.sleep(0.25)
-    node = describe(fleet)
+    node = fleet.describe("gpu-2")
     assert node["labels"] == {"rack": "r1", "zone": "b"}
     assert f"pid {first.pid}," in str(node["agent"])
     assert node["agent_conflict"] is None
@@ -88,12 +81,12 @@ def test_a_dead_holder_is_taken_over_after_the_timeout_with_its_labels(fleet: Fl
     killed = time.monotonic()
 
     second = newcomer(fleet, "second", "elsewhere")
-    wait_until(lambda: f"pid {second.pid}," in str(describe(fleet)["agent"]), timeout=30,
+    wait_until(lambda: f"pid {second.pid}," in str(fleet.describe("gpu-2")["agent"]), timeout=30,
                what="the newcomer to announce itself")
     # It waited the holder out: one heartbeat timeout (1 s) of silence, no less.
     assert time.monotonic() - killed >= 1.0
     wait_until(lambda: fleet.state("gpu-2") == "READY", what="gpu-2 READY again")
-    node = describe(fleet)
+    node = fleet.describe("gpu-2")
     assert node["labels"] == {"rack": "r1", "zone": "b"}    # kept, though it gave none
     assert second.poll() is None
     assert "taking the node over from host" in (fleet.tmp / "second.log").read_text()
@@ -106,7 +99,7 @@ def test_a_restarted_agent_takes_its_node_back_at_once(fleet: Fleet) -> None:
     first.send_signal(signal.SIGKILL)
     first.wait()
     again = fleet.agent("gpu-2", "--labels", "rack=r1,zone=b")
-    wait_until(lambda: f"pid {again.pid}," in str(describe(fleet)["agent"]), timeout=10,
+    wait_until(lambda: f"pid {again.pid}," in str(fleet.describe("gpu-2")["agent"]), timeout=10,
                what="the restarted agent to announce itself")
     assert "watching it" not in (fleet.tmp / "gpu-2.log").read_text()
     assert os.path.exists(fleet.tmp / "gpu-2" / "boots.json")

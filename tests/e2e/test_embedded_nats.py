@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import free_port, herd, wait_until
+from tests.conftest import alive, free_port, herd, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -98,14 +98,6 @@ def plane(tmp_path: Path) -> Iterator[Plane]:
         p.stop()
         for pid in running_with(str(p.data_dir)):    # never leave one behind
             os.kill(pid, signal.SIGKILL)
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
 
 
 def running_with(text: str) -> list[int]:

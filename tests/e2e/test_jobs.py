@@ -4,31 +4,16 @@ processes running real workloads, and the CLI."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import herd, wait_until
-from tests.e2e.conftest import Fleet
+from tests.conftest import alive, herd, wait_until
+from tests.e2e.conftest import JOBS_CONFIG, Fleet
 
 pytestmark = pytest.mark.e2e
-
-CONFIG = """
-lifecycle:
-  heartbeat_timeout: 1s
-  grace_period:
-    standard: 1500ms
-approval:
-  auto_approve: true
-scheduler:
-  unblock_delay: 100ms
-allocations:
-  checkpoint_grace: 2s
-  kill_timeout: 1s
-"""
 
 JOB = """\
 id: train
@@ -66,17 +51,9 @@ def ready(fleet: Fleet, *node_ids: str) -> None:
                what=f"{node_ids} READY")
 
 
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 def test_a_job_of_count_6_runs_on_3_agents_and_a_killed_agents_allocations_run_elsewhere(
         fleet: Fleet, tmp_path: Path) -> None:
-    fleet.up(CONFIG)
+    fleet.up(JOBS_CONFIG)
     agents = {n: fleet.agent(n) for n in ("a1", "a2", "a3")}
     ready(fleet, *agents)
     run_job(fleet, tmp_path)
@@ -124,7 +101,7 @@ def test_a_job_of_count_6_runs_on_3_agents_and_a_killed_agents_allocations_run_e
 
 def test_a_job_that_cannot_fit_gets_a_blocked_eval_that_completes_when_a_node_is_added(
         fleet: Fleet, tmp_path: Path) -> None:
-    fleet.up(CONFIG)
+    fleet.up(JOBS_CONFIG)
     fleet.agent("b1")
     ready(fleet, "b1")
     run_job(fleet, tmp_path, JOB.replace("count: 6", "count: 3"))
@@ -151,7 +128,7 @@ def test_a_job_that_cannot_fit_gets_a_blocked_eval_that_completes_when_a_node_is
 
 def test_an_agent_restarted_with_sigterm_reattaches_its_running_workloads(
         fleet: Fleet, tmp_path: Path) -> None:
-    fleet.up(CONFIG)
+    fleet.up(JOBS_CONFIG)
     agent = fleet.agent("r1")
     ready(fleet, "r1")
     run_job(fleet, tmp_path, JOB.replace("count: 6", "count: 2"))
@@ -174,7 +151,7 @@ def test_an_agent_restarted_with_sigterm_reattaches_its_running_workloads(
 
 def test_an_urgent_drain_sends_the_checkpoint_signal_then_migrates_and_drains(
         fleet: Fleet, tmp_path: Path) -> None:
-    fleet.up(CONFIG)
+    fleet.up(JOBS_CONFIG)
     fleet.agent("d1")
     ready(fleet, "d1")
     marks = tmp_path / "marks"
@@ -203,7 +180,7 @@ def test_an_urgent_drain_sends_the_checkpoint_signal_then_migrates_and_drains(
 
 
 def test_job_and_alloc_commands_refuse_bad_input(fleet: Fleet, tmp_path: Path) -> None:
-    fleet.up(CONFIG)
+    fleet.up(JOBS_CONFIG)
     bad = tmp_path / "bad.yaml"
     bad.write_text("id: x\ncommand: [a]\nrequeue: {policy: sometimes}\n")
     refused = herd("job", "run", str(bad), server=fleet.url)

@@ -5,8 +5,6 @@ one line at start, and `herd node describe` shows the interval, the timeout and 
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from tests.conftest import herd, wait_until
@@ -21,12 +19,6 @@ lifecycle:
 """
 
 
-def describe(fleet: Fleet, node_id: str) -> dict[str, object]:
-    out = herd("node", "describe", node_id, "-o", "json", server=fleet.url, check=True)
-    described: dict[str, object] = json.loads(out.stdout)
-    return described
-
-
 def test_the_default_interval_derives_from_the_plane_and_a_bad_one_is_warned_once(
         fleet: Fleet) -> None:
     fleet.up(CONFIG)
@@ -39,7 +31,7 @@ def test_the_default_interval_derives_from_the_plane_and_a_bad_one_is_warned_onc
     fleet.agent("late", "--heartbeat-interval", "3000ms")
 
     def reported(node_id: str) -> dict[str, object] | None:
-        described = describe(fleet, node_id) if node_id in fleet.nodes() else None
+        described = fleet.describe(node_id) if node_id in fleet.nodes() else None
         return described if described and described["heartbeat_interval"] else None
 
     derived = wait_until(lambda: reported("derived"), what="derived's interval reported")

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
@@ -14,6 +12,7 @@ import pytest
 
 from tests.conftest import free_port, herd, wait_until
 from tests.e2e.conftest import Fleet
+from tests.servers import QuietHandler, serving_http
 
 pytestmark = pytest.mark.e2e
 
@@ -31,10 +30,9 @@ class Workload:
 def workload() -> Iterator[tuple[Workload, str]]:
     state = Workload()
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_POST(self) -> None:  # noqa: N802 - http.server's name
-            length = int(self.headers.get("Content-Length", 0))
-            state.calls.append({"path": self.path, **json.loads(self.rfile.read(length))})
+            state.calls.append({"path": self.path, **self.json_body()})
             state.headers.append(self.headers.get("Authorization", ""))
             self.send_response(200)
             self.end_headers()
@@ -47,17 +45,8 @@ def workload() -> Iterator[tuple[Workload, str]]:
             self.end_headers()
             self.wfile.write(body.encode())
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield state, f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving_http(Handler) as base:
+        yield state, base
 
 
 def test_webhook_receives_cordon_and_drain_and_drained_waits_for_drain_status(

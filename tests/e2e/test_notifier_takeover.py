@@ -6,21 +6,20 @@ new leader notifies that cordon once (and nothing the old leader had notified)."
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import free_port, herd, wait_until
-from tests.e2e.test_replicas import Replicas, status
+from tests.conftest import herd, wait_until
+from tests.e2e.test_replicas import Replicas, leading_replica, status
+from tests.servers import QuietHandler, serving_http
 
 pytestmark = pytest.mark.e2e
 
@@ -42,26 +41,17 @@ class Receiver:
 def receiver() -> Iterator[tuple[Receiver, str]]:
     state = Receiver()
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_POST(self) -> None:  # noqa: N802 - http.server's name
-            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+            body = self.json_body()
             with state.lock:
                 state.calls.append({"path": self.path, "key": self.headers.get(
                     "Idempotency-Key"), **body})
             self.send_response(200)
             self.end_headers()
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield state, f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving_http(Handler) as base:
+        yield state, base
 
 
 class NotifyingReplicas(Replicas):
@@ -118,14 +108,7 @@ notifier:
     assert herd("node", "uncordon", "w1", server=replicas.url).returncode == 0
     wait_until(lambda: calls.of("uncordon"), timeout=30, what="the first uncordon")
 
-    leaders: list[str] = []
-    for _ in range(20):
-        answers = [status(replicas.url) for _ in range(6)]   # the queue group spreads them
-        leaders = sorted({a["instance"] for a in answers if a["leader"]})
-        if leaders:
-            break
-    assert len(leaders) == 1, leaders
-    [leader] = leaders
+    leader = leading_replica(replicas.url)
     survivor = "cp-b" if leader == "cp-a" else "cp-a"
 
     # when the leader's process group is SIGKILLed and w1 is cordoned through the

@@ -90,6 +90,19 @@ def status(url: str) -> dict[str, Any]:
     return dict(json.loads(herd("status", "-o", "json", server=url, check=True).stdout))
 
 
+def leading_replica(url: str) -> str:
+    """The replica that leads, asked through the API until one says so (the queue group
+    spreads the questions over the replicas); exactly one may."""
+    leaders: list[str] = []
+    for _ in range(20):
+        answers = [status(url) for _ in range(6)]
+        leaders = sorted({a["instance"] for a in answers if a["leader"]})
+        if leaders:
+            break
+    assert len(leaders) == 1, leaders
+    return leaders[0]
+
+
 def test_two_replicas_append_every_transition_once_and_survive_a_sigkill(
         replicas: Replicas, tmp_path: Path) -> None:
     planes = {name: replicas.plane(name) for name in ("cp-a", "cp-b")}
@@ -119,14 +132,7 @@ def test_two_replicas_append_every_transition_once_and_survive_a_sigkill(
                timeout=20, what="w1, w2 DOWN")
 
     # the leader is SIGKILLed: the API still answers, the other replica takes over
-    leaders = []
-    for _ in range(20):
-        answers = [status(replicas.url) for _ in range(6)]   # the queue group spreads them
-        leaders = sorted({a["instance"] for a in answers if a["leader"]})
-        if leaders:
-            break
-    assert len(leaders) == 1, leaders
-    [leader] = leaders
+    leader = leading_replica(replicas.url)
     survivor = "cp-b" if leader == "cp-a" else "cp-a"
     planes[leader].send_signal(signal.SIGKILL)
     planes[leader].wait()

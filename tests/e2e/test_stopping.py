@@ -46,18 +46,14 @@ def log_of(tmp: Path, name: str) -> str:
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[EmbeddedNats]:
-    nats = EmbeddedNats(tmp_path / "nats", port=free_port())
-    nats.start()
+def server(nats_server: EmbeddedNats) -> Iterator[EmbeddedNats]:
+    """The shared nats-server, continued before it is stopped: a test SIGSTOPs it."""
+    yield nats_server
+    assert nats_server.proc is not None
     try:
-        yield nats
-    finally:
-        assert nats.proc is not None
-        try:
-            os.kill(nats.proc.pid, signal.SIGCONT)
-        except ProcessLookupError:
-            pass
-        nats.stop()
+        os.kill(nats_server.proc.pid, signal.SIGCONT)
+    except ProcessLookupError:
+        pass
 
 
 def child_named(parent: int, name: str) -> int | None:

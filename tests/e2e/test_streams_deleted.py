@@ -77,12 +77,6 @@ def allocs(fleet: Fleet) -> list[dict[str, Any]]:
     return list(json.loads(out.stdout))
 
 
-def describe(fleet: Fleet, node_id: str) -> dict[str, Any]:
-    out = herd("node", "describe", node_id, "-o", "json", server=fleet.url, check=True)
-    node: dict[str, Any] = json.loads(out.stdout)
-    return node
-
-
 def test_herd_events_deleted_while_running_nodes_stay_commandable_and_up_starts_again(
         fleet: Fleet) -> None:
     up = fleet.up(CONFIG)
@@ -99,7 +93,7 @@ def test_herd_events_deleted_while_running_nodes_stay_commandable_and_up_starts_
     # then: a node the lost events registered is commanded (not "kept changing") ...
     cordoned = herd("node", "cordon", "gpu-1", server=fleet.url)
     assert cordoned.returncode == 0, cordoned.stderr
-    assert describe(fleet, "gpu-1")["intent"] == "CORDONED"
+    assert fleet.describe("gpu-1")["intent"] == "CORDONED"
     # ... and a fatal XID on the other is acted on
     injected = herd("agent", "inject", "--node", "gpu-2", "xid", "79", server=fleet.url)
     assert injected.returncode == 0, injected.stderr

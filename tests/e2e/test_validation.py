@@ -16,7 +16,7 @@ import pytest
 
 from tests.conftest import herd, wait_until
 from tests.e2e.conftest import Fleet
-from tests.e2e.test_replicas import Replicas, status
+from tests.e2e.test_replicas import Replicas, leading_replica, status
 
 pytestmark = pytest.mark.e2e
 
@@ -51,11 +51,6 @@ def allocs(url: str) -> list[dict[str, Any]]:
     return [a for a in json.loads(out.stdout) if a["job_id"] == "node-validation"]
 
 
-def describe(url: str, node_id: str) -> dict[str, Any]:
-    out = herd("node", "describe", node_id, "-o", "json", server=url, check=True)
-    return dict(json.loads(out.stdout))
-
-
 def test_a_fault_the_check_finds_keeps_the_node_out_and_a_cleared_one_lets_it_back(
         fleet: Fleet, tmp_path: Path) -> None:
     (tmp_path / "fault").write_text("Xid 79: fell off the bus")
@@ -70,7 +65,7 @@ def test_a_fault_the_check_finds_keeps_the_node_out_and_a_cleared_one_lets_it_ba
                what="the check running as an allocation")
     # describe names the check, its allocation and why it runs; the table says so in a line
     [running] = allocs(fleet.url)
-    detail = describe(fleet.url, "g1")
+    detail = fleet.describe("g1")
     assert (detail["validation"], detail["validation_trigger"], detail["validation_check"],
             detail["validation_alloc"]) == ("running", "approved", "burn-in", running["id"])
     table = herd("node", "describe", "g1", server=fleet.url, check=True).stdout
@@ -81,7 +76,7 @@ def test_a_fault_the_check_finds_keeps_the_node_out_and_a_cleared_one_lets_it_ba
     assert (score["validating"], score["gpus_healthy"], score["schedulable"]) == (1, 0.0, 0.0)
     (tmp_path / "hold").unlink()
     wait_until(lambda: fleet.state("g1") == "UNHEALTHY", timeout=60, what="g1 UNHEALTHY")
-    detail = describe(fleet.url, "g1")
+    detail = fleet.describe("g1")
     assert "burn-in exited 3: GPU 1: Xid 79: fell off the bus" in detail["health_reason"]
     assert detail["schedulable"] is False
     assert (detail["validation"], detail["validation_failures"]) == ("failed", 1)
@@ -132,13 +127,7 @@ def test_the_check_survives_a_sigkill_of_the_leader(tmp_path: Path) -> None:
                    timeout=60, what="the check running")
         assert replicas.state("g1") == "VALIDATING"
 
-        leaders: list[str] = []
-        for _ in range(20):
-            answers = [status(replicas.url) for _ in range(6)]
-            leaders = sorted({a["instance"] for a in answers if a["leader"]})
-            if leaders:
-                break
-        [leader] = leaders
+        leader = leading_replica(replicas.url)
         planes[leader].send_signal(signal.SIGKILL)
         planes[leader].wait()
         wait_until(lambda: status(replicas.url)["leader"], timeout=20, what="a new leader")

@@ -22,7 +22,7 @@ from herdbook.events.node import NodeBootChecked, NodeRegistered
 from herdbook.events.store import EventStore, subject_of
 from herdbook.events.subjects import EVENTS_STREAM, HEARTBEATS_STREAM, heartbeat_subject
 from herdbook.natsd.server import EmbeddedNats
-from tests.conftest import herd
+from tests.conftest import herd, poll
 
 
 async def last_heartbeat_seq(nc, node_id: str) -> int:  # type: ignore[no-untyped-def]
@@ -31,18 +31,8 @@ async def last_heartbeat_seq(nc, node_id: str) -> int:  # type: ignore[no-untype
 
 
 async def eventually(predicate, timeout: float = 15.0):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            result = await predicate()
-            if result:
-                return result
-        except Exception:  # noqa: BLE001 - not there yet
-            if time.monotonic() > deadline:
-                raise
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {predicate}")
-        await asyncio.sleep(0.1)
+    """Any exception is "not there yet" (a request to a plane still starting)."""
+    return await poll(predicate, timeout, interval=0.1, ignoring=(Exception,))
 
 
 async def test_agent_survives_a_nats_server_restart_and_resumes(tmp_path: Path) -> None:

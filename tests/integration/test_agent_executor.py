@@ -29,20 +29,14 @@ from herdbook.events.alloc import (
 from herdbook.events.codec import decode_heartbeat
 from herdbook.events.store import EventStore
 from herdbook.events.subjects import HEARTBEATS_STREAM, heartbeat_subject
+from tests.conftest import poll
 
 NODE = "gpu-1"
 
 
 async def eventually(predicate: Callable[[], Any], timeout: float = 30.0,
                      what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = await predicate()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
-        await asyncio.sleep(0.1)
+    return await poll(predicate, timeout, what, interval=0.1)
 
 
 class Fleet:

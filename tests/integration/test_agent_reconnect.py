@@ -19,6 +19,7 @@ from herdbook.control.agent_sync import BATCH, AgentSync
 from herdbook.events.alloc import AllocPlaced, AllocStopRequested
 from herdbook.events.store import EventStore
 from herdbook.projector.alloc_view import AllocView
+from tests.conftest import poll
 
 NODE = "gpu-7"
 
@@ -47,11 +48,7 @@ class RecordingExecutor:
 
 
 async def eventually(check: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.05)
+    await poll(check, timeout, what)
 
 
 async def stop_following(stop: asyncio.Event, executor: RecordingExecutor,

@@ -21,6 +21,7 @@ from herdbook.events.heartbeat import Heartbeat
 from herdbook.events.node import NodeBootChecked, NodeInfo, NodeRegistered
 from herdbook.events.store import EventStore, stream_last_seq
 from herdbook.events.subjects import EVENTS_STREAM, heartbeat_subject
+from herdbook.projector.integrity import checkpoint_of
 from herdbook.projector.node_view import apply
 from herdbook.projector.runner import ProjectorRunner
 from tests.conftest import herd, wait_until
@@ -34,15 +35,6 @@ leader_ttl: 2s
 """
 TABLES = ("nodes", "instances", "evals", "jobs", "allocs", "alloc_versions", "pools")
 TRANSITIONS = ("approved", "degraded", "down", "recovered", "boot_checked")
-
-
-def checkpoint(db: Path) -> int:
-    try:
-        with sqlite3.connect(db, timeout=0.5) as conn:
-            row = conn.execute("SELECT seq FROM checkpoints WHERE stream='HERD_EVENTS'").fetchone()
-    except sqlite3.OperationalError:
-        return 0
-    return int(row[0]) if row else 0
 
 
 def dump(db: Path) -> dict[str, list[Any]]:
@@ -142,7 +134,7 @@ async def test_sigkill_the_control_plane_ten_times_under_load(nc, nats_server, t
     try:
         for _round in range(10):
             proc = start_up(nats_server.url, tmp_path)
-            await asyncio.to_thread(wait_until, lambda: checkpoint(db) > 0, 30, 0.05,
+            await asyncio.to_thread(wait_until, lambda: checkpoint_of(db, EVENTS_STREAM) > 0, 30, 0.05,
                                     "the control plane to commit")
             await asyncio.sleep(rng.uniform(0.2, 2.0))
             proc.send_signal(signal.SIGKILL)
@@ -157,7 +149,7 @@ async def test_sigkill_the_control_plane_ten_times_under_load(nc, nats_server, t
             previous = last
             await asyncio.sleep(3.0)
             last = await stream_last_seq(nc.jetstream(), EVENTS_STREAM)
-        await asyncio.to_thread(wait_until, lambda: checkpoint(db) >= last, 30)
+        await asyncio.to_thread(wait_until, lambda: checkpoint_of(db, EVENTS_STREAM) >= last, 30)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0, (tmp_path / "up.log").read_text()[-2000:]
     finally:
@@ -167,7 +159,7 @@ async def test_sigkill_the_control_plane_ten_times_under_load(nc, nats_server, t
             proc.wait()
 
     final = await stream_last_seq(nc.jetstream(), EVENTS_STREAM)
-    assert checkpoint(db) == final
+    assert checkpoint_of(db, EVENTS_STREAM) == final
     fresh = ProjectorRunner(nc, str(tmp_path / "rebuild.db"))
     await fresh.start()
     await fresh.wait_applied(final, timeout=60)

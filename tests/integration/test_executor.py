@@ -30,6 +30,7 @@ from herdbook.events.alloc import (
     AllocStopRequested,
 )
 from herdbook.projector.alloc_view import AllocView, apply_alloc
+from tests.conftest import poll
 
 NODE = "n1"
 
@@ -53,17 +54,8 @@ EXITS_5_ON_GO = ("import os, sys, time\nwhile not os.path.exists(sys.argv[1]): t
 
 
 async def until(predicate: Callable[[], Any], timeout: float = 20.0, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            result = predicate()
-        except (OSError, KeyError, IndexError):
-            result = None
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
-        await asyncio.sleep(0.05)
+    """A file or an entry that is not there yet is "not yet"."""
+    return await poll(predicate, timeout, what, ignoring=(OSError, KeyError, IndexError))
 
 
 class Node:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from herdbook.events.streams import DAY, heartbeats_stream
 from herdbook.events.subjects import HEARTBEATS_STREAM
 from herdbook.natsd.server import EmbeddedNats
 from herdbook.reactors.sweeper import Sweeper
+from tests.conftest import poll
 
 DEEP = b"[" * 50_000 + b"]" * 50_000
 
@@ -47,11 +47,7 @@ async def started(nats_server: EmbeddedNats, tmp_path: Path) -> ControlPlane:
 
 
 async def until(predicate: Any, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {predicate}")
-        await asyncio.sleep(0.05)
+    await poll(predicate, timeout)
 
 
 def sweeper_of(plane: ControlPlane) -> Sweeper:

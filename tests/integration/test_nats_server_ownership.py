@@ -19,15 +19,7 @@ import pytest
 
 from herdbook.natsd.ownership import leftover_servers
 from herdbook.natsd.server import EmbeddedNats, NatsServerError, find_binary, port_in_use
-from tests.conftest import free_port, wait_until
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
+from tests.conftest import alive, free_port, wait_until
 
 
 def stray(conf: Path) -> subprocess.Popen[bytes]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import stat
-import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from herdbook.projector.runner import ProjectorRunner
 from herdbook.reactors.notifier import Notifier
 from herdbook.reactors.runner import DecideRunner
 from herdbook.reactors.tracking import node_events
+from tests.conftest import poll
 
 
 class World:
@@ -65,15 +65,7 @@ class World:
 
 
 async def until(predicate: Callable[[], Any], what: str, timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = predicate()
-        if asyncio.iscoroutine(result):
-            result = await result
-        if result:
-            return result
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+    return await poll(predicate, timeout, what)
 
 
 def exec_config(tmp_path: Path) -> str:

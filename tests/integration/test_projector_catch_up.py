@@ -15,6 +15,7 @@ from herdbook.events.store import EventStore, stream_last_seq, subject_of
 from herdbook.events.subjects import EVENTS_STREAM
 from herdbook.projector import fresh_view, schema
 from herdbook.projector.catch_up_gc import CATCH_UP_GC_GEN0
+from herdbook.projector.integrity import checkpoint_of
 from herdbook.projector.runner import ProjectorRunner
 from tests.integration.test_backlog_reader import fill
 
@@ -122,12 +123,6 @@ async def test_a_bad_message_in_the_backlog_is_dead_lettered_and_passed(nc, tmp_
     assert runner.committed_seq == last and len(runner.nodes) == 10   # and went on past it
 
 
-def checkpoint(db: Path) -> int:
-    with sqlite3.connect(db) as conn:
-        row = conn.execute("SELECT seq FROM checkpoints").fetchone()
-    return int(row[0]) if row else 0
-
-
 async def test_a_rebuild_from_sequence_1_goes_into_a_fresh_file(nc, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     for i in range(6_000):
         event = NodeRegistered(node_id=f"n{i % 40}") if i % 2 else NodeRecovered(node_id=f"n{i % 40}")
@@ -139,14 +134,14 @@ async def test_a_rebuild_from_sequence_1_goes_into_a_fresh_file(nc, tmp_path, mo
 
     async def counting(*args, **kwargs) -> None:  # type: ignore[no-untyped-def]
         await real(*args, **kwargs)
-        commits.append((args[4], checkpoint(db)))   # (committed, what view.db holds)
+        commits.append((args[4], checkpoint_of(db, EVENTS_STREAM)))   # (committed, what view.db holds)
 
     monkeypatch.setattr(schema, "write_batch", counting)
     runner = ProjectorRunner(nc, str(db), batch_size=100, catch_up_events=100)
     await runner.start()
     assert runner.committed_seq == 0
     await runner.wait_applied(half - 1_000, timeout=60)   # released once the view has it
-    assert checkpoint(db) == half and runner.committed_seq == half
+    assert checkpoint_of(db, EVENTS_STREAM) == half and runner.committed_seq == half
     await runner.stop()
     # One commit (not one per 100 events), into view.db.rebuild while view.db stayed
     # empty; then the rebuilt file replaced the view whole.
@@ -164,7 +159,7 @@ async def test_a_rebuild_from_sequence_1_goes_into_a_fresh_file(nc, tmp_path, mo
     await runner.wait_applied(last, timeout=60)
     await runner.stop()
     assert commits and all(seq == held for seq, held in commits), commits
-    assert checkpoint(db) == last
+    assert checkpoint_of(db, EVENTS_STREAM) == last
 
 
 async def test_a_rebuild_whose_rename_fails_is_installed_on_the_next_try(nc, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -188,4 +183,4 @@ async def test_a_rebuild_whose_rename_fails_is_installed_on_the_next_try(nc, tmp
     await runner.wait_applied(last, timeout=20)   # after the second try, a second later
     assert len(tries) == 2 and runner.failed is None
     await runner.stop()
-    assert checkpoint(db) == last and len(dump(db)) == 40
+    assert checkpoint_of(db, EVENTS_STREAM) == last and len(dump(db)) == 40

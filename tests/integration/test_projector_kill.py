@@ -25,6 +25,7 @@ from herdbook.events.node import (
 from herdbook.events.store import stream_last_seq, subject_of
 from herdbook.events.subjects import EVENTS_STREAM
 from herdbook.projector import schema
+from herdbook.projector.integrity import checkpoint_of
 from herdbook.projector.runner import ProjectorRunner
 from tests.conftest import wait_until
 
@@ -43,17 +44,6 @@ def random_history(rng: random.Random, count: int, nodes: int) -> list[object]:
         else:
             out.append(kind(node_id=node_id))
     return out
-
-
-def checkpoint(db: Path) -> int:
-    if not db.exists():
-        return 0
-    try:
-        with sqlite3.connect(db, timeout=0.2) as conn:
-            row = conn.execute("SELECT seq FROM checkpoints WHERE stream='HERD_EVENTS'").fetchone()
-    except sqlite3.OperationalError:
-        return 0
-    return int(row[0]) if row else 0
 
 
 def rows(db: Path) -> dict[str, bytes]:
@@ -95,13 +85,14 @@ async def test_sigkill_mid_stream_then_restart_equals_rebuild(nc, nats_server, t
     # nothing, never a part of the rebuild; the restart rebuilds it.
     proc = start_up(nats_server.url, data_dir, tmp_path / "up.log")
     try:
-        wait_until(lambda: Path(f"{db}.rebuild").exists() or checkpoint(db) > 0, timeout=30,
+        wait_until(lambda: Path(f"{db}.rebuild").exists() or checkpoint_of(db, EVENTS_STREAM) > 0, timeout=30,
                    interval=0.005, what="the rebuild to start")
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
-        assert checkpoint(db) in (0, head)
+        assert checkpoint_of(db, EVENTS_STREAM) in (0, head)
         proc = start_up(nats_server.url, data_dir, tmp_path / "up.log")
-        wait_until(lambda: checkpoint(db) >= head, timeout=60, what="the rebuild after restart")
+        wait_until(lambda: checkpoint_of(db, EVENTS_STREAM) >= head, timeout=60,
+                   what="the rebuild after restart")
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
         assert not Path(f"{db}.rebuild").exists()
@@ -111,15 +102,16 @@ async def test_sigkill_mid_stream_then_restart_equals_rebuild(nc, nats_server, t
         last = await publish_and_settle(nc, random_history(rng, 150_000, 500))
         assert last - head > 30_000
         proc = start_up(nats_server.url, data_dir, tmp_path / "up.log")
-        wait_until(lambda: head < checkpoint(db), timeout=30, interval=0.01,
+        wait_until(lambda: head < checkpoint_of(db, EVENTS_STREAM), timeout=30, interval=0.01,
                    what="the projector to commit its first batch")
-        killed_at = checkpoint(db)
+        killed_at = checkpoint_of(db, EVENTS_STREAM)
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
         assert killed_at < last, "the projector finished before the kill; use more events"
 
         proc = start_up(nats_server.url, data_dir, tmp_path / "up.log")
-        wait_until(lambda: checkpoint(db) >= last, timeout=60, what="catch-up after restart")
+        wait_until(lambda: checkpoint_of(db, EVENTS_STREAM) >= last, timeout=60,
+                   what="catch-up after restart")
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
@@ -127,7 +119,7 @@ async def test_sigkill_mid_stream_then_restart_equals_rebuild(nc, nats_server, t
 
     # rebuild from sequence 1 into a fresh view; the stream is quiet now
     final = await stream_last_seq(js, EVENTS_STREAM)
-    assert checkpoint(db) == final
+    assert checkpoint_of(db, EVENTS_STREAM) == final
     fresh = ProjectorRunner(nc, str(tmp_path / "rebuild.db"))
     await fresh.start()
     await fresh.wait_applied(final, timeout=60)
