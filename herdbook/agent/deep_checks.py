@@ -1,6 +1,6 @@
 """The agent's deeper node checks: pure rules over one GPU's telemetry reading
 (``events.telemetry.GpuReading``, read by ``agent.telemetry``'s readers) and the node's GPU
-count, each finding a health event of its own kind for the policy (``health_policy``):
+count, each finding a health event of its own kind for the policy (``health.policy``):
 
 - ``remap_failed`` / ``remap_pending``: NVML's row remapper says a remap failed (an RMA
   criterion) or waits for a GPU reset;

@@ -9,7 +9,7 @@ as the kernel's ib_core writes them under ``/sys/class/infiniband``.
   ports (a second port nobody cabled) must not make it unhealthy;
 - ``ib_flap``: a port's ``link_downed`` counter went up since the previous check (the link
   went down and came back between two checks): an occurrence, held like the other
-  counters (``fault_hold``).
+  counters (``health.fault_hold``).
 
 A root that does not exist turns the check off (a node without InfiniBand); a file that
 cannot be read leaves that port's reading out.

@@ -368,7 +368,7 @@ class NodeDetail(NodeSummary, frozen=True, kw_only=True):
     wipe_steps: dict[str, str]
     version: int
     recommended_action: str | None = None
-    """What to do about the node's health verdict (``health_actions``): none,
+    """What to do about the node's health verdict (``health.actions``): none,
     restart_workload, reset_gpu, reboot_node or inspect_hardware; None before a verdict
     recorded one."""
     validation: str | None = None
@@ -419,7 +419,7 @@ class GpuSummary(_Reply, frozen=True, kw_only=True):
     sampled_at: str | None
     """When the agent sampled the readings (its clock)."""
     recommended_action: str | None = None
-    """What to do about the GPU's verdict (``health_actions``); None for a healthy GPU."""
+    """What to do about the GPU's verdict (``health.actions``); None for a healthy GPU."""
     power_limit_w: float | None = None
     ecc_sbe_volatile: int | None = None
     ecc_dbe_volatile: int | None = None
@@ -450,7 +450,7 @@ class GpuVerdictReply(_Reply, frozen=True, kw_only=True):
     xid: int | None
     since: str | None
     recommended_action: str | None = None
-    """What to do about it (``health_actions``)."""
+    """What to do about it (``health.actions``)."""
 
 
 class GpuDetail(GpuSummary, frozen=True, kw_only=True):

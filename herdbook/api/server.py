@@ -40,7 +40,7 @@ from herdbook.config import Config
 from herdbook.events.jobs import JobSpecError
 from herdbook.events.store import EventStore, StorageFullError
 from herdbook.events.subjects import API_PREFIX, InvalidIdError, validate_id
-from herdbook.fault_history import FaultHistory
+from herdbook.health.fault_history import FaultHistory
 from herdbook.history.repairs_live import LiveRepairs
 from herdbook.projector.runner import ProjectorRunner
 from herdbook.reactors.breaker import Breaker

@@ -24,7 +24,7 @@ def check_policy(file: Annotated[Path, typer.Argument(
 
     Example: herd health check-policy examples/policy-navarch.yaml
     """
-    from herdbook.health_policy import Policy, PolicyError
+    from herdbook.health.policy import Policy, PolicyError
     readable_file(file, "FILE")
     try:
         policy = Policy.load(file)
@@ -52,8 +52,8 @@ def test_policy(
     by the classifier's own code. A bad event is one line (exit 2); a bad policy as
     check-policy (exit 1)."""
     from herdbook.cli.output import render_object
-    from herdbook.health_policy import Policy, PolicyError
-    from herdbook.policy_trial import SampleError, sample_item, trial
+    from herdbook.health.policy import Policy, PolicyError
+    from herdbook.reactors.policy_trial import SampleError, sample_item, trial
     readable_file(file, "FILE")
     try:
         items = [sample_item(text) for text in event]

@@ -192,12 +192,12 @@ def render_json_chunks(chunks: list[bytes]) -> None:
 
 
 def print_hint(action: object, node_id: str, fmt: Format) -> None:
-    """Under a table: what to do about a verdict (``health_actions.hint``), with
+    """Under a table: what to do about a verdict (``health.actions.hint``), with
     ``herd node reboot`` where the action is a reboot; nothing for ``none``, and nothing in
     machine formats (the reply's ``recommended_action`` says it)."""
     if fmt is not Format.table or not isinstance(action, str) or action in ("", "none"):
         return
-    from herdbook.health_actions import hint
+    from herdbook.health.actions import hint
     sys.stdout.write(safe(hint(action, node_id)) + "\n")
 
 

@@ -67,7 +67,7 @@ from herdbook.events.liveness import SETTINGS_STREAM
 from herdbook.events.positions import NOTIFIER_KEY, POSITIONS_STREAM, KvPosition, open_bucket
 from herdbook.events.streams import all_streams
 from herdbook.events.subjects import EVENTS_STREAM, validate_id
-from herdbook.health_policy import Policy, PolicyError
+from herdbook.health.policy import Policy, PolicyError
 from herdbook.history.repairs_live import LiveRepairs
 from herdbook.natsd.server import EmbeddedNats
 from herdbook.natsd.storage_watch import StorageWatch

@@ -22,7 +22,7 @@ CHECK_STATUSES: tuple[CheckStatus, ...] = get_args(CheckStatus)
 
 VerdictLevel = Literal["healthy", "degraded", "unhealthy", "critical", "fatal"]
 """The level of a verdict, least to most severe: the policy's results
-(``health_policy.RESULTS``). ``critical`` (UNHEALTHY, the node stays up) is not ``fatal``
+(``health.policy.RESULTS``). ``critical`` (UNHEALTHY, the node stays up) is not ``fatal``
 (UNHEALTHY and DOWN): one spelling here, so the two cannot be mixed up again."""
 VERDICT_LEVELS: tuple[VerdictLevel, ...] = get_args(VerdictLevel)
 
@@ -67,7 +67,7 @@ class HealthReport(msgspec.Struct, frozen=True, kw_only=True):
 class GpuVerdict(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """One GPU's verdict and its cause, as the classifier decided it (DESIGN §10): the
     worst result of this GPU's health events on the report, or of a fault of it still
-    held (``fault_hold``). A GPU a node's last verdict names none for is healthy."""
+    held (``health.fault_hold``). A GPU a node's last verdict names none for is healthy."""
 
     level: VerdictLevel
     rule: str = ""             # the policy rule that matched
@@ -75,7 +75,7 @@ class GpuVerdict(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     kind: str = ""             # the health event's kind (xid, thermal, ecc_dbe, ...)
     xid: int = 0
     recommended_action: str = ""
-    """What to do about it (``health_actions``): none, restart_workload, reset_gpu,
+    """What to do about it (``health.actions``): none, restart_workload, reset_gpu,
     reboot_node or inspect_hardware; empty on verdicts decided before it was recorded."""
     since: float = 0.0
     """When HERD_HEALTH stored the report this verdict was first decided on (epoch
@@ -111,7 +111,7 @@ class NodeHealthChanged(NodeEvent, frozen=True, kw_only=True, tag="node.health_c
     whole map as of this decision (a GPU not named is healthy). Empty on events written
     before per-GPU verdicts were recorded (issue 27)."""
     recommended_action: str | None = None
-    """What to do about the verdict (``health_actions``): ``none``, ``restart_workload``,
+    """What to do about the verdict (``health.actions``): ``none``, ``restart_workload``,
     ``reset_gpu``, ``reboot_node`` or ``inspect_hardware``, the most disruptive of its
     faults'. None on events written before it was recorded (issue 29)."""
     previous: Health | None = None

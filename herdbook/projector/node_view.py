@@ -365,7 +365,7 @@ def _intent(view: NodeView, intent: Intent, event: AnyNodeEvent, reason: str) ->
 
 def _clear_unhealthy(view: NodeView) -> NodeView:
     """UNHEALTHY is sticky: only an operator's uncordon or enable clears it. They clear a
-    DEGRADED verdict too (one a counter-like fault's hold keeps: ``fault_hold``): the
+    DEGRADED verdict too (one a counter-like fault's hold keeps: ``health.fault_hold``): the
     next report decides again from UNKNOWN, and a hold never makes a node DEGRADED."""
     if view.health in (Health.UNHEALTHY, Health.DEGRADED):
         return replace(view, health=Health.UNKNOWN, health_level="", health_action="")

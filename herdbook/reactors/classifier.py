@@ -15,7 +15,7 @@ the body names, valid ids in the body: ``events.authority``); anything else, und
 bodies included, is dead-lettered to ``herd.deadletter.HERD_HEALTH`` and counted.
 Reports of nodes not in the view keep no state.
 
-Counter-like faults are held (``fault_hold``): each verdict's findings go into
+Counter-like faults are held (``health.fault_hold``): each verdict's findings go into
 ``holds``, and the holds still in effect when a report is classified go with its
 verdict to the decider, which keeps a DEGRADED node DEGRADED while one lasts. The holds
 are rebuilt on start from the replayed reports, with the fault history; an operator's
@@ -42,9 +42,9 @@ from herdbook.events.health_report import GpuVerdict, HealthReport, NodeHealthCh
 from herdbook.events.node import NodeEnabled, NodeEvent, NodeUncordoned
 from herdbook.events.states import Health
 from herdbook.events.subjects import EVENTS_STREAM, HEALTH_STREAM, printable
-from herdbook.fault_history import FaultHistory, serials_of
-from herdbook.fault_hold import FaultHolds
-from herdbook.health_policy import Policy, Verdict
+from herdbook.health.fault_history import FaultHistory, serials_of
+from herdbook.health.fault_hold import FaultHolds
+from herdbook.health.policy import Policy, Verdict
 from herdbook.projector.node_view import NodeView
 from herdbook.projector.runner import ProjectorRunner
 from herdbook.reactors.breaker_deciders import Gate, Holds, gate_at
@@ -126,10 +126,10 @@ class HealthClassifier:
         self._unsubscribe: Callable[[], None] | None = None
         self._feed: StreamFeed | None = None
         self.history = FaultHistory(clock)
-        """Each node's recent faults, for the policy's ``history.*`` (``fault_history``);
+        """Each node's recent faults, for the policy's ``history.*`` (``health.fault_history``);
         rebuilt on start from HERD_HEALTH's reports up to the position resumed from."""
         self.holds = FaultHolds()
-        """Each node's held counter-like faults (``fault_hold``), rebuilt the same way."""
+        """Each node's held counter-like faults (``health.fault_hold``), rebuilt the same way."""
         self._replay_through = 0
 
     async def start(self) -> None:

@@ -5,7 +5,7 @@ A GPU's verdict is the worst of
 
 - this report's health events of that GPU, as the policy classified them (the rule, the
   event's kind and XID: its cause), and
-- the holds in effect of that GPU's counter-like faults (``fault_hold``), so an NVLink
+- the holds in effect of that GPU's counter-like faults (``health.fault_hold``), so an NVLink
   burst keeps its GPU DEGRADED as long as it keeps the node DEGRADED;
 
 and a GPU found ``critical`` or ``fatal`` stays so until an operator clears the node
@@ -34,7 +34,7 @@ from herdbook.events.health_report import (  # noqa: F401 - gpu_level: read here
 )
 from herdbook.events.node import NodeEvent
 from herdbook.events.states import Health
-from herdbook.health_policy import RESULTS, Verdict
+from herdbook.health.policy import RESULTS, Verdict
 
 RANK = {result: rank for rank, result in enumerate(RESULTS)}
 STICKY = frozenset({"critical", "fatal"})

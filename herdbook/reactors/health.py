@@ -8,14 +8,14 @@
 - healthy / degraded: HEALTHY / DEGRADED, except that UNHEALTHY is sticky: only an
   operator's ``uncordon`` or ``enable`` clears it;
 - a healthy report of a DEGRADED node whose counter-like fault is still held
-  (``fault_hold``): nothing, the node stays DEGRADED until the hold ends.
+  (``health.fault_hold``): nothing, the node stays DEGRADED until the hold ends.
 
 With ``gpus`` (the report's per-GPU verdicts, ``reactors/gpu_health.py``) every health
 change carries the GPUs' map too, and a change of the map alone is one ``gpus_only``
 health change.
 
 Every health change carries the verdict's ``level`` and ``recommended_action`` (what to do:
-``health_actions``), and its reason starts with it for
+``health.actions``), and its reason starts with it for
 the two at-once levels (``critical: ...``, ``fatal: ...``); ``fatal`` is true only for
 ``fatal``, so a consumer can tell UNHEALTHY-and-up from UNHEALTHY-and-DOWN.
 """
@@ -30,7 +30,7 @@ from herdbook.events.machine import LifecycleTrigger as Trigger
 from herdbook.events.machine import next_lifecycle
 from herdbook.events.node import NodeDown, NodeEvent
 from herdbook.events.states import Health
-from herdbook.health_policy import Verdict
+from herdbook.health.policy import Verdict
 from herdbook.projector.node_view import NodeView
 from herdbook.reactors.gpu_health import with_gpus
 

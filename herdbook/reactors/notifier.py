@@ -83,7 +83,7 @@ def reason_for(event: AnyEvent | NodeEvent) -> str:
 
 
 def recommended_for(event: AnyEvent | NodeEvent) -> str | None:
-    """What to do about a health verdict (``health_actions``), sent with the cordon it
+    """What to do about a health verdict (``health.actions``), sent with the cordon it
     calls for; None for other events and for verdicts written before it was recorded."""
     if isinstance(event, NodeHealthChanged):
         return event.recommended_action

@@ -29,7 +29,7 @@ from herdbook.events.node import (
 )
 from herdbook.events.states import Intent
 from herdbook.events.store import EventStore, subject_of
-from herdbook.health_policy import Verdict
+from herdbook.health.policy import Verdict
 from herdbook.history.queries import audit_list, node_history, nodes_at, verify
 from herdbook.history.reader import read_log
 from herdbook.reactors.health import decide_health

@@ -16,7 +16,7 @@ from herdbook.events.health_report import CheckResult, GpuEvent, HealthReport, N
 from herdbook.events.node import NodeConformanceChanged, NodeDrainStarted, NodeInfo
 from herdbook.events.states import Approval, Health, Intent, Lifecycle, NodeClass, NodeType
 from herdbook.events.store import ConflictError
-from herdbook.health_policy import Policy
+from herdbook.health.policy import Policy
 from herdbook.projector.node_view import NodeView
 from herdbook.reactors.breaker import Breaker, BreakerFold
 from herdbook.reactors.breaker_deciders import (

@@ -19,7 +19,7 @@ from herdbook.events.node import (
     NodeUncordoned,
 )
 from herdbook.events.states import Health, Lifecycle
-from herdbook.health_policy import Policy
+from herdbook.health.policy import Policy
 from herdbook.reactors.classifier import HealthClassifier, decide_on_report
 from herdbook.reactors.runner import DecideRunner
 from tests.fakes import FakeClock, FakeNats, FakeProjector, FakeStore

@@ -24,8 +24,8 @@ from herdbook.events.node import (
     NodeUncordoned,
 )
 from herdbook.events.states import Approval, Health, Lifecycle, NodeType
-from herdbook.fault_hold import DEFAULT_HOLD, FaultHolds, Finding
-from herdbook.health_policy import Policy, PolicyError, Verdict
+from herdbook.health.fault_hold import DEFAULT_HOLD, FaultHolds, Finding
+from herdbook.health.policy import Policy, PolicyError, Verdict
 from herdbook.history.causes import label
 from herdbook.projector.node_view import NodeView
 from herdbook.reactors.classifier import HealthClassifier

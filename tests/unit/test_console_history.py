@@ -11,7 +11,7 @@ import pytest
 
 from herdbook.events.node import NodeApproved, NodeBootChecked, NodeRegistered, NodeUncordoned
 from herdbook.events.telemetry import GpuReading, GpuTelemetry
-from herdbook.health_policy import Verdict
+from herdbook.health.policy import Verdict
 from herdbook.history.fleet import FleetTimeline, parse_window
 from herdbook.history.reader import LogEntry
 from herdbook.projector.as_of import fold_nodes

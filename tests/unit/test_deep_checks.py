@@ -16,7 +16,7 @@ from herdbook.agent.infiniband import IbWatch, read_ports
 from herdbook.agent.kmsg import KernelLog, XidMerger, parse_sxid
 from herdbook.events.health_report import GpuEvent, HealthReport
 from herdbook.events.telemetry import GpuReading
-from herdbook.health_policy import Policy
+from herdbook.health.policy import Policy
 from tests.fakes import FakeClock
 
 POLICY = Policy.load(None)

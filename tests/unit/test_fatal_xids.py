@@ -15,7 +15,7 @@ from herdbook.config import parse_config
 from herdbook.events.health_report import GpuEvent, HealthReport, NodeHealthChanged
 from herdbook.events.node import NodeDown, NodeEvent, NodeInfo
 from herdbook.events.states import Approval, Health, InstanceState, Lifecycle, NodeType
-from herdbook.health_policy import Policy
+from herdbook.health.policy import Policy
 from herdbook.projector.instance_view import InstanceView
 from herdbook.projector.node_view import NodeView, apply
 from herdbook.reactors.health import decide_health

@@ -10,8 +10,8 @@ from datetime import timedelta
 from herdbook.events.health_report import CheckResult, GpuEvent, HealthReport, NodeHealthChanged
 from herdbook.events.node import GpuInfo, NodeInfo
 from herdbook.events.states import Approval, Health, Lifecycle, NodeType
-from herdbook.fault_history import KEEP, NO_HISTORY, FaultHistory, serials_of
-from herdbook.health_policy import Policy
+from herdbook.health.fault_history import KEEP, NO_HISTORY, FaultHistory, serials_of
+from herdbook.health.policy import Policy
 from herdbook.projector.node_view import NodeView
 from herdbook.reactors.health import decide_health
 from tests.fakes import FakeClock

@@ -22,7 +22,7 @@ from herdbook.events.codec import (
 )
 from herdbook.events.jobs import JobSpecError, parse_job_spec
 from herdbook.events.subjects import InvalidIdError, validate_id
-from herdbook.health_policy import Policy, PolicyError
+from herdbook.health.policy import Policy, PolicyError
 
 FAST = settings(max_examples=300, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow])

@@ -19,7 +19,7 @@ from herdbook.events.health_report import GpuEvent, GpuVerdict, HealthReport
 from herdbook.events.node import GpuInfo, NodeInfo
 from herdbook.events.states import Approval, Health, Lifecycle, NodeType
 from herdbook.events.telemetry import GpuReading, GpuTelemetry
-from herdbook.fault_history import FaultHistory
+from herdbook.health.fault_history import FaultHistory
 from herdbook.projector.node_view import NodeView
 from herdbook.reactors.telemetry_intake import Sample
 from herdbook.web.openapi import document

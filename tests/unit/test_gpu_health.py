@@ -16,7 +16,7 @@ from herdbook.events.codec import decode_event, encode
 from herdbook.events.health_report import GpuEvent, GpuVerdict, HealthReport, NodeHealthChanged
 from herdbook.events.node import NodeUncordoned
 from herdbook.events.states import Health
-from herdbook.health_policy import Policy
+from herdbook.health.policy import Policy
 from herdbook.projector.node_view import NodeView
 from herdbook.reactors.gpu_health import (
     gpu_level,

@@ -10,7 +10,7 @@ from herdbook.agent.gpu_checks import HealthMonitor
 from herdbook.events.health_report import CheckResult, GpuEvent, HealthReport, NodeHealthChanged
 from herdbook.events.node import NodeDown
 from herdbook.events.states import Approval, Health, Lifecycle, NodeType
-from herdbook.health_policy import Policy, PolicyError, Verdict
+from herdbook.health.policy import Policy, PolicyError, Verdict
 from herdbook.projector.node_view import NodeView
 from herdbook.reactors.health import decide_health
 from tests.fakes import FakeClock

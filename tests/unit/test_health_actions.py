@@ -19,7 +19,7 @@ from herdbook.events.health_report import (
 )
 from herdbook.events.node import NodeInfo
 from herdbook.events.states import Approval, Health, Lifecycle, NodeType
-from herdbook.health_actions import (
+from herdbook.health.actions import (
     ACTIONS,
     KIND_ACTIONS,
     XID_ACTIONS,
@@ -27,7 +27,7 @@ from herdbook.health_actions import (
     hint,
     worst,
 )
-from herdbook.health_policy import DEFAULT_POLICY_YAML, Policy, PolicyError
+from herdbook.health.policy import DEFAULT_POLICY_YAML, Policy, PolicyError
 from herdbook.projector.node_view import NodeView
 from herdbook.reactors.gpu_health import report_gpus
 from herdbook.reactors.health import decide_health

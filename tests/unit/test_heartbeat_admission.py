@@ -26,7 +26,7 @@ from herdbook.events.node import (
 from herdbook.events.states import Lifecycle
 from herdbook.events.streams import DAY, heartbeats_stream
 from herdbook.events.subjects import event_subject
-from herdbook.health_policy import Policy
+from herdbook.health.policy import Policy
 from herdbook.reactors.classifier import HealthClassifier
 from herdbook.reactors.heartbeats import NodeBeat, Verdict, judge
 from herdbook.reactors.runner import DecideRunner

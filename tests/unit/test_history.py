@@ -34,7 +34,7 @@ from herdbook.events.node import (
 )
 from herdbook.events.states import Approval, Health, Intent, Lifecycle, NodeType
 from herdbook.events.subjects import event_subject
-from herdbook.health_policy import Verdict
+from herdbook.health.policy import Verdict
 from herdbook.history.audit import MAX_REFUSED, ChainVerifier, audit_row, is_audited
 from herdbook.history.causes import CauseIndex, build_history, is_nodes
 from herdbook.history.reader import LogEntry, entry_of

@@ -215,6 +215,10 @@ FORBIDDEN = [
     (_sub("reactors"), _sub("agent", "control", "cli", "sim", "history", "api")),
     (_sub("agent"), _sub("reactors", "control", "cli", "sim", "history", "api")),
     (_sub("history"), _sub("agent", "control", "cli", "sim", "api")),
+    # health (what a report means: policies, actions, fault history and holds) is pure
+    # code over the vocabulary; the reactors, the API and the CLI apply it.
+    (_sub("health"), _sub("projector", "reactors", "agent", "control", "cli", "sim", "history",
+                          "api", "web", "natsd", "config")),
     # web (the HTTP API and the console) calls the API's handlers in-process and reads
     # the views; the composition root hands it the rest (tokens, heartbeat ages).
     (_sub("web"), _sub("agent", "control", "cli", "sim", "reactors", "natsd")),
@@ -264,6 +268,8 @@ RUNS_A_PROCESS = {
     (f"{PACKAGE}.cli.cluster", "cluster"): "runs local nats-servers",
     (f"{PACKAGE}.cli.sim", "sim_command"): "runs a simulated fleet",
     (f"{PACKAGE}.cli.sim", "_chaos"): "runs a simulated fleet (herd sim --chaos)",
+    (f"{PACKAGE}.cli.health", "test_policy"): "runs the classifier's own decider offline "
+                                              "(herd health test-policy)",
 }
 
 

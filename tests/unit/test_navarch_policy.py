@@ -16,8 +16,8 @@ from herdbook.cli.health import health_app
 from herdbook.events.health_report import CheckResult, GpuEvent, HealthReport, NodeHealthChanged
 from herdbook.events.node import NodeApproved, NodeBootChecked, NodeDown, NodeInfo, NodeRegistered
 from herdbook.events.states import Health, Lifecycle
-from herdbook.health_policy import DEFAULT_POLICY_YAML, Format, Policy, PolicyError
-from herdbook.health_policy_navarch import event_fields
+from herdbook.health.navarch import event_fields
+from herdbook.health.policy import DEFAULT_POLICY_YAML, Format, Policy, PolicyError
 from herdbook.reactors.classifier import HealthClassifier
 from herdbook.reactors.runner import DecideRunner
 from tests.fakes import FakeClock, FakeNats, FakeProjector, FakeStore

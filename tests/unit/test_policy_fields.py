@@ -13,9 +13,9 @@ from typer.testing import CliRunner
 
 from herdbook.cli.main import app
 from herdbook.events.health_report import CheckResult, GpuEvent
-from herdbook.health_policy import Policy, PolicyError
-from herdbook.health_policy_fields import known_fields, references, unknown_field
-from herdbook.policy_trial import SampleError, health_effect, report_of, sample_item, trial
+from herdbook.health.policy import Policy, PolicyError
+from herdbook.health.policy_fields import known_fields, references, unknown_field
+from herdbook.reactors.policy_trial import SampleError, health_effect, report_of, sample_item, trial
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

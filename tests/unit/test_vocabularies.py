@@ -11,7 +11,7 @@ module's syntax tree and refuses:
   joined from the type;
 - a fault name in the hyphenated spelling of before, outside ``events/faults.py``.
 
-A subset with a meaning of its own (``fault_hold.COUNTER_LIKE``) is typed with the
+A subset with a meaning of its own (``health.fault_hold.COUNTER_LIKE``) is typed with the
 vocabulary (``frozenset[HealthEventKind]``), so mypy strict checks its words."""
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from herdbook.events.states import (
     Lifecycle,
     NodeClass,
 )
-from herdbook.health_actions import ACTIONS
+from herdbook.health.actions import ACTIONS
 
 PACKAGE = Path(__file__).parents[2] / "herdbook"
 
@@ -63,7 +63,7 @@ VOCABULARIES: dict[str, tuple[tuple[str, ...], str]] = {
     "VerdictLevel": (VERDICT_LEVELS, "events/health_report.py"),
     "GpuHealth": (GPU_HEALTHS, "events/health_report.py"),
     "Fault": (FAULTS, "events/faults.py"),
-    "Action": (ACTIONS, "health_actions.py"),
+    "Action": (ACTIONS, "health/actions.py"),
 }
 HYPHENATED_FAULTS = frozenset(f.value.replace("_", "-") for f in Fault if "_" in f.value)
 

@@ -18,7 +18,7 @@ next clean report, whatever is still held, so the clear takes effect at once.
 
 Times are when HERD_HEALTH stored each report (the server's clock), passed in: pure.
 The classifier keeps one ``FaultHolds`` in memory and rebuilds it on start from the
-reports it replays, as it does the fault history (``fault_history``).
+reports it replays, as it does the fault history (``health.fault_history``).
 """
 
 from __future__ import annotations
@@ -46,13 +46,13 @@ class Finding:
 
     key: str          # one hold per (rule, kind, GPU): a later occurrence extends it
     reason: str       # "rule: what matched", as in the verdict's reasons
-    result: str       # the rule's result (``health_policy.RESULTS``)
+    result: str       # the rule's result (``health.policy.RESULTS``)
     hold: float       # seconds it holds after this occurrence; 0: not held
     gpu: int = -1     # the GPU it is of (-1: none named), for the GPU's own verdict
     rule: str = ""
     kind: str = ""
     xid: int = 0
-    action: str = "none"    # its recommended action (``health_actions``)
+    action: str = "none"    # its recommended action (``health.actions``)
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,8 @@ from herdbook.events.health_report import (
 )
 from herdbook.events.node import NodeDown
 from herdbook.events.states import Approval, Health, Lifecycle, NodeType
-from herdbook.health_policy import Policy, Verdict
-from herdbook.health_policy_navarch import describe
+from herdbook.health.navarch import describe
+from herdbook.health.policy import Policy, Verdict
 from herdbook.projector.node_view import NodeView
 from herdbook.reactors.health import decide_health
 

@@ -15,10 +15,10 @@ Two file formats, told apart by ``version`` alone:
   degraded one as ``degraded``.
 
 Both formats take ``metadata`` and a ``description`` per rule, and both see the same
-``event`` (``health_policy_navarch``).
+``event`` (``health.navarch``).
 
 Both take ``hold`` (a duration, default ``DEFAULT_HOLD``: 10m), per policy and per rule:
-how long a counter-like fault (``fault_hold.COUNTER_LIKE``) keeps its verdict after its
+how long a counter-like fault (``health.fault_hold.COUNTER_LIKE``) keeps its verdict after its
 last occurrence; ``0`` holds nothing. A hold is herdbook's: Navarch has none.
 """
 
@@ -42,11 +42,11 @@ from herdbook.events.health_report import (
     HealthReport,
     VerdictLevel,
 )
-from herdbook.fault_history import NO_HISTORY, FaultHistory, NodeHistory
-from herdbook.fault_hold import COUNTER_LIKE, DEFAULT_HOLD, Finding, Held
-from herdbook.health_actions import ACTIONS, action_for, worst
-from herdbook.health_policy_fields import compile_checked
-from herdbook.health_policy_navarch import check_fields, describe, event_fields
+from herdbook.health.actions import ACTIONS, action_for, worst
+from herdbook.health.fault_history import NO_HISTORY, FaultHistory, NodeHistory
+from herdbook.health.fault_hold import COUNTER_LIKE, DEFAULT_HOLD, Finding, Held
+from herdbook.health.navarch import check_fields, describe, event_fields
+from herdbook.health.policy_fields import compile_checked
 
 RESULTS = VERDICT_LEVELS   # least to most severe
 _RANK: dict[str, int] = {result: rank for rank, result in enumerate(RESULTS)}
@@ -160,7 +160,7 @@ class Rule(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     hold: str | float | None = None
     """This rule's hold (``500ms``, ``10m``, seconds), instead of the policy's."""
     action: str | None = None
-    """This rule's recommended action (``health_actions.ACTIONS``), instead of the table's."""
+    """This rule's recommended action (``health.actions.ACTIONS``), instead of the table's."""
 
 
 class Metadata(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -201,7 +201,7 @@ class GpuFinding:
     reason: str                 # "rule: what matched"
     kind: str
     xid: int = 0
-    action: str = "none"        # its recommended action (``health_actions``)
+    action: str = "none"        # its recommended action (``health.actions``)
 
 
 @dataclass(frozen=True)
@@ -221,7 +221,7 @@ class Verdict:
     holding: tuple[Held, ...] = ()
     """The holds in effect (``held``, with the GPU each is of), set by the classifier."""
     action: str = "none"
-    """What to do about it (``health_actions``): the most disruptive recommended action
+    """What to do about it (``health.actions``): the most disruptive recommended action
     of the report's faults found worse than healthy; ``none`` for a healthy report."""
 
     @property
@@ -332,7 +332,7 @@ class Policy:
                        history: NodeHistory = NO_HISTORY) -> tuple[str, str]:
         """(result, rule name) of the first matching rule; healthy if none matches. A rule
         that fails at runtime (e.g. a missing field) does not match. ``history``: the
-        node's fault history, the ``history.*`` functions (``herdbook.fault_history``)."""
+        node's fault history, the ``history.*`` functions (``herdbook.health.fault_history``)."""
         import cel
         context = cel.Context({"event": event}, history.functions())
         for rule in self.rules:
@@ -353,7 +353,7 @@ class Policy:
         return ("degraded", "warning-check") if check.status == "degraded" else ("healthy", "")
 
     def classify(self, report: HealthReport, history: NodeHistory = NO_HISTORY) -> Verdict:
-        """The report's verdict; ``history`` is its node's (``herdbook.fault_history``)."""
+        """The report's verdict; ``history`` is its node's (``herdbook.health.fault_history``)."""
         worst_result = "healthy"
         reasons: list[tuple[int, str]] = []
         gpus: list[int] = []

@@ -4,7 +4,7 @@ the node it was written for stays HEALTHY. ``Policy.parse`` refuses it instead, 
 the unknown field and the known ones.
 
 The known fields are taken from what the classifier hands a rule
-(``health_policy_navarch.event_fields`` and ``check_fields``, built for every kind of
+(``health.navarch.event_fields`` and ``check_fields``, built for every kind of
 ``GpuEvent``), so they cannot drift from it. The references are found by a scan of the
 condition's tokens (string literals skipped): the CEL binding exposes no syntax tree.
 ``event.x``, ``event["x"]``, ``has(event.x)`` and ``event.metrics.x`` are checked; an
@@ -17,7 +17,7 @@ from functools import cache
 from typing import Any
 
 from herdbook.events.health_report import HEALTH_EVENT_KINDS, CheckResult, GpuEvent
-from herdbook.health_policy_navarch import check_fields, event_fields, metrics
+from herdbook.health.navarch import check_fields, event_fields, metrics
 
 _TOKEN = re.compile(r"""
     (?P<string>[rRbB]{0,2}(?:\"\"\"[\s\S]*?\"\"\"|'''[\s\S]*?'''
