@@ -12,7 +12,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from herdbook.natsd.server import EmbeddedNats
+from herdbook.natsd.embedded import EmbeddedNats
 
 
 def free_port() -> int:

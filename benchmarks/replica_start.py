@@ -31,7 +31,7 @@ from herdbook.events.codec import encode
 from herdbook.events.node import NodeApproved, NodeDegraded, NodeInfo, NodeRecovered, NodeRegistered
 from herdbook.events.store import stream_last_seq, subject_of
 from herdbook.events.subjects import EVENTS_STREAM
-from herdbook.projector.runner import ProjectorRunner
+from herdbook.projector.projection import ProjectorRunner
 
 INFO = NodeInfo(hostname="h", arch="x86_64", cpus=64, memory_bytes=1 << 40, labels={"zone": "a"})
 

@@ -29,7 +29,7 @@ from herdbook.events.node import NodeApproved, NodeDegraded, NodeInfo, NodeRecov
 from herdbook.events.store import stream_last_seq, subject_of
 from herdbook.events.subjects import EVENTS_STREAM
 from herdbook.projector.catch_up_gc import CatchUpGc
-from herdbook.projector.runner import PULL_BATCH, ProjectorRunner
+from herdbook.projector.projection import PULL_BATCH, ProjectorRunner
 from herdbook.projector.tables import ReadModel
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from herdbook.natsd.server import EmbeddedNats
+from herdbook.natsd.embedded import EmbeddedNats
 from tests.conftest import free_port
 
 

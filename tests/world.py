@@ -15,7 +15,7 @@ from itertools import count
 from typing import Any
 
 from herdbook.events.node import GpuInfo, NodeApproved, NodeBootChecked, NodeInfo, NodeRegistered
-from herdbook.reactors.runner import ATTEMPTS, Context, DecideRunner
+from herdbook.reactors.decide_runner import ATTEMPTS, Context, DecideRunner
 from tests.fakes import FakeClock, FakeProjector, FakeStore
 
 T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)

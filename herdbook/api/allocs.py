@@ -14,8 +14,8 @@ from herdbook.api.present import alloc_reply
 from herdbook.events.alloc import AllocStatus
 from herdbook.events.evals import EvalTrigger
 from herdbook.projector.alloc_view import AllocView
-from herdbook.projector.runner import ProjectorRunner
-from herdbook.reactors.runner import DecideRunner
+from herdbook.projector.projection import ProjectorRunner
+from herdbook.reactors.decide_runner import DecideRunner
 
 Handler = Callable[[bytes], Awaitable[Any]]
 

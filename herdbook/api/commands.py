@@ -4,7 +4,7 @@ and everything else is generated from that table:
 
 - the NATS routes ``node.<verb>`` (``api/nodes.py``, one handler for all),
 - the HTTP action paths ``POST /v1/nodes/{id}/<verb>`` and their OpenAPI operations
-  (``web/server.py``, ``web/openapi.py``),
+  (``web/http_api.py``, ``web/openapi.py``),
 - the CLI commands with their options, confirmations and --help (``cli/node_actions.py``),
 - the console's buttons, extra controls and confirmation dialogs (``web/console``, which
   reads ``spec_json()`` from ``/console/node-commands.json``).
@@ -38,8 +38,8 @@ if TYPE_CHECKING:
     from herdbook.config import ValidationConfig
     from herdbook.events.node import NodeEvent
     from herdbook.projector.node_view import NodeView
+    from herdbook.reactors.decide_runner import Context, Decision
     from herdbook.reactors.intents import HeartbeatFacts
-    from herdbook.reactors.runner import Context, Decision
 
 GROUPS = ("scheduling", "service", "membership", "sensitive nodes", "inventory")
 """The verbs' groups, in the order the console's node page shows them."""
@@ -146,7 +146,7 @@ def decide_verb(verb: NodeVerb, view: NodeView | None, request: NodeCommand, act
 
 
 def _one(view: NodeView, event: NodeEvent) -> Decision[NodeEvent]:
-    from herdbook.reactors.runner import Decision
+    from herdbook.reactors.decide_runner import Decision
     return Decision(view.version, [event])
 
 
@@ -215,7 +215,7 @@ def _wipe(view: NodeView, req: WipeNode, actor: str, facts: Facts,
 def _add(view: NodeView | None, req: AddNode, actor: str, facts: Facts,
          context: Context) -> Decision[NodeEvent]:
     from herdbook.api.deciders import decide_add_node
-    from herdbook.reactors.runner import Decision
+    from herdbook.reactors.decide_runner import Decision
     declared = decide_add_node(view, facts.last_sequence, req.id, actor=actor,
                                reason=req.reason, node_class=req.node_class, labels=req.labels,
                                context=context)

@@ -22,8 +22,8 @@ from herdbook.projector.alloc_view import AllocView
 from herdbook.projector.eval_view import EvalRefused, EvalView, spawn, step
 from herdbook.projector.job_view import JobView
 from herdbook.projector.node_view import NodeView
+from herdbook.reactors.decide_runner import Context, Decision
 from herdbook.reactors.refused import CommandRefused
-from herdbook.reactors.runner import Context, Decision
 
 
 def decide_add_node(view: NodeView | None, version: int, node_id: str, *, actor: str,

@@ -42,7 +42,7 @@ from herdbook.events.subjects import logs_subject
 from herdbook.projector.alloc_view import AllocView
 from herdbook.projector.eval_view import EvalView
 from herdbook.projector.job_view import JobView
-from herdbook.projector.runner import ProjectorRunner
+from herdbook.projector.projection import ProjectorRunner
 from herdbook.reactors.placement_why import explain, phase
 from herdbook.reactors.plan_apply import make_plan
 

@@ -35,9 +35,9 @@ from herdbook.events.evals import EvalTrigger
 from herdbook.events.jobs import check_job_spec
 from herdbook.projector.alloc_view import AllocView
 from herdbook.projector.eval_view import EvalView
-from herdbook.projector.runner import ProjectorRunner
+from herdbook.projector.projection import ProjectorRunner
+from herdbook.reactors.decide_runner import DecideRunner
 from herdbook.reactors.placement_why import explain, phase
-from herdbook.reactors.runner import DecideRunner
 
 Handler = Callable[[bytes], Awaitable[Any]]
 

@@ -38,11 +38,11 @@ from herdbook.events.states import Approval, Health, resolve_state_filter
 from herdbook.events.store import EventStore
 from herdbook.events.subjects import HEARTBEATS_STREAM, resources_subject
 from herdbook.projector.node_view import NodeView
-from herdbook.projector.runner import ProjectorRunner
+from herdbook.projector.projection import ProjectorRunner
 from herdbook.reactors import intents
+from herdbook.reactors.decide_runner import Context, DecideRunner
 from herdbook.reactors.heartbeats import NodeBeat
 from herdbook.reactors.refused import AlreadyDone
-from herdbook.reactors.runner import Context, DecideRunner
 from herdbook.reactors.sweeper import Sweeper
 from herdbook.reactors.validation import failures_within, waiting
 from herdbook.text import clip

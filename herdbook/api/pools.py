@@ -12,9 +12,9 @@ from herdbook.api.lookup import ApiError, decode, resolve
 from herdbook.api.messages import ById, InstanceReply, ListInstances, Page, PoolByName, ScalePool
 from herdbook.api.present import instance_reply
 from herdbook.config import Config
-from herdbook.projector.runner import ProjectorRunner
+from herdbook.projector.projection import ProjectorRunner
+from herdbook.reactors.decide_runner import DecideRunner
 from herdbook.reactors.pools import LIVE
-from herdbook.reactors.runner import DecideRunner
 
 Handler = Callable[[bytes], Awaitable[Any]]
 

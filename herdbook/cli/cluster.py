@@ -59,7 +59,7 @@ def cluster(
 
     # This command runs the servers itself: it imports what runs them, here only.
     from herdbook.natsd.cluster import LocalCluster
-    from herdbook.natsd.server import NatsServerError
+    from herdbook.natsd.embedded import NatsServerError
 
     refuse_open_listener(host, insecure, "--host", auth=None)
     usable_dir(directory, "--dir")

@@ -106,8 +106,8 @@ def sim_command(
         raise client.fail("give a SCENARIO.yaml (or --chaos); see herd sim --help",
                           client.EXIT_USAGE)
     from herdbook.signals import until_signalled
-    from herdbook.sim.runner import StepResult, run_scenario
     from herdbook.sim.scenario_file import ScenarioError, load_scenario
+    from herdbook.sim.scenario_run import StepResult, run_scenario
     from herdbook.sim.scenarios import bundled, find
     from herdbook.sim.world import DataDirError
     scenario = find(scenario)

@@ -30,7 +30,7 @@ from nats.js.api import StreamConfig
 
 from herdbook.agent.protocol import NodeProtocol
 from herdbook.agent.state import SeqAllocator
-from herdbook.api.server import Api
+from herdbook.api.service import Api
 from herdbook.clock import Clock
 from herdbook.config import Config, heartbeats_max_age
 from herdbook.control.agent_sync import AgentSync
@@ -69,19 +69,19 @@ from herdbook.events.streams import all_streams
 from herdbook.events.subjects import EVENTS_STREAM, validate_id
 from herdbook.health.policy import Policy, PolicyError
 from herdbook.history.repairs_live import LiveRepairs
-from herdbook.natsd.server import EmbeddedNats
+from herdbook.natsd.embedded import EmbeddedNats
 from herdbook.natsd.storage_watch import StorageWatch
 from herdbook.natsd.token_bucket import TokenBucket
 from herdbook.natsd.users import UserRegistry
 from herdbook.projector import integrity
 from herdbook.projector.integrity import ViewError
-from herdbook.projector.runner import ProjectorRunner
+from herdbook.projector.projection import ProjectorRunner
 from herdbook.reactors.allocations import AllocationReactor
 from herdbook.reactors.approver import AutoApprover
 from herdbook.reactors.breaker import Breaker, BreakerFold
 from herdbook.reactors.classifier import HealthClassifier
+from herdbook.reactors.decide_runner import DecideRunner
 from herdbook.reactors.notifier import Notifier
-from herdbook.reactors.runner import DecideRunner
 from herdbook.reactors.scheduler import Scheduler
 from herdbook.reactors.sensitive import SensitiveReactor
 from herdbook.reactors.sweeper import Sweeper

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from nats.aio.client import Client as NATS
 
-from herdbook.api.server import Api
+from herdbook.api.service import Api
 from herdbook.clock import Clock
 from herdbook.config import Config
 from herdbook.control.errors import StartupError
@@ -17,11 +17,11 @@ from herdbook.control.gpu_metrics import GpuExposition, HealthCollector, parse_s
 from herdbook.control.metrics import ControlPlaneCollector, Metrics, MetricsServer, Page, scrape
 from herdbook.natsd.http_tokens import HttpTokens
 from herdbook.natsd.token_bucket import TokenBucket
-from herdbook.projector.runner import ProjectorRunner
+from herdbook.projector.projection import ProjectorRunner
 from herdbook.reactors.sweeper import Sweeper
 from herdbook.reactors.telemetry_intake import TelemetryIntake
 from herdbook.web.auth import check_bind
-from herdbook.web.server import WebServer
+from herdbook.web.http_api import WebServer
 
 
 def metrics_endpoint(cfg: Config, metrics: Metrics, projector: ProjectorRunner,

@@ -18,13 +18,14 @@ from herdbook.backoff import Backoff
 from herdbook.clock import Clock
 from herdbook.config import Config
 from herdbook.control.providers import InstanceSpec, Provider, ProviderError
-from herdbook.events.breaker import HeldAction
+from herdbook.events.breaker_events import HeldAction
 from herdbook.events.instance import InstanceEvent
 from herdbook.events.node import NodeEvent
 from herdbook.projector.instance_view import InstanceView
 from herdbook.projector.node_view import NodeView
-from herdbook.projector.runner import ProjectorRunner
+from herdbook.projector.projection import ProjectorRunner
 from herdbook.reactors.breaker_deciders import Gate
+from herdbook.reactors.decide_runner import Appended, DecideRunner, Decision
 from herdbook.reactors.pools import (
     decide_drain_first,
     decide_failed,
@@ -38,7 +39,6 @@ from herdbook.reactors.pools import (
     decide_terminating,
     plan_pool,
 )
-from herdbook.reactors.runner import Appended, DecideRunner, Decision
 from herdbook.reactors.sweeper import Sweeper
 
 log = logging.getLogger(__name__)

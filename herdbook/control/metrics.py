@@ -39,7 +39,7 @@ from herdbook.events.states import Lifecycle
 from herdbook.events.store import stream_last_seq
 from herdbook.events.subjects import EVENTS_STREAM
 from herdbook.projector.node_view import NodeView
-from herdbook.projector.runner import ProjectorRunner
+from herdbook.projector.projection import ProjectorRunner
 from herdbook.projector.score import fleet_score
 from herdbook.reactors.breaker import Breaker
 from herdbook.reactors.sweeper import Sweeper

@@ -21,7 +21,7 @@ from herdbook.events import nats_private
 from herdbook.events.backlog_reader import sid_routes
 from herdbook.events.streams import all_streams
 from herdbook.nats_connection import connection_callbacks, quiet_errors, server_list
-from herdbook.natsd.server import EmbeddedNats, NatsServerError
+from herdbook.natsd.embedded import EmbeddedNats, NatsServerError
 from herdbook.natsd.users import UserRegistry
 
 log = logging.getLogger(__name__)

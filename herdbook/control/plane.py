@@ -9,7 +9,7 @@ from typing import Any
 
 from nats.aio.client import Client as NATS
 
-from herdbook.api.server import Api
+from herdbook.api.service import Api
 from herdbook.clock import Clock
 from herdbook.config import Config
 from herdbook.control.agent_sync import AgentSync
@@ -22,15 +22,15 @@ from herdbook.control.streams_guard import StreamsGuard
 from herdbook.control.view_rebuild import ViewRebuild
 from herdbook.credentials import redact
 from herdbook.events.store import EventStore
-from herdbook.natsd.server import EmbeddedNats
+from herdbook.natsd.embedded import EmbeddedNats
 from herdbook.natsd.storage_watch import StorageWatch
 from herdbook.natsd.users import UserRegistry
-from herdbook.projector.runner import ProjectorRunner
+from herdbook.projector.projection import ProjectorRunner
 from herdbook.reactors.approver import AutoApprover
 from herdbook.reactors.classifier import HealthClassifier
-from herdbook.reactors.runner import DecideRunner
+from herdbook.reactors.decide_runner import DecideRunner
 from herdbook.reactors.sweeper import Sweeper
-from herdbook.web.server import WebServer
+from herdbook.web.http_api import WebServer
 
 
 @dataclass(eq=False, kw_only=True)

@@ -21,7 +21,7 @@ from herdbook.config import Config
 from herdbook.control.providers import FakeProvider, LocalProvider, Provider
 from herdbook.credentials import CredsFile, NatsAuth, write_creds
 from herdbook.events.store import EventStore
-from herdbook.natsd.server import EmbeddedNats
+from herdbook.natsd.embedded import EmbeddedNats
 from herdbook.natsd.users import UserRegistry
 
 StorageFull = Callable[[], str | None]

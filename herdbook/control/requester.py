@@ -19,7 +19,7 @@ from herdbook.control.errors import StartupError
 from herdbook.events.node import NodeEvent, NodeInfo
 from herdbook.events.states import NodeType
 from herdbook.projector.node_view import NodeView
-from herdbook.reactors.runner import DecideRunner, Decision, KeptChanging
+from herdbook.reactors.decide_runner import DecideRunner, Decision, KeptChanging
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from nats.aio.client import Client as NATS
 from herdbook.config import ProjectorConfig
 from herdbook.events.store import stream_last_seq
 from herdbook.events.subjects import EVENTS_STREAM
-from herdbook.projector.runner import ProjectorRunner
+from herdbook.projector.projection import ProjectorRunner
 from herdbook.reactors.refused import CommandRefused
 
 log = logging.getLogger(__name__)

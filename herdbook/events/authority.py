@@ -38,7 +38,7 @@ from herdbook.events.alloc import (
     AllocStopped,
 )
 from herdbook.events.base import Event
-from herdbook.events.breaker import BreakerEvent
+from herdbook.events.breaker_events import BreakerEvent
 from herdbook.events.eval_events import EvalEvent
 from herdbook.events.hb_shards import shard_in_subject
 from herdbook.events.health_report import HealthReport

@@ -17,7 +17,7 @@ from herdbook.events.alloc import (
     AllocStopRequested,
 )
 from herdbook.events.base import Event
-from herdbook.events.breaker import BreakerReset, BreakerTripped, NodeActionHeld
+from herdbook.events.breaker_events import BreakerReset, BreakerTripped, NodeActionHeld
 from herdbook.events.eval_events import (
     EvalCreated,
     EvalEnqueued,

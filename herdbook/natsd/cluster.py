@@ -15,7 +15,7 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
-from herdbook.natsd.server import (
+from herdbook.natsd.embedded import (
     NatsServerError,
     launch,
     port_in_use,

@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 from msgspec.structs import replace
 
-from herdbook.events.breaker import NodeActionHeld
+from herdbook.events.breaker_events import NodeActionHeld
 from herdbook.events.codec import AnyNodeEvent
 from herdbook.events.health_report import GpuVerdict, NodeHealthChanged
 from herdbook.events.heartbeat import AgentId

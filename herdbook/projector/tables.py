@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Generic, TypeVar, overload
 
 from herdbook.events.alloc import AllocEvent
-from herdbook.events.breaker import BreakerEvent
+from herdbook.events.breaker_events import BreakerEvent
 from herdbook.events.codec import AnyEvent
 from herdbook.events.eval_events import EvalEvent
 from herdbook.events.instance import InstanceEvent

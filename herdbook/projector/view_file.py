@@ -19,7 +19,7 @@ from herdbook.projector import fresh_view, integrity, schema
 from herdbook.projector.tables import ReadModel
 from herdbook.projector.waiters import Waiters
 
-log = logging.getLogger("herdbook.projector.runner")   # one logger: the runner's
+log = logging.getLogger("herdbook.projector.projection")   # one logger: the runner's
 
 
 class ViewFile:

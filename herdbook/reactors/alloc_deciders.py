@@ -13,7 +13,7 @@ from herdbook.events.alloc import LIVE, AllocEvent, AllocLost, AllocStopRequeste
 from herdbook.events.states import Intent, NodeClass
 from herdbook.projector.alloc_view import AllocView
 from herdbook.projector.tables import ReadModel
-from herdbook.reactors.runner import Context, Decision
+from herdbook.reactors.decide_runner import Context, Decision
 
 ACTOR = "allocations"
 

@@ -45,7 +45,7 @@ from herdbook.events.node import (
 from herdbook.events.states import Intent, Lifecycle
 from herdbook.projector.alloc_view import AllocView
 from herdbook.projector.node_view import NodeView
-from herdbook.projector.runner import ProjectorRunner
+from herdbook.projector.projection import ProjectorRunner
 from herdbook.reactors.alloc_deciders import (
     ACTOR,
     DrainAllocations,
@@ -57,8 +57,8 @@ from herdbook.reactors.alloc_deciders import (
     jobs_of,
     sensitive,
 )
+from herdbook.reactors.decide_runner import Context, DecideRunner, Decision
 from herdbook.reactors.eval_deciders import NEW, decide_blocked, decide_gc, decide_job_eval
-from herdbook.reactors.runner import Context, DecideRunner, Decision
 
 log = logging.getLogger(__name__)
 

@@ -9,9 +9,9 @@ from collections.abc import Callable
 
 from herdbook.events.node import NodeEvent
 from herdbook.projector.node_view import NodeView
-from herdbook.projector.runner import ProjectorRunner
+from herdbook.projector.projection import ProjectorRunner
+from herdbook.reactors.decide_runner import DecideRunner, Decision
 from herdbook.reactors.membership import decide_auto_approve
-from herdbook.reactors.runner import DecideRunner, Decision
 
 log = logging.getLogger(__name__)
 

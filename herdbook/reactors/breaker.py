@@ -41,7 +41,7 @@ from nats.aio.msg import Msg
 from herdbook.clock import Clock
 from herdbook.config import BreakerConfig
 from herdbook.events.authority import bind_event
-from herdbook.events.breaker import BREAKER_ID, BreakerEvent, BreakerTripped, NodeActionHeld
+from herdbook.events.breaker_events import BREAKER_ID, BreakerEvent, BreakerTripped, NodeActionHeld
 from herdbook.events.feed import StreamFeed, stream_seq
 from herdbook.events.node import NodeEvent
 from herdbook.events.subjects import EVENTS_STREAM
@@ -56,7 +56,7 @@ from herdbook.reactors.breaker_deciders import (
     since_reset,
     tally,
 )
-from herdbook.reactors.runner import Appended, Context, DecideRunner, Decision
+from herdbook.reactors.decide_runner import Appended, Context, DecideRunner, Decision
 
 log = logging.getLogger(__name__)
 

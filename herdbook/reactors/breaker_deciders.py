@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from herdbook.config import BreakerConfig
-from herdbook.events.breaker import (
+from herdbook.events.breaker_events import (
     FLEET,
     BreakerEvent,
     BreakerReset,
@@ -32,7 +32,7 @@ from herdbook.events.breaker import (
 from herdbook.events.node import NodeEvent
 from herdbook.events.states import Approval, Health, Intent, Lifecycle, NodeType
 from herdbook.projector.node_view import NodeView
-from herdbook.reactors.runner import Decision
+from herdbook.reactors.decide_runner import Decision
 
 AUTOMATIC_DRAINERS = frozenset({"sensitive"})
 """Actors whose drains are automatic take-outs (``reactors/sensitive.py``'s ACTOR)."""

@@ -34,7 +34,7 @@ from nats.aio.msg import Msg
 
 from herdbook.clock import Clock
 from herdbook.events.authority import bind_event, bind_node_report, check_ids
-from herdbook.events.breaker import HeldAction
+from herdbook.events.breaker_events import HeldAction
 from herdbook.events.codec import decode_health_report
 from herdbook.events.deadletters import DeadLetters
 from herdbook.events.feed import StreamFeed, stream_seq
@@ -46,11 +46,11 @@ from herdbook.health.fault_history import FaultHistory, serials_of
 from herdbook.health.fault_hold import FaultHolds
 from herdbook.health.policy import Policy, Verdict
 from herdbook.projector.node_view import NodeView
-from herdbook.projector.runner import ProjectorRunner
+from herdbook.projector.projection import ProjectorRunner
 from herdbook.reactors.breaker_deciders import Gate, Holds, gate_at
+from herdbook.reactors.decide_runner import Context, DecideRunner, Decision
 from herdbook.reactors.gpu_health import kept_gpus, report_gpus
 from herdbook.reactors.health import decide_health
-from herdbook.reactors.runner import Context, DecideRunner, Decision
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from herdbook.events.subjects import printable
 from herdbook.projector.node_view import NodeView
 from herdbook.reactors import liveness
 from herdbook.reactors.deadlines import Deadlines
-from herdbook.reactors.runner import DecideRunner, Decision, Reads
+from herdbook.reactors.decide_runner import DecideRunner, Decision, Reads
 
 log = logging.getLogger(__name__)
 

@@ -31,7 +31,7 @@ from herdbook.config import SchedulerConfig
 from herdbook.events.authority import Unvouched, bind_event
 from herdbook.events.eval_events import EvalCreated, EvalEnqueued, EvalEvent
 from herdbook.events.subjects import EVENTS_STREAM
-from herdbook.projector.runner import ProjectorRunner
+from herdbook.projector.projection import ProjectorRunner
 from herdbook.reactors.eval_deciders import DONE, delay_of
 
 log = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ from herdbook.events.eval_events import EvalCreated, EvalEvent
 from herdbook.events.evals import EvalStatus, EvalTrigger, Step
 from herdbook.projector.eval_view import EvalView, spawn, step
 from herdbook.projector.job_view import JobView
-from herdbook.reactors.runner import Context, Decision
+from herdbook.reactors.decide_runner import Context, Decision
 
 ACTOR = "scheduler"
 NEW = "new"

@@ -27,7 +27,7 @@ from herdbook.events.node import (
 )
 from herdbook.events.states import Intent, Lifecycle
 from herdbook.projector.node_view import NodeView
-from herdbook.reactors.runner import Decision
+from herdbook.reactors.decide_runner import Decision
 
 ACTOR = "sweeper"
 

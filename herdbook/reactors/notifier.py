@@ -48,8 +48,8 @@ from herdbook.events.node import (
 from herdbook.events.states import Health, Intent
 from herdbook.events.subjects import printable
 from herdbook.projector.node_view import NodeView
-from herdbook.projector.runner import ProjectorRunner
-from herdbook.reactors.runner import DecideRunner, Decision
+from herdbook.projector.projection import ProjectorRunner
+from herdbook.reactors.decide_runner import DecideRunner, Decision
 from herdbook.reactors.slurm import Slurm
 from herdbook.reactors.tracking import Progress
 

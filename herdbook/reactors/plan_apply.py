@@ -32,8 +32,8 @@ from herdbook.events.batch import MAX_BATCH
 from herdbook.events.states import Intent
 from herdbook.projector.job_view import JobView
 from herdbook.projector.tables import ReadModel
+from herdbook.reactors.decide_runner import Appended, Context, DecideRunner, Decision
 from herdbook.reactors.placement import Placement, Slot, Stop, capacities, place, reconcile
-from herdbook.reactors.runner import Appended, Context, DecideRunner, Decision
 
 ACTOR = "scheduler"
 APPLY_CONCURRENCY = 64

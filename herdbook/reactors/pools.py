@@ -24,7 +24,7 @@ from herdbook.events.node import NodeDrainStarted, NodeEvent, NodeTerminated
 from herdbook.events.states import Health, InstanceState, Intent, Lifecycle, NodeClass
 from herdbook.projector.instance_view import InstanceView
 from herdbook.projector.node_view import NodeView
-from herdbook.reactors.runner import Decision
+from herdbook.reactors.decide_runner import Decision
 
 LIVE = (InstanceState.PROVISIONING, InstanceState.PENDING_REGISTRATION, InstanceState.RUNNING)
 

@@ -27,7 +27,8 @@ from herdbook.events.eval_events import EvalCreated, EvalEvent
 from herdbook.events.evals import EvalStatus, EvalTrigger, Step
 from herdbook.projector.eval_view import EvalView
 from herdbook.projector.job_view import JobView
-from herdbook.projector.runner import ProjectorRunner
+from herdbook.projector.projection import ProjectorRunner
+from herdbook.reactors.decide_runner import Context, DecideRunner, Decision, KeptChanging
 from herdbook.reactors.eval_broker import BROKER_SUBJECTS, CONSUMER, EvalBroker, advisory_subject
 from herdbook.reactors.eval_deciders import (
     BLOCKING,
@@ -45,7 +46,6 @@ from herdbook.reactors.eval_deciders import (
     newer_pending,
 )
 from herdbook.reactors.plan_apply import apply_plan, make_plan, node_plans
-from herdbook.reactors.runner import Context, DecideRunner, Decision, KeptChanging
 
 __all__ = ["BROKER_SUBJECTS", "CONSUMER", "Scheduler", "advisory_subject", "new_eval"]
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from herdbook.clock import Clock
 from herdbook.config import Config
 from herdbook.events.alloc import LIVE
-from herdbook.events.breaker import HeldAction
+from herdbook.events.breaker_events import HeldAction
 from herdbook.events.node import (
     NodeConformanceChanged,
     NodeDrained,
@@ -39,9 +39,9 @@ from herdbook.events.node import (
 )
 from herdbook.events.states import Intent, Lifecycle, NodeClass, NodeType
 from herdbook.projector.node_view import NodeView
-from herdbook.projector.runner import ProjectorRunner
+from herdbook.projector.projection import ProjectorRunner
 from herdbook.reactors.breaker_deciders import Gate, Holds, gate_at
-from herdbook.reactors.runner import Context, DecideRunner, Decision
+from herdbook.reactors.decide_runner import Context, DecideRunner, Decision
 
 log = logging.getLogger(__name__)
 

@@ -38,14 +38,14 @@ from herdbook.events.states import Intent, Lifecycle
 from herdbook.events.store import EventStore
 from herdbook.events.subjects import printable
 from herdbook.projector.node_view import NodeView
-from herdbook.projector.runner import ProjectorRunner
+from herdbook.projector.projection import ProjectorRunner
 from herdbook.reactors import liveness
 from herdbook.reactors.deadlines import Deadlines
+from herdbook.reactors.decide_runner import DecideRunner, Decision
 from herdbook.reactors.declarations import APPEND_RETRY_MAX, Declarations
 from herdbook.reactors.heartbeat_intake import HeartbeatIntake, MappingMissing, check_mapping
 from herdbook.reactors.heartbeats import NodeBeat, Verdict
 from herdbook.reactors.notifier import has_drain_status
-from herdbook.reactors.runner import DecideRunner, Decision
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +70,7 @@ class Sweeper:
         self.taken: dict[int, float] = {}
         """Per shard swept here, when this replica took it (its observation began)."""
         self.shard_holders: Callable[[], dict[str, str]] = dict
+        self.shards_taken = 0   # shards taken since start: more than held means churn
         """Every shard's holder (``control.shards.ShardLeases.status``; none unsharded)."""
         self.reobservations = 0   # clock jumps and reconnections seen since start
         self._unsubscribe: Callable[[], None] | None = None
@@ -110,6 +111,7 @@ class Sweeper:
         its nodes for one heartbeat timeout before declaring any, as after a start."""
         if shard in self.intake.held:
             return
+        self.shards_taken += 1
         await self.intake.open(shard)
         self.observe_shard(shard)
 
@@ -227,6 +229,7 @@ class Sweeper:
     def shard_status(self) -> dict[str, Any]:
         """For status: the shard count, those swept here, and who holds each."""
         return {"liveness_shards": self.shards, "liveness_shards_held": self.held,
+                "liveness_shards_taken": self.shards_taken,
                 **({"liveness_shard_holders": self.shard_holders()} if self.shards > 1
                    else {})}
 

@@ -43,7 +43,7 @@ from herdbook.events.alloc import (
     AllocStatus,
     AllocStopRequested,
 )
-from herdbook.events.breaker import HeldAction
+from herdbook.events.breaker_events import HeldAction
 from herdbook.events.jobs import Resources
 from herdbook.events.node import (
     NodeEvent,
@@ -54,10 +54,10 @@ from herdbook.events.node import (
 from herdbook.events.states import Approval, Health, Intent, Lifecycle, NodeType
 from herdbook.projector.alloc_view import AllocView
 from herdbook.projector.node_view import NodeView
-from herdbook.projector.runner import ProjectorRunner
+from herdbook.projector.projection import ProjectorRunner
 from herdbook.reactors.breaker_deciders import Gate, Holds, gate_at
+from herdbook.reactors.decide_runner import Context, DecideRunner, Decision
 from herdbook.reactors.refused import AlreadyDone, CommandRefused
-from herdbook.reactors.runner import Context, DecideRunner, Decision
 
 log = logging.getLogger(__name__)
 

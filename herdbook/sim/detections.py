@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from herdbook.events.breaker import NodeActionHeld
+from herdbook.events.breaker_events import NodeActionHeld
 from herdbook.events.codec import event_tag
 from herdbook.events.health_report import NodeHealthChanged
 from herdbook.events.node import NodeDegraded, NodeDown, NodeFailed, NodeWipeFailed

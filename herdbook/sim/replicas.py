@@ -38,7 +38,7 @@ from herdbook.events.heartbeat import Heartbeat
 from herdbook.events.node import NodeBootChecked, NodeRegistered
 from herdbook.events.store import subject_of
 from herdbook.events.subjects import API_PREFIX
-from herdbook.natsd.server import EmbeddedNats
+from herdbook.natsd.embedded import EmbeddedNats
 
 BOOT = "sim-boot"
 SWEEP_INTERVAL = 0.2
@@ -64,6 +64,9 @@ class ReplicaFigures:
     cpu_per_s: float
     """CPU seconds per second of the replica's process (its every thread)."""
     us_per_heartbeat: float
+    retaken: int = 0
+    """Shards this replica took during the window: a lease that lapsed and was retaken
+    (its stored heartbeats are read again then, which inflates the rate)."""
 
 
 @dataclass
@@ -268,7 +271,8 @@ async def run_replicas(opts: ReplicaOptions, work: Path,
         figures = await measure(nc, replicas, kv, opts)
         for f in figures:
             say(f"  {f.name}: shards {f.shards}, {f.heartbeats_per_s:,.0f} heartbeats/s, "
-                f"{f.cpu_per_s:.2f} CPU s/s ({f.us_per_heartbeat:.1f} µs a heartbeat)")
+                f"{f.cpu_per_s:.2f} CPU s/s ({f.us_per_heartbeat:.1f} µs a heartbeat)"
+                + (f"; {f.retaken} shards lost and retaken meanwhile" if f.retaken else ""))
         kill = None
         if opts.kill and opts.replicas >= 2:
             kill = await kill_one(nc, kv, fleet, replicas, opts, say)
@@ -296,12 +300,13 @@ async def measure(nc: Any, replicas: list[Replica], kv: Any, opts: ReplicaOption
     (each stamped when it answered); CPU from /proc over the window alone."""
     names = [r.name for r in replicas]
 
-    async def accepted() -> list[tuple[float, float]]:
+    async def accepted() -> list[tuple[float, float, int]]:
         got = await statuses(nc, names)
         missing = [n for n in names if n not in got]
         if missing:
             raise RuntimeError(f"{', '.join(missing)} did not answer status")
-        return [(float(got[n][0]["heartbeats_accepted"]), got[n][1]) for n in names]
+        return [(float(got[n][0]["heartbeats_accepted"]), got[n][1],
+                 int(got[n][0].get("liveness_shards_taken", 0))) for n in names]
 
     def cpu() -> list[float]:
         return [cpu_seconds(r.proc.pid) for r in replicas]
@@ -313,11 +318,11 @@ async def measure(nc: Any, replicas: list[Replica], kv: Any, opts: ReplicaOption
     held = await holders(kv, opts.shards)
     out = []
     for i, replica in enumerate(replicas):
-        (n0, s0), (n1, s1) = before[i], after[i]
+        (n0, s0, k0), (n1, s1, k1) = before[i], after[i]
         rate, used = (n1 - n0) / (s1 - s0), (cpu1[i] - cpu0[i]) / (t1 - t0)
         out.append(ReplicaFigures(
             replica.name, sorted(k for k, h in held.items() if h == replica.name),
-            rate, used, 1e6 * used / max(rate, 1e-9)))
+            rate, used, 1e6 * used / max(rate, 1e-9), k1 - k0))
     return out
 
 

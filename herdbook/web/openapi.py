@@ -169,7 +169,7 @@ def _in_path(parameter: dict[str, Any]) -> dict[str, Any]:
 
 
 def _query_parameters(request: type[Any]) -> list[dict[str, Any]]:
-    """A read's request fields as query parameters (``web/server.py``'s ``query_body``
+    """A read's request fields as query parameters (``web/http_api.py``'s ``query_body``
     reads them): a list repeats (``?state=READY&state=DOWN``), a time also takes now or a
     duration ago, ``labels`` takes ``k=v`` (as ``label``); an object field is not one."""
     (schema,), components = msgspec.json.schema_components([request], ref_template=REF)

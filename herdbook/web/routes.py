@@ -1,6 +1,6 @@
 """The HTTP API's route table, from the same request and reply Structs the NATS API decodes
 and encodes (``api/messages.py``, ``api/history_messages.py``; the node verbs' from the
-command table, ``api/commands.py``): what ``web/server.py`` serves and ``web/openapi.py``
+command table, ``api/commands.py``): what ``web/http_api.py`` serves and ``web/openapi.py``
 documents.
 
 ``ROUTES`` names, for every NATS route, the Struct its handler decodes the request as
@@ -165,7 +165,7 @@ ALIASES: dict[str, Alias] = {
     "/v1/gpus/{node_id}/{index}": Alias("gpu.describe"),
     "/v1/repairs": Alias("fleet.repairs", renames={"node": "node_id"}),
 }
-"""The REST paths the README and curl use, beside the route paths; ``web/server.py``
+"""The REST paths the README and curl use, beside the route paths; ``web/http_api.py``
 serves exactly these."""
 
 NODE_ACTION_PATH = "/v1/nodes/{id}/"

@@ -166,7 +166,7 @@ def test_a_server_an_earlier_herd_up_left_running_is_stopped_by_the_next(plane: 
     wait_until(plane.answers, timeout=30, what="herd up to answer")
     plane.stop()
     conf = plane.data_dir / "nats" / "nats-server.conf"
-    from herdbook.natsd.server import find_binary
+    from herdbook.natsd.embedded import find_binary
     stray = subprocess.Popen([find_binary(), "-c", str(conf)], stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL, start_new_session=True)
     try:

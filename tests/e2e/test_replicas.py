@@ -17,7 +17,7 @@ from typing import Any, Self
 import pytest
 
 from herdbook.events.codec import decode_event
-from herdbook.natsd.server import EmbeddedNats
+from herdbook.natsd.embedded import EmbeddedNats
 from tests.conftest import free_port, herd, wait_until
 from tests.e2e.conftest import Fleet
 

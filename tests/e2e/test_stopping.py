@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from herdbook.natsd.server import EmbeddedNats
+from herdbook.natsd.embedded import EmbeddedNats
 from tests.conftest import free_port, wait_until
 
 pytestmark = pytest.mark.e2e

@@ -18,7 +18,7 @@ from herdbook.events.codec import encode
 from herdbook.events.heartbeat import AgentId, Heartbeat
 from herdbook.events.node import NodeBootChecked, NodeBootStarted, NodeRegistered
 from herdbook.events.store import EventStore
-from herdbook.natsd.server import EmbeddedNats
+from herdbook.natsd.embedded import EmbeddedNats
 from tests.conftest import free_port, herd
 from tests.integration.test_metrics import http_get
 

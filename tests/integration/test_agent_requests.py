@@ -11,7 +11,7 @@ import msgspec
 from herdbook.agent.main import Agent, AgentOptions
 from herdbook.events.agent_requests import FingerprintReply, InjectReply, InjectRequest
 from herdbook.events.subjects import fingerprint_subject, inject_subject
-from herdbook.natsd.server import EmbeddedNats
+from herdbook.natsd.embedded import EmbeddedNats
 
 
 async def test_inject_and_fingerprint_replies(nc, nats_server: EmbeddedNats,  # type: ignore[no-untyped-def]

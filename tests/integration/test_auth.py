@@ -29,7 +29,7 @@ from herdbook.events.heartbeat import Heartbeat
 from herdbook.events.node import NodeApproved
 from herdbook.events.store import EventStore
 from herdbook.events.subjects import EVENTS_STREAM, HEARTBEATS_STREAM, logs_subject
-from herdbook.natsd.server import find_binary
+from herdbook.natsd.embedded import find_binary
 from tests.conftest import HERD, free_port, herd
 from tests.integration.conftest import running_plane
 from tests.integration.test_agent_and_control import eventually

@@ -18,7 +18,7 @@ from herdbook.control.ports import REAL_PORTS, ProviderSite, StorageFull
 from herdbook.control.providers import InstanceSpec, Provider
 from herdbook.events.base import Event
 from herdbook.events.store import EventStore
-from herdbook.natsd.server import EmbeddedNats
+from herdbook.natsd.embedded import EmbeddedNats
 from tests.conftest import poll
 
 

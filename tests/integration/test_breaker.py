@@ -16,7 +16,7 @@ import aiohttp
 import pytest
 
 from herdbook.control.plane import ControlPlane
-from herdbook.events.breaker import BreakerReset, BreakerTripped, NodeActionHeld
+from herdbook.events.breaker_events import BreakerReset, BreakerTripped, NodeActionHeld
 from herdbook.events.codec import encode
 from herdbook.events.health_report import GpuEvent, HealthReport
 from herdbook.events.node import GpuInfo, NodeApproved, NodeBootChecked, NodeInfo, NodeRegistered

@@ -18,7 +18,7 @@ from herdbook.events.node import NodeApproved, NodeBootChecked, NodeRegistered
 from herdbook.events.states import Health
 from herdbook.events.store import EventStore
 from herdbook.events.subjects import HEALTH_STREAM
-from herdbook.natsd.server import EmbeddedNats
+from herdbook.natsd.embedded import EmbeddedNats
 from herdbook.reactors.classifier import decided_reports
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from herdbook.natsd.server import EmbeddedNats
+from herdbook.natsd.embedded import EmbeddedNats
 from tests.conftest import herd
 
 

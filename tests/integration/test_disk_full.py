@@ -28,7 +28,7 @@ from herdbook.control.nats_parts import ensure_streams
 from herdbook.events.node import NodeDeclared
 from herdbook.events.store import EventStore, StorageFullError
 from herdbook.nats_connection import quiet_errors
-from herdbook.natsd.server import launch, terminate, wait_listening
+from herdbook.natsd.embedded import launch, terminate, wait_listening
 from tests.conftest import free_port, herd
 from tests.integration.test_agent_and_control import eventually
 

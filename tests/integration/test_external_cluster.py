@@ -23,8 +23,8 @@ from herdbook.agent.main import Agent, AgentOptions
 from herdbook.control.plane import ControlPlane
 from herdbook.credentials import NatsAuth
 from herdbook.natsd.cluster import free_ports
+from herdbook.natsd.embedded import launch, terminate, wait_listening
 from herdbook.natsd.http_tokens import HttpTokens
-from herdbook.natsd.server import launch, terminate, wait_listening
 from tests.conftest import free_port, herd
 from tests.integration.conftest import running_plane
 from tests.integration.test_agent_and_control import eventually

@@ -28,7 +28,7 @@ from herdbook.events.node import GpuInfo, NodeApproved, NodeBootChecked, NodeInf
 from herdbook.events.store import EventStore
 from herdbook.events.subjects import HEALTH_STREAM, HEARTBEATS_STREAM, telemetry_subject
 from herdbook.events.telemetry import GpuReading, GpuTelemetry
-from herdbook.natsd.server import EmbeddedNats
+from herdbook.natsd.embedded import EmbeddedNats
 from tests.conftest import free_port, herd, poll
 from tests.unit.test_gpu_metrics import dashboard_queries, series_of
 

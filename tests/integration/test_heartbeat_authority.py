@@ -23,7 +23,7 @@ from herdbook.events.node import NodeBootChecked, NodeRegistered
 from herdbook.events.store import EventStore
 from herdbook.events.streams import DAY, heartbeats_stream
 from herdbook.events.subjects import HEARTBEATS_STREAM
-from herdbook.natsd.server import EmbeddedNats
+from herdbook.natsd.embedded import EmbeddedNats
 from herdbook.reactors.sweeper import Sweeper
 from tests.conftest import poll
 

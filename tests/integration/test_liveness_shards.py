@@ -15,7 +15,7 @@ import pytest
 from herdbook.control.nats_parts import ensure_streams
 from herdbook.events.authority import bind_node_report
 from herdbook.events.hb_shards import shard_of
-from herdbook.natsd.server import EmbeddedNats
+from herdbook.natsd.embedded import EmbeddedNats
 from herdbook.reactors.heartbeat_intake import MappingMissing, check_mapping
 from tests.conftest import free_port
 

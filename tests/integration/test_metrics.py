@@ -21,7 +21,7 @@ from herdbook.control.metrics import Metrics, quantile
 from herdbook.events.node import NodeBootChecked, NodeInfo, NodeRegistered, NodeWipeFailed
 from herdbook.events.states import NodeClass
 from herdbook.events.store import EventStore
-from herdbook.natsd.server import EmbeddedNats
+from herdbook.natsd.embedded import EmbeddedNats
 from tests.conftest import free_port
 
 

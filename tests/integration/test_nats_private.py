@@ -21,7 +21,7 @@ from herdbook.events.backlog_reader import _NarrowParser, sid_routes
 from herdbook.events.codec import encode
 from herdbook.events.node import NodeCordoned, NodeDegraded, NodeRecovered, NodeRegistered
 from herdbook.events.store import EventStore, subject_of
-from herdbook.projector.runner import ProjectorRunner
+from herdbook.projector.projection import ProjectorRunner
 from tests.conftest import settle
 
 

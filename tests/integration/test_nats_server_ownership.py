@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from herdbook.natsd.embedded import EmbeddedNats, NatsServerError, find_binary, port_in_use
 from herdbook.natsd.ownership import leftover_servers
-from herdbook.natsd.server import EmbeddedNats, NatsServerError, find_binary, port_in_use
 from tests.conftest import alive, free_port, wait_until
 
 
@@ -86,7 +86,7 @@ def test_a_port_held_by_another_store_is_refused_not_taken(tmp_path: Path) -> No
 
 LAUNCHER = textwrap.dedent("""
     import sys, threading, time
-    from herdbook.natsd.server import EmbeddedNats
+    from herdbook.natsd.embedded import EmbeddedNats
     server = EmbeddedNats(sys.argv[1], port=int(sys.argv[2]))
     if sys.argv[3] == "thread":
         worker = threading.Thread(target=server.start)

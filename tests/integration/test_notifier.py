@@ -13,8 +13,8 @@ from herdbook.events.node import (
     NodeNotificationFailed,
     NodeRegistered,
 )
+from herdbook.reactors.decide_runner import DecideRunner
 from herdbook.reactors.notifier import Notifier, action_for, has_drain_status
-from herdbook.reactors.runner import DecideRunner
 from tests.fakes import FakeClock, FakeProjector, FakeStore
 from tests.unit.test_notifier_runner import World
 

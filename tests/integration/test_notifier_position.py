@@ -27,9 +27,9 @@ from herdbook.events.node import (
 )
 from herdbook.events.positions import NOTIFIER_KEY, POSITIONS_STREAM, KvPosition
 from herdbook.events.store import EventStore
-from herdbook.projector.runner import ProjectorRunner
+from herdbook.projector.projection import ProjectorRunner
+from herdbook.reactors.decide_runner import DecideRunner
 from herdbook.reactors.notifier import Notifier
-from herdbook.reactors.runner import DecideRunner
 from herdbook.reactors.tracking import node_events
 from tests.conftest import poll
 

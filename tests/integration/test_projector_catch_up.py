@@ -16,7 +16,7 @@ from herdbook.events.subjects import EVENTS_STREAM
 from herdbook.projector import fresh_view, schema
 from herdbook.projector.catch_up_gc import CATCH_UP_GC_GEN0
 from herdbook.projector.integrity import checkpoint_of
-from herdbook.projector.runner import ProjectorRunner
+from herdbook.projector.projection import ProjectorRunner
 from tests.integration.test_backlog_reader import fill
 
 

@@ -26,7 +26,7 @@ from herdbook.events.store import stream_last_seq, subject_of
 from herdbook.events.subjects import EVENTS_STREAM
 from herdbook.projector import schema
 from herdbook.projector.integrity import checkpoint_of
-from herdbook.projector.runner import ProjectorRunner
+from herdbook.projector.projection import ProjectorRunner
 from tests.conftest import wait_until
 
 

@@ -33,9 +33,9 @@ from herdbook.events.node import (
 from herdbook.events.states import Lifecycle, NodeClass
 from herdbook.events.store import EventStore
 from herdbook.projector.eval_view import spawn, step
-from herdbook.projector.runner import ProjectorRunner
+from herdbook.projector.projection import ProjectorRunner
 from herdbook.reactors.allocations import AllocationReactor
-from herdbook.reactors.runner import DecideRunner
+from herdbook.reactors.decide_runner import DecideRunner
 from herdbook.reactors.scheduler import Scheduler, new_eval
 from tests.conftest import poll
 from tests.fakes import FakeClock

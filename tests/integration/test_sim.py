@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from herdbook.sim.chaos import ChaosOptions, run_chaos
-from herdbook.sim.runner import EXIT_FAILED, run_scenario
 from herdbook.sim.scenario_file import load_scenario, parse_scenario
+from herdbook.sim.scenario_run import EXIT_FAILED, run_scenario
 from herdbook.sim.scenarios import bundled
 from tests.conftest import herd
 

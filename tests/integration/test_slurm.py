@@ -25,8 +25,8 @@ from herdbook.config import parse_config
 from herdbook.control.plane import ControlPlane
 from herdbook.events.node import NodeInfo, NodeNotificationFailed, NodeRegistered
 from herdbook.events.states import Intent, Lifecycle
+from herdbook.reactors.decide_runner import DecideRunner
 from herdbook.reactors.notifier import Notifier
-from herdbook.reactors.runner import DecideRunner
 from herdbook.reactors.slurm import Slurm
 from tests.conftest import free_port
 from tests.fakes import FakeClock, FakeProjector, FakeStore

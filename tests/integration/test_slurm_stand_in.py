@@ -15,8 +15,8 @@ from herdbook.config import parse_config
 from herdbook.events.health_report import NodeHealthChanged
 from herdbook.events.node import NodeInfo, NodeNotificationFailed, NodeRegistered, NodeUndrained
 from herdbook.events.states import Health
+from herdbook.reactors.decide_runner import DecideRunner
 from herdbook.reactors.notifier import Notifier, action_for, has_drain_status, reason_for
-from herdbook.reactors.runner import DecideRunner
 from tests.fakes import FakeClock, FakeProjector, FakeStore
 
 

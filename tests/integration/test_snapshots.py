@@ -25,9 +25,9 @@ from herdbook.control.snapshots import BUCKET, SnapshotWriter, headers_of, liste
 from herdbook.events.codec import encode
 from herdbook.events.node import NodeRegistered
 from herdbook.events.store import subject_of
-from herdbook.natsd.server import EmbeddedNats
+from herdbook.natsd.embedded import EmbeddedNats
 from herdbook.projector import schema
-from herdbook.projector.runner import ProjectorRunner
+from herdbook.projector.projection import ProjectorRunner
 from tests.conftest import free_port
 from tests.fakes import FakeClock
 from tests.integration.conftest import running_plane

@@ -189,6 +189,6 @@ async def test_ids_a_terminal_or_a_log_would_choke_on_are_dead_lettered_quietly(
     assert projector.deadletters - before == len(bodies)
     assert ansi not in projector.nodes and huge not in projector.nodes
     assert "n9" not in projector.nodes
-    lines = [r.getMessage() for r in caplog.records if r.name == "herdbook.projector.runner"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "herdbook.projector.projection"]
     assert 1 <= len(lines) <= 5, len(lines)
     assert all(len(line) < 1000 and "\x1b" not in line for line in lines)

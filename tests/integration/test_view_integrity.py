@@ -29,10 +29,10 @@ from herdbook.control.plane import ControlPlane
 from herdbook.events.node import NodeDeclared
 from herdbook.events.store import EventStore, stream_last_seq
 from herdbook.events.subjects import EVENTS_STREAM, HEALTH_STREAM, HEARTBEATS_STREAM
-from herdbook.projector.runner import ProjectorRunner
+from herdbook.projector.projection import ProjectorRunner
 from tests.conftest import free_port, wait_until
 
-RUNNER_LOG = "herdbook.projector.runner"
+RUNNER_LOG = "herdbook.projector.projection"
 
 
 def config(tmp_path: Path, port: int) -> Config:

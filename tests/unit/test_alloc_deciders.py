@@ -36,7 +36,7 @@ from herdbook.reactors.alloc_deciders import (
     jobs_of,
     live_on,
 )
-from herdbook.reactors.runner import Context
+from herdbook.reactors.decide_runner import Context
 
 T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 

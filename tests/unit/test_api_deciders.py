@@ -32,8 +32,8 @@ from herdbook.projector.alloc_view import AllocView
 from herdbook.projector.eval_view import EvalView
 from herdbook.projector.job_view import JobView
 from herdbook.projector.node_view import NodeView
+from herdbook.reactors.decide_runner import Context
 from herdbook.reactors.refused import CommandRefused
-from herdbook.reactors.runner import Context
 
 NOW = Context(now=datetime(2026, 11, 23, 12, 0, tzinfo=UTC), new_id=lambda: "fresh")
 NODE = NodeView(id="n1", type=NodeType.COMPUTE, approval=Approval.APPROVED,

@@ -25,14 +25,14 @@ from herdbook.api.messages import (
     Ok,
     RegisterResult,
 )
-from herdbook.api.server import failure
+from herdbook.api.service import failure
 from herdbook.events.alloc import AllocLost, AllocPlaced, AllocRequeueApproved
 from herdbook.events.eval_events import EvalCreated
 from herdbook.events.evals import EvalTrigger
 from herdbook.events.jobs import JobRegistered, JobSpec
 from herdbook.events.store import StorageFullError
+from herdbook.reactors.decide_runner import DecideRunner, KeptChanging
 from herdbook.reactors.refused import CommandRefused
-from herdbook.reactors.runner import DecideRunner, KeptChanging
 from tests.fakes import FakeClock, FakeProjector, FakeStore
 
 T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)

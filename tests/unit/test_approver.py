@@ -9,7 +9,7 @@ from herdbook.events.node import NodeApproved, NodeBootChecked, NodeInfo, NodeRe
 from herdbook.events.states import Approval
 from herdbook.projector.node_view import NodeView, apply
 from herdbook.reactors.approver import AutoApprover, decide_approval
-from herdbook.reactors.runner import DecideRunner
+from herdbook.reactors.decide_runner import DecideRunner
 from tests.fakes import FakeClock, FakeProjector, FakeStore
 
 

@@ -11,7 +11,7 @@ from msgspec.structs import replace
 
 from herdbook.config import BreakerConfig
 from herdbook.events.base import Event
-from herdbook.events.breaker import BreakerReset, BreakerTripped, HeldAction, NodeActionHeld
+from herdbook.events.breaker_events import BreakerReset, BreakerTripped, HeldAction, NodeActionHeld
 from herdbook.events.health_report import CheckResult, GpuEvent, HealthReport, NodeHealthChanged
 from herdbook.events.node import NodeConformanceChanged, NodeDrainStarted, NodeInfo
 from herdbook.events.states import Approval, Health, Intent, Lifecycle, NodeClass, NodeType
@@ -32,8 +32,8 @@ from herdbook.reactors.breaker_deciders import (
     tally,
 )
 from herdbook.reactors.classifier import decide_on_report
+from herdbook.reactors.decide_runner import DecideRunner
 from herdbook.reactors.pools import plan_pool
-from herdbook.reactors.runner import DecideRunner
 from herdbook.reactors.sensitive import Expectation, decide_node_conformance
 from tests.fakes import FakeClock
 

@@ -76,7 +76,7 @@ def test_two_owners_in_one_process_leave_the_thresholds_as_they_found_them() -> 
 def test_each_projector_owns_its_collector_state() -> None:
     from nats.aio.client import Client as NATS
 
-    from herdbook.projector.runner import ProjectorRunner
+    from herdbook.projector.projection import ProjectorRunner
 
     one, other = (ProjectorRunner(NATS(), ":memory:") for _ in range(2))   # not connected
     assert isinstance(one.gc, CatchUpGc) and one.gc is not other.gc

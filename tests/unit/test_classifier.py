@@ -21,7 +21,7 @@ from herdbook.events.node import (
 from herdbook.events.states import Health, Lifecycle
 from herdbook.health.policy import Policy
 from herdbook.reactors.classifier import HealthClassifier, decide_on_report
-from herdbook.reactors.runner import DecideRunner
+from herdbook.reactors.decide_runner import DecideRunner
 from tests.fakes import FakeClock, FakeNats, FakeProjector, FakeStore
 
 POLICY = Policy.load(None)

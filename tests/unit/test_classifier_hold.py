@@ -29,9 +29,9 @@ from herdbook.health.policy import Policy, PolicyError, Verdict
 from herdbook.history.causes import label
 from herdbook.projector.node_view import NodeView
 from herdbook.reactors.classifier import HealthClassifier
+from herdbook.reactors.decide_runner import DecideRunner
 from herdbook.reactors.health import decide_health
 from herdbook.reactors.intents import decide_uncordon
-from herdbook.reactors.runner import DecideRunner
 from tests.fakes import FakeClock, FakeNats, FakeProjector, FakeStore
 
 POLICY = Policy.load(None)

@@ -20,8 +20,8 @@ from herdbook.api.nodes import NodeRoutes
 from herdbook.cli.main import app as cli_app
 from herdbook.config import Config
 from herdbook.web import console
+from herdbook.web.http_api import WebServer
 from herdbook.web.openapi import LINKS, NODE_ACTION_PATH, READS, ROUTES, document
-from herdbook.web.server import WebServer
 
 NAMES = {verb.name for verb in VERBS}
 ROOT = Path(herdbook.__file__).parent

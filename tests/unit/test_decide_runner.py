@@ -8,7 +8,7 @@ import pytest
 from herdbook.events.node import NodeApproved, NodeCordoned, NodeInfo, NodeRegistered
 from herdbook.events.pool import PoolScaled
 from herdbook.events.states import Approval
-from herdbook.reactors.runner import Context, Decision, KeptChanging
+from herdbook.reactors.decide_runner import Context, Decision, KeptChanging
 from tests import world as shared
 from tests.world import T0
 

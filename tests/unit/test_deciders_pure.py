@@ -47,12 +47,12 @@ from herdbook.agent.protocol import Sequence as SeqSource
 from herdbook.clock import SystemClock
 from herdbook.config import BreakerConfig
 from herdbook.events.base import Event
-from herdbook.events.breaker import BreakerReset, BreakerTripped, HeldAction
+from herdbook.events.breaker_events import BreakerReset, BreakerTripped, HeldAction
 from herdbook.events.health_report import HealthReport
 from herdbook.projector.node_view import NodeView
 from herdbook.reactors.breaker import Breaker, BreakerFold
 from herdbook.reactors.breaker_deciders import BreakerState, fold
-from herdbook.reactors.runner import Context, DecideRunner
+from herdbook.reactors.decide_runner import Context, DecideRunner
 from tests.fakes import FakeClock
 
 BASE = datetime(2026, 1, 1)

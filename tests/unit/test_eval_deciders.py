@@ -11,6 +11,7 @@ from herdbook.events.evals import EvalStatus, EvalTrigger, Step
 from herdbook.events.jobs import JobSpec
 from herdbook.projector.eval_view import EvalView
 from herdbook.projector.job_view import JobView
+from herdbook.reactors.decide_runner import Decision
 from herdbook.reactors.eval_deciders import (
     decide_blocked,
     decide_cancel,
@@ -23,7 +24,6 @@ from herdbook.reactors.eval_deciders import (
     decide_spawn,
     newer_pending,
 )
-from herdbook.reactors.runner import Decision
 from tests.world import T0, context
 
 S = EvalStatus

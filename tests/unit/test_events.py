@@ -21,7 +21,7 @@ from herdbook.events.alloc import (
     AllocStopRequested,
 )
 from herdbook.events.base import Event
-from herdbook.events.breaker import BreakerReset, BreakerTripped, HeldAction, NodeActionHeld
+from herdbook.events.breaker_events import BreakerReset, BreakerTripped, HeldAction, NodeActionHeld
 from herdbook.events.codec import (
     EVENT_TYPES,
     DecodeError,

@@ -77,7 +77,7 @@ def test_a_mutated_event_decodes_or_is_refused_and_folds(sample: dict[str, Any],
                                                          dropped: list[str]) -> None:
     """Valid events with fields overwritten, added or dropped: refused, or decoded and
     folded (twice, in any view state) without raising."""
-    from herdbook.projector.runner import ProjectorRunner
+    from herdbook.projector.projection import ProjectorRunner
 
     body = {k: v for k, v in {**sample, **changes}.items() if k not in dropped or k == "type"}
     try:
@@ -92,7 +92,7 @@ def test_a_mutated_event_decodes_or_is_refused_and_folds(sample: dict[str, Any],
 
 def test_the_mutation_strategy_reaches_the_fold() -> None:
     """Guard against a strategy that only ever produces refused messages."""
-    from herdbook.projector.runner import ProjectorRunner
+    from herdbook.projector.projection import ProjectorRunner
 
     runner = ProjectorRunner(_NoNats(), ":memory:")  # type: ignore[arg-type]
     for i, sample in enumerate(_samples(), start=1):

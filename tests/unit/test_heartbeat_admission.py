@@ -28,8 +28,8 @@ from herdbook.events.streams import DAY, heartbeats_stream
 from herdbook.events.subjects import event_subject
 from herdbook.health.policy import Policy
 from herdbook.reactors.classifier import HealthClassifier
+from herdbook.reactors.decide_runner import DecideRunner
 from herdbook.reactors.heartbeats import NodeBeat, Verdict, judge
-from herdbook.reactors.runner import DecideRunner
 from herdbook.reactors.sweeper import Sweeper
 from tests.fakes import FakeClock, FakeNats, FakeProjector, FakeStore
 from tests.unit.test_sweeper_heap import CONFIG

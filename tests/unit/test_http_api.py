@@ -27,8 +27,8 @@ from herdbook.web.auth import (
     check_bind,
     same_origin,
 )
+from herdbook.web.http_api import query_body
 from herdbook.web.openapi import READS, ROUTES, document, http_path
-from herdbook.web.server import query_body
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 

@@ -13,9 +13,9 @@ from herdbook.events.node import NodeInfo, NodeRegistered
 from herdbook.events.pool import PoolScaled
 from herdbook.events.states import InstanceState, Lifecycle
 from herdbook.reactors import liveness
+from herdbook.reactors.decide_runner import DecideRunner
 from herdbook.reactors.heartbeats import NodeBeat
 from herdbook.reactors.pools import decide_provisioned, decide_running, decide_terminating
-from herdbook.reactors.runner import DecideRunner
 from tests.fakes import FakeClock, FakeProjector, FakeStore
 
 CONFIG = parse_config(b"""

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from herdbook.natsd.server import EmbeddedNats, NatsServerError
+from herdbook.natsd.embedded import EmbeddedNats, NatsServerError
 
 
 class FakeProc:

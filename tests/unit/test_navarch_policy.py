@@ -19,7 +19,7 @@ from herdbook.events.states import Health, Lifecycle
 from herdbook.health.navarch import event_fields
 from herdbook.health.policy import DEFAULT_POLICY_YAML, Format, Policy, PolicyError
 from herdbook.reactors.classifier import HealthClassifier
-from herdbook.reactors.runner import DecideRunner
+from herdbook.reactors.decide_runner import DecideRunner
 from tests.fakes import FakeClock, FakeNats, FakeProjector, FakeStore
 
 NAVARCH_POLICY = """\

@@ -16,7 +16,7 @@ from herdbook.config import Config
 from herdbook.events.node import GpuInfo, NodeInfo
 from herdbook.events.states import Approval, Health, Intent, Lifecycle, NodeType
 from herdbook.projector.node_view import NodeView
-from herdbook.reactors.runner import DecideRunner
+from herdbook.reactors.decide_runner import DecideRunner
 from tests.fakes import FakeClock, FakeProjector
 
 T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)

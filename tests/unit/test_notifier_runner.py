@@ -16,8 +16,8 @@ from herdbook.events.node import (
     NodeRegistered,
 )
 from herdbook.events.states import Intent
+from herdbook.reactors.decide_runner import DecideRunner
 from herdbook.reactors.notifier import Notifier, decide_drained, decide_failed
-from herdbook.reactors.runner import DecideRunner
 from tests.fakes import FakeClock, FakeProjector, FakeStore
 
 

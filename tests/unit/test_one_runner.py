@@ -28,7 +28,7 @@ RUNNER_BUILDERS = {"control/bootstrap.py"}
 CLOCK_NAMERS = COMPOSITION_ROOTS | {"clock.py"}   # clock.py defines it
 APPENDS = {"append", "append_decided", "append_atomic", "append_batch"}
 APPENDERS = {
-    "reactors/runner.py",     # the one writer of the control plane
+    "reactors/decide_runner.py",     # the one writer of the control plane
     "events/store.py",        # the store's own appends build on each other
     # An agent is not the control plane: it appends its own node's facts (registered,
     # boot checked, allocation states) with its own credentials, chained and retried
@@ -109,7 +109,7 @@ def test_the_system_clock_is_named_only_at_composition_roots() -> None:
 def test_only_the_runner_calls_the_stores_appends() -> None:
     found = [f"{path}:{line}: {call}" for path, tree in modules() if path not in APPENDERS
              for line, call in store_appends(tree)]
-    assert found == [], "a store append outside reactors/runner.py:\n" + "\n".join(found)
+    assert found == [], "a store append outside reactors/decide_runner.py:\n" + "\n".join(found)
 
 
 def test_the_checks_find_what_they_look_for() -> None:

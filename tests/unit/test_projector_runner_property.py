@@ -40,7 +40,7 @@ from herdbook.events.node import (
     NodeTerminated,
 )
 from herdbook.events.pool import PoolScaled
-from herdbook.projector.runner import ProjectorRunner
+from herdbook.projector.projection import ProjectorRunner
 
 IDS = st.sampled_from(["a", "b", "c"])
 SPEC = JobSpec(id="j", command=["true"])

@@ -5,7 +5,7 @@ and what the new stream already holds keeps its version."""
 from __future__ import annotations
 
 from herdbook.events.alloc import AllocPlaced
-from herdbook.events.breaker import BreakerReset
+from herdbook.events.breaker_events import BreakerReset
 from herdbook.events.eval_events import EvalCreated, Trigger
 from herdbook.events.jobs import JobRegistered, JobSpec
 from herdbook.events.node import NodeApproved, NodeDeclared

@@ -11,7 +11,7 @@ from herdbook.control.requester import RequesterNode, decide_boot
 from herdbook.events.heartbeat import Heartbeat
 from herdbook.events.node import NodeBootChecked, NodeInfo, NodeRegistered
 from herdbook.events.states import NodeType
-from herdbook.reactors.runner import DecideRunner
+from herdbook.reactors.decide_runner import DecideRunner
 from tests.fakes import FakeClock, FakeProjector, FakeStore
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

@@ -19,7 +19,7 @@ from herdbook.events.node import (
 )
 from herdbook.events.states import Intent, NodeClass
 from herdbook.projector.node_view import NodeView
-from herdbook.reactors.runner import DecideRunner
+from herdbook.reactors.decide_runner import DecideRunner
 from herdbook.reactors.sensitive import (
     SensitiveReactor,
     decide_release,

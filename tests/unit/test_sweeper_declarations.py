@@ -16,7 +16,7 @@ from herdbook.events.node import (
 from herdbook.events.states import Lifecycle
 from herdbook.reactors import liveness
 from herdbook.reactors.deadlines import Deadlines
-from herdbook.reactors.runner import DecideRunner
+from herdbook.reactors.decide_runner import DecideRunner
 from herdbook.reactors.sweeper import Sweeper
 from tests.fakes import FakeClock, FakeProjector, FakeStore
 from tests.unit.test_sweeper_heap import CONFIG

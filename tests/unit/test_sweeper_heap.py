@@ -20,8 +20,8 @@ from herdbook.events.node import (
 )
 from herdbook.events.states import Lifecycle, NodeClass
 from herdbook.projector.node_view import NodeView, apply
+from herdbook.reactors.decide_runner import DecideRunner
 from herdbook.reactors.heartbeats import Verdict
-from herdbook.reactors.runner import DecideRunner
 from herdbook.reactors.sweeper import Sweeper
 from tests.fakes import FakeClock, FakeProjector, FakeStore
 

@@ -21,8 +21,8 @@ from herdbook.events.node import (
     NodeRegistered,
 )
 from herdbook.events.states import Lifecycle
+from herdbook.reactors.decide_runner import DecideRunner
 from herdbook.reactors.heartbeats import Verdict
-from herdbook.reactors.runner import DecideRunner
 from herdbook.reactors.sweeper import JUMP_FLOOR, Sweeper
 from tests.fakes import FakeClock
 from tests.unit.test_sweeper_heap import CONFIG, FakeProjector, FakeStore

@@ -10,7 +10,7 @@ from herdbook.config import parse_config
 from herdbook.events.hb_shards import shard_of
 from herdbook.events.heartbeat import Heartbeat
 from herdbook.events.node import NodeBootChecked, NodeInfo, NodeRegistered
-from herdbook.reactors.runner import DecideRunner
+from herdbook.reactors.decide_runner import DecideRunner
 from herdbook.reactors.sweeper import Sweeper
 from tests.fakes import FakeClock, FakeProjector, FakeStore
 

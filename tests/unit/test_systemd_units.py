@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from herdbook.natsd.server import find_binary
+from herdbook.natsd.embedded import find_binary
 from herdbook.signals import STOP_DEADLINE
 
 ROOT = Path(__file__).resolve().parents[2]

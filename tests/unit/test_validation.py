@@ -11,7 +11,7 @@ from msgspec.structs import replace
 
 from herdbook.config import ValidationConfig, parse_config
 from herdbook.events.alloc import VALIDATION_JOB, AllocPlaced, AllocStatus
-from herdbook.events.breaker import HeldAction, NodeActionHeld
+from herdbook.events.breaker_events import HeldAction, NodeActionHeld
 from herdbook.events.health_report import NodeHealthChanged
 from herdbook.events.node import (
     GpuInfo,
@@ -29,9 +29,9 @@ from herdbook.events.node import (
 from herdbook.events.states import Health, Lifecycle
 from herdbook.projector.alloc_view import AllocView
 from herdbook.projector.node_view import NodeView, apply
+from herdbook.reactors.decide_runner import Context
 from herdbook.reactors.placement import capacities
 from herdbook.reactors.refused import AlreadyDone, CommandRefused
-from herdbook.reactors.runner import Context
 from herdbook.reactors.validation import (
     decide_due,
     decide_place,

@@ -19,7 +19,7 @@ from herdbook.events.node import (
     NodeInfo,
     NodeRegistered,
 )
-from herdbook.reactors.runner import Context, DecideRunner
+from herdbook.reactors.decide_runner import Context, DecideRunner
 from herdbook.reactors.validation import ValidationReactor, decide_due, held_by_bound
 from tests.fakes import FakeClock, FakeProjector, FakeStore
 

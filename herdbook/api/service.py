@@ -24,7 +24,7 @@ from nats.micro.request import Request
 import herdbook
 from herdbook.api.admin import AdminRoutes
 from herdbook.api.allocs import AllocRoutes
-from herdbook.api.breaker import BreakerRoutes
+from herdbook.api.breaker_routes import BreakerRoutes
 from herdbook.api.caller import CALLER
 from herdbook.api.explain import ExplainRoutes
 from herdbook.api.gpus import GpuRoutes, NoTelemetry, Telemetry
@@ -42,10 +42,10 @@ from herdbook.events.store import EventStore, StorageFullError
 from herdbook.events.subjects import API_PREFIX, InvalidIdError, validate_id
 from herdbook.health.fault_history import FaultHistory
 from herdbook.history.repairs_live import LiveRepairs
-from herdbook.projector.runner import ProjectorRunner
+from herdbook.projector.projection import ProjectorRunner
 from herdbook.reactors.breaker import Breaker
+from herdbook.reactors.decide_runner import DecideRunner, KeptChanging
 from herdbook.reactors.refused import CommandRefused
-from herdbook.reactors.runner import DecideRunner, KeptChanging
 from herdbook.reactors.sweeper import Sweeper
 from herdbook.reactors.validation import validation_waiting
 

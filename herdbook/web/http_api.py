@@ -30,7 +30,7 @@ from nats.aio.client import Client as NATS
 
 from herdbook.api.caller import CALLER
 from herdbook.api.lookup import ApiError, resolve
-from herdbook.api.server import Api
+from herdbook.api.service import Api
 from herdbook.clock import Clock
 from herdbook.events.states import Lifecycle
 from herdbook.history.fleet import WINDOWS, parse_window
