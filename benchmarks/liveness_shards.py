@@ -35,15 +35,15 @@ async def main(nodes: int, replicas: int, shards: int, timeout: float, seconds: 
     offered = nodes / (timeout / 3)
     print(f"\n{nodes:,} nodes, a heartbeat every {timeout / 3:.2f}s ({offered:,.0f}/s offered), "
           f"{shards} shards; {machine()}")
-    print("\n| run | replica | shards | heartbeats/s | share | CPU s/s | CPU µs/heartbeat |"
-          "\n|---|---|---|---|---|---|---|")
+    print("\n| run | replica | shards | heartbeats/s | share | CPU s/s | CPU µs/heartbeat "
+          "| shards retaken |\n|---|---|---|---|---|---|---|---|")
     for result in results:
         total = sum(f.heartbeats_per_s for f in result.replicas) or 1.0
         run = f"{len(result.replicas)} replica{'s' if len(result.replicas) > 1 else ''}"
         for f in result.replicas:
             print(f"| {run} | {f.name} | {','.join(map(str, f.shards))} | "
                   f"{f.heartbeats_per_s:,.0f} | {f.heartbeats_per_s / total:.0%} | "
-                  f"{f.cpu_per_s:.2f} | {f.us_per_heartbeat:.1f} |")
+                  f"{f.cpu_per_s:.2f} | {f.us_per_heartbeat:.1f} | {f.retaken} |")
     kill = results[-1].kill
     if kill is not None:
         print(f"\nkill -9 {kill.killed}: shards {kill.shards_taken_over} taken over after "
