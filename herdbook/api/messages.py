@@ -206,7 +206,7 @@ class ListJobs(_Request, frozen=True, kw_only=True):
 
 
 # requests: commands ---------------------------------------------------------------------
-class Command(_Request, frozen=True, kw_only=True):
+class CommandRequest(_Request, frozen=True, kw_only=True):
     """What every command carries: its target, why, and who (the actor is recorded only
     on the plain route subject; on ``<route>.<user>`` the user is)."""
 
@@ -215,7 +215,7 @@ class Command(_Request, frozen=True, kw_only=True):
     actor: Name = "operator"
 
 
-class NodeCommand(Command, frozen=True, kw_only=True):
+class NodeCommand(CommandRequest, frozen=True, kw_only=True):
     """``node.approve|reject|delete|cordon|uncordon|undrain|disable|reboot``."""
 
 
@@ -249,15 +249,15 @@ class AddNode(NodeCommand, frozen=True, kw_only=True):
     labels: Labels = {}
 
 
-class StopJob(Command, frozen=True, kw_only=True):
+class StopJob(CommandRequest, frozen=True, kw_only=True):
     pass
 
 
-class RetryEval(Command, frozen=True, kw_only=True):
+class RetryEval(CommandRequest, frozen=True, kw_only=True):
     pass
 
 
-class RequeueAlloc(Command, frozen=True, kw_only=True):
+class RequeueAlloc(CommandRequest, frozen=True, kw_only=True):
     pass
 
 
@@ -474,7 +474,7 @@ class GpuDetail(GpuSummary, frozen=True, kw_only=True):
     """Node ids whose info or telemetry lists this GPU's UUID or serial now."""
 
 
-class Heartbeat(_Reply, frozen=True, kw_only=True):
+class HeartbeatInfo(_Reply, frozen=True, kw_only=True):
     boot_id: str
     seq: int
     agent_sent_at: float
@@ -490,7 +490,7 @@ class NodeDescription(NodeDetail, frozen=True, kw_only=True):
     the heartbeat interval its agent reports against the node's heartbeat timeout, and
     why that interval cannot keep it READY (``events.liveness.interval_warning``)."""
 
-    heartbeat: Heartbeat | None
+    heartbeat: HeartbeatInfo | None
     resources: dict[str, Any] | None
     heartbeat_interval: float | None = None
     heartbeat_timeout: float | None = None

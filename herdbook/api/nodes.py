@@ -21,7 +21,7 @@ from herdbook.api.messages import (
     ById,
     CommandResult,
     GpuSummary,
-    Heartbeat,
+    HeartbeatInfo,
     ListNodes,
     NodeCommand,
     NodeDescription,
@@ -179,7 +179,7 @@ class NodeRoutes:
         req = decode(data, ById)
         view: NodeView = resolve(self.projector.nodes, req.id, "node")
         beat = self.sweeper.beats.get(view.id)
-        heartbeat = None if beat is None or not beat.boot_id else Heartbeat(
+        heartbeat = None if beat is None or not beat.boot_id else HeartbeatInfo(
             boot_id=clip(beat.boot_id, MAX_TEXT), seq=beat.seq, agent_sent_at=beat.sent_at,
             gpu_count=beat.gpu_count, running_allocs=beat.running_allocs,
             reattaching=beat.reattaching, fingerprint=shown(beat.fingerprint),

@@ -37,7 +37,7 @@ class LifecycleTrigger(StrEnum):
     QUARANTINE = "quarantine"              # failed validation quarantine_after times in its window
 
 
-class Command(StrEnum):
+class IntentTrigger(StrEnum):
     """What moves the operator intent."""
 
     CORDON = "cordon"
@@ -80,17 +80,17 @@ LIFECYCLE: dict[tuple[Lifecycle, LifecycleTrigger], Lifecycle] = {
     **{(state, T.QUARANTINE): L.QUARANTINED for state in (*_LIVE, L.DOWN, L.FAILED)},
 }
 
-INTENT: dict[tuple[Intent, Command], Intent] = {
-    (I.ELIGIBLE, Command.CORDON): I.CORDONED,
-    (I.CORDONED, Command.UNCORDON): I.ELIGIBLE,
-    (I.ELIGIBLE, Command.DRAIN): I.DRAINING,
-    (I.CORDONED, Command.DRAIN): I.DRAINING,
-    (I.DRAINING, Command.DRAIN_COMPLETE): I.DRAINED,
-    (I.DRAINING, Command.UNDRAIN): I.ELIGIBLE,
-    (I.DRAINED, Command.UNDRAIN): I.ELIGIBLE,
-    **{(intent, Command.DISABLE): I.DISABLED
+INTENT: dict[tuple[Intent, IntentTrigger], Intent] = {
+    (I.ELIGIBLE, IntentTrigger.CORDON): I.CORDONED,
+    (I.CORDONED, IntentTrigger.UNCORDON): I.ELIGIBLE,
+    (I.ELIGIBLE, IntentTrigger.DRAIN): I.DRAINING,
+    (I.CORDONED, IntentTrigger.DRAIN): I.DRAINING,
+    (I.DRAINING, IntentTrigger.DRAIN_COMPLETE): I.DRAINED,
+    (I.DRAINING, IntentTrigger.UNDRAIN): I.ELIGIBLE,
+    (I.DRAINED, IntentTrigger.UNDRAIN): I.ELIGIBLE,
+    **{(intent, IntentTrigger.DISABLE): I.DISABLED
        for intent in (I.ELIGIBLE, I.CORDONED, I.DRAINING, I.DRAINED)},
-    (I.DISABLED, Command.ENABLE): I.ELIGIBLE,
+    (I.DISABLED, IntentTrigger.ENABLE): I.ELIGIBLE,
 }
 
 
@@ -99,7 +99,7 @@ def next_lifecycle(current: Lifecycle, trigger: LifecycleTrigger) -> Lifecycle |
     return LIFECYCLE.get((current, trigger))
 
 
-def next_intent(current: Intent, command: Command) -> Intent | None:
+def next_intent(current: Intent, command: IntentTrigger) -> Intent | None:
     """The intent after ``command``, or None when the table refuses it."""
     return INTENT.get((current, command))
 

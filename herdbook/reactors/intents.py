@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from herdbook.events.machine import Command, LifecycleTrigger, next_intent, next_lifecycle
+from herdbook.events.machine import IntentTrigger, LifecycleTrigger, next_intent, next_lifecycle
 from herdbook.events.node import (
     NodeBootStarted,
     NodeClaimed,
@@ -43,7 +43,7 @@ class HeartbeatFacts:
         return self.heartbeat_age is not None and self.heartbeat_age < self.heartbeat_timeout
 
 
-def _intent(view: NodeView, command: Command) -> None:
+def _intent(view: NodeView, command: IntentTrigger) -> None:
     if next_intent(view.intent, command) is None:
         raise CommandRefused(f"cannot {command.value} node {view.id}: it is {view.intent.value} "
                              f"(state {view.state})")
@@ -52,7 +52,7 @@ def _intent(view: NodeView, command: Command) -> None:
 def decide_cordon(view: NodeView, actor: str, reason: str) -> NodeEvent:
     if view.intent is Intent.CORDONED:
         raise AlreadyDone(f"node {view.id} already cordoned (state {view.state})")
-    _intent(view, Command.CORDON)
+    _intent(view, IntentTrigger.CORDON)
     return NodeCordoned(node_id=view.id, actor=actor, reason=reason)
 
 
@@ -78,7 +78,7 @@ def decide_drain(view: NodeView, actor: str, reason: str, urgent: bool = False,
             and deadline_s is None):
         raise AlreadyDone(f"node {view.id} already {view.intent.value.lower()} "
                           f"(state {view.state})")
-    _intent(view, Command.DRAIN)
+    _intent(view, IntentTrigger.DRAIN)
     return NodeDrainStarted(node_id=view.id, actor=actor, reason=reason, urgent=urgent,
                             deadline_s=deadline_s)
 
@@ -88,7 +88,7 @@ def decide_undrain(view: NodeView, actor: str, reason: str, live: HeartbeatFacts
     heartbeat, its GPU count equal to its capabilities, a conformance fingerprint."""
     if view.intent is Intent.ELIGIBLE:
         raise AlreadyDone(f"node {view.id} already undrained (state {view.state})")
-    _intent(view, Command.UNDRAIN)
+    _intent(view, IntentTrigger.UNDRAIN)
     if not live.recent:
         raise CommandRefused(f"cannot undrain node {view.id}: no recent heartbeat")
     expected = len(view.info.gpus)
@@ -103,7 +103,7 @@ def decide_undrain(view: NodeView, actor: str, reason: str, live: HeartbeatFacts
 def decide_disable(view: NodeView, actor: str, reason: str) -> NodeEvent:
     if view.intent is Intent.DISABLED:
         raise AlreadyDone(f"node {view.id} already disabled (state {view.state})")
-    _intent(view, Command.DISABLE)
+    _intent(view, IntentTrigger.DISABLE)
     if next_lifecycle(view.lifecycle, LifecycleTrigger.DISABLE) is None:
         raise CommandRefused(f"cannot disable node {view.id}: it is {view.lifecycle.value}")
     return NodeDisabled(node_id=view.id, actor=actor, reason=reason)

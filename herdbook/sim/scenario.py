@@ -104,7 +104,7 @@ class Start(NodeAction, frozen=True):
     agent's boot check."""
 
 
-class Command(_Struct, frozen=True):
+class ApiCall(_Struct, frozen=True):
     """Any API route (``herd.api.v1.<route>``); the body is the other keys plus ``body``."""
 
     route: str
@@ -140,7 +140,7 @@ class Step(_Struct, frozen=True):
     start: Start | None = None
     partition: NodeAction | None = None
     recover: NodeAction | None = None
-    command: Command | None = None
+    command: ApiCall | None = None
     wait: Duration | None = None
 
     def action(self) -> tuple[str, Any]:

@@ -20,8 +20,8 @@ from herdbook.sim.scenario import (
     CONDITION_KEYS,
     EXPECTS,
     MAX_AGENTS,
+    ApiCall,
     Check,
-    Command,
     Inject,
     NodeAction,
     NodeMatch,
@@ -143,7 +143,7 @@ def _validate_step(step: Step, fleet: set[str]) -> str | None:
             for node in value.node_ids():
                 if node not in fleet:
                     return f"{where}.node: {node} is not a fleet node"
-        case Command(route=route, expect=expect):
+        case ApiCall(route=route, expect=expect):
             if not route or any(not part for part in route.split(".")):
                 return f"{where}.route: {route!r} is not an API route like node.cordon"
             if expect not in EXPECTS:

@@ -22,8 +22,8 @@ from herdbook.sim import checks
 from herdbook.sim.nodes import SimError
 from herdbook.sim.scenario import (
     DEFAULT_WAIT_TIMEOUT,
+    ApiCall,
     Check,
-    Command,
     Inject,
     NodeAction,
     Scenario,
@@ -101,7 +101,7 @@ def describe(action: str, value: Any) -> str:
                                                                is not None else "")
         case NodeAction():
             return f"{action} {', '.join(value.node_ids())}"
-        case Command(route=route, expect=expect):
+        case ApiCall(route=route, expect=expect):
             body = value.request()
             body.pop("actor", None)
             return f"command {route} {body}" + ("" if expect == "ok" else f" (expect {expect})")
@@ -184,7 +184,7 @@ class ScenarioRun:
                 for node in value.node_ids():
                     world.fleet.get(node).partition(False)
                 return describe(action, value)
-            case "command", Command(route=route, expect=expect):
+            case "command", ApiCall(route=route, expect=expect):
                 return await self.command(route, expect, value)
         raise AssertionError(f"unhandled step {action}")
 
@@ -214,7 +214,7 @@ class ScenarioRun:
                                  f"{outcome.found}", outcome.expected, outcome.found)
             await asyncio.sleep(self.poll_interval())
 
-    async def command(self, route: str, expect: str, command: Command) -> str:
+    async def command(self, route: str, expect: str, command: ApiCall) -> str:
         import nats.errors
         try:
             reply = await self.world.call(route, command.request())

@@ -12,7 +12,7 @@ import pytest
 from herdbook.events.machine import (
     INTENT,
     LIFECYCLE,
-    Command,
+    IntentTrigger,
     intent_table_markdown,
     lifecycle_table_markdown,
     next_intent,
@@ -67,18 +67,18 @@ ALLOWED_LIFECYCLE = [
 ]
 
 ALLOWED_INTENT = [
-    (I.ELIGIBLE, Command.CORDON, I.CORDONED),
-    (I.CORDONED, Command.UNCORDON, I.ELIGIBLE),
-    (I.ELIGIBLE, Command.DRAIN, I.DRAINING),
-    (I.CORDONED, Command.DRAIN, I.DRAINING),
-    (I.DRAINING, Command.DRAIN_COMPLETE, I.DRAINED),
-    (I.DRAINING, Command.UNDRAIN, I.ELIGIBLE),
-    (I.DRAINED, Command.UNDRAIN, I.ELIGIBLE),
-    (I.ELIGIBLE, Command.DISABLE, I.DISABLED),
-    (I.CORDONED, Command.DISABLE, I.DISABLED),
-    (I.DRAINING, Command.DISABLE, I.DISABLED),
-    (I.DRAINED, Command.DISABLE, I.DISABLED),
-    (I.DISABLED, Command.ENABLE, I.ELIGIBLE),
+    (I.ELIGIBLE, IntentTrigger.CORDON, I.CORDONED),
+    (I.CORDONED, IntentTrigger.UNCORDON, I.ELIGIBLE),
+    (I.ELIGIBLE, IntentTrigger.DRAIN, I.DRAINING),
+    (I.CORDONED, IntentTrigger.DRAIN, I.DRAINING),
+    (I.DRAINING, IntentTrigger.DRAIN_COMPLETE, I.DRAINED),
+    (I.DRAINING, IntentTrigger.UNDRAIN, I.ELIGIBLE),
+    (I.DRAINED, IntentTrigger.UNDRAIN, I.ELIGIBLE),
+    (I.ELIGIBLE, IntentTrigger.DISABLE, I.DISABLED),
+    (I.CORDONED, IntentTrigger.DISABLE, I.DISABLED),
+    (I.DRAINING, IntentTrigger.DISABLE, I.DISABLED),
+    (I.DRAINED, IntentTrigger.DISABLE, I.DISABLED),
+    (I.DISABLED, IntentTrigger.ENABLE, I.ELIGIBLE),
 ]
 
 
@@ -99,18 +99,18 @@ def test_refused_lifecycle_transition(src: Lifecycle, trigger: Trigger) -> None:
 
 
 @pytest.mark.parametrize(("src", "command", "dst"), ALLOWED_INTENT)
-def test_allowed_intent_transition(src: Intent, command: Command, dst: Intent) -> None:
+def test_allowed_intent_transition(src: Intent, command: IntentTrigger, dst: Intent) -> None:
     assert next_intent(src, command) is dst
 
 
 REFUSED_INTENT = [
-    (src, command) for src, command in itertools.product(Intent, Command)
+    (src, command) for src, command in itertools.product(Intent, IntentTrigger)
     if (src, command) not in {(s, c) for s, c, _ in ALLOWED_INTENT}
 ]
 
 
 @pytest.mark.parametrize(("src", "command"), REFUSED_INTENT)
-def test_refused_intent_transition(src: Intent, command: Command) -> None:
+def test_refused_intent_transition(src: Intent, command: IntentTrigger) -> None:
     assert next_intent(src, command) is None
 
 
@@ -154,7 +154,7 @@ def test_cordon_follows_the_table(intent: Intent) -> None:
     if intent is I.CORDONED:   # the goal already holds: a success, nothing appended
         with pytest.raises(AlreadyDone, match="^node gpu-1 already cordoned \\(state CORDONED\\)$"):
             intents.decide_cordon(view(intent=intent), "op", "")
-    elif next_intent(intent, Command.CORDON) is None:
+    elif next_intent(intent, IntentTrigger.CORDON) is None:
         with pytest.raises(CommandRefused, match="cannot cordon"):
             intents.decide_cordon(view(intent=intent), "op", "")
     else:
