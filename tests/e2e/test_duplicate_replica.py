@@ -40,15 +40,20 @@ def leading(url: str) -> bool:
     return out.returncode == 0 and json.loads(out.stdout).get("leader") is True
 
 
+def first_leading(r: Replicas) -> subprocess.Popen[bytes]:
+    """`herd up` as node id cp on the data dir "first", once it leads."""
+    first = plane_as(r, "first", "cp")
+    wait_until(lambda: leading(r.url), timeout=60, what="the first replica to lead")
+    return first
+
+
 def log_of(r: Replicas, name: str) -> str:
     return (r.tmp / f"{name}.log").read_text()
 
 
 def test_a_second_control_plane_with_the_same_node_id_is_refused(cluster: Replicas) -> None:
     r = cluster
-    first = plane_as(r, "first", "cp")
-    wait_until(lambda: leading(r.url), timeout=60,
-               what="the first replica to lead")
+    first = first_leading(r)
     second = plane_as(r, "second", "cp")
     assert second.wait(60) == 1
     log = log_of(r, "second")
@@ -67,9 +72,7 @@ def test_a_second_control_plane_with_the_same_node_id_is_refused(cluster: Replic
 
 def test_a_replica_restarted_on_its_data_dir_takes_its_node_id_back(cluster: Replicas) -> None:
     r = cluster
-    first = plane_as(r, "first", "cp")
-    wait_until(lambda: leading(r.url), timeout=60,
-               what="the first replica to lead")
+    first = first_leading(r)
     first.send_signal(signal.SIGKILL)
     first.wait()
     again = plane_as(r, "first", "cp")      # same data dir: same instance
@@ -82,9 +85,7 @@ def test_a_replica_restarted_on_its_data_dir_takes_its_node_id_back(cluster: Rep
 def test_a_dead_replica_of_another_data_dir_is_waited_out(cluster: Replicas) -> None:
     """Its key is not renewed: the newcomer takes the node id within a TTL and a half."""
     r = cluster
-    first = plane_as(r, "first", "cp")
-    wait_until(lambda: leading(r.url), timeout=60,
-               what="the first replica to lead")
+    first = first_leading(r)
     first.send_signal(signal.SIGKILL)
     first.wait()
     second = plane_as(r, "second", "cp")
