@@ -46,7 +46,7 @@ from nats.aio.client import Client as NATS
 
 from benchmarks.common import cpu_seconds, free_port, machine, rss_mb, start_server, stop_server
 from herdbook.agent.gpu import FakeNvml
-from herdbook.agent.telemetry import sample
+from herdbook.agent.telemetry_sampler import sample
 from herdbook.clock import SYSTEM_CLOCK
 from herdbook.config import parse_config
 from herdbook.control.bootstrap import bootstrap

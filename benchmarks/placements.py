@@ -38,7 +38,7 @@ from herdbook.events.alloc import AllocPlaced
 from herdbook.events.base import new_id
 from herdbook.events.evals import EvalStatus
 from herdbook.events.evals import EvalTrigger as Trigger
-from herdbook.events.jobs import JobRegistered, JobSpec, Resources
+from herdbook.events.job_events import JobRegistered, JobSpec, Resources
 from herdbook.events.node import GpuInfo, NodeApproved, NodeBootChecked, NodeInfo, NodeRegistered
 from herdbook.events.store import EventStore
 from herdbook.reactors.placement import Placement, Slot

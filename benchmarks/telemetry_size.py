@@ -17,7 +17,7 @@ import uuid
 
 from herdbook.agent.gpu import FakeNvml
 from herdbook.agent.main import Agent, AgentOptions
-from herdbook.agent.telemetry import sample
+from herdbook.agent.telemetry_sampler import sample
 from herdbook.events.alloc import AllocCompleted, AllocPlaced, AllocRunning
 from herdbook.events.codec import encode
 from herdbook.events.health_report import NodeHealthChanged

@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal, Union, cast, get_args, get_origin
 import msgspec
 
 from herdbook.durations import Duration, parse_duration
-from herdbook.events.errors import error_path
+from herdbook.events.decode_errors import error_path
 
 
 class ConfigError(ValueError):

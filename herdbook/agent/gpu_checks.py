@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from herdbook.agent import deep_checks, gpu, telemetry
+from herdbook.agent import deep_checks, gpu, telemetry_sampler
 from herdbook.agent.infiniband import IbWatch
 from herdbook.clock import Clock
 from herdbook.events.health_report import CheckResult, GpuEvent, HealthEventKind, HealthReport
@@ -83,12 +83,12 @@ class HealthMonitor:
         """Every GPU's reading; None when NVML cannot count them (the GPU check says so)."""
         if self.nvml is None:
             return None
-        r = telemetry.Reader(self.nvml)
+        r = telemetry_sampler.Reader(self.nvml)
         try:
             count = r.get("nvmlDeviceGetCount", then=int)
             if count is None:
                 return None
-            return [telemetry.read_gpu(r, i, None) for i in range(count)]
+            return [telemetry_sampler.read_gpu(r, i, None) for i in range(count)]
         except Exception as err:  # noqa: BLE001 - a broken NVML: the GPU and boot checks say so
             log.debug("GPU readings unavailable for the deeper checks: %s", err)
             return None

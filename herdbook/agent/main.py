@@ -15,8 +15,8 @@ from typing import Any
 
 from nats.aio.client import Client as NATS
 
-from herdbook.agent import boot, gpu, kmsg, telemetry, wipe
-from herdbook.agent.allocations import AllocationFollower
+from herdbook.agent import boot, gpu, kmsg, telemetry_sampler, wipe
+from herdbook.agent.alloc_follow import AllocationFollower
 from herdbook.agent.connection import append_until_stored, connect_until_reached
 from herdbook.agent.executor import Executor
 from herdbook.agent.fence import (
@@ -29,11 +29,11 @@ from herdbook.agent.fence import (
 from herdbook.agent.infiniband import IbWatch
 from herdbook.agent.info import node_info, resources
 from herdbook.agent.liveness import HeartbeatPace
-from herdbook.agent.logs import LogServer
 from herdbook.agent.protocol import NodeProtocol
 from herdbook.agent.registration import register, remember_info
 from herdbook.agent.reports import NodeReports
 from herdbook.agent.state import AgentState
+from herdbook.agent.workload_logs import LogServer
 from herdbook.agent.workload_state import STATE_FILE
 from herdbook.clock import SYSTEM_CLOCK
 from herdbook.credentials import NatsAuth
@@ -418,7 +418,7 @@ class Agent:
         replaced by the next). Sampled in a thread: real NVML takes milliseconds per
         call, a few hundred calls for 8 GPUs, and the heartbeat must not wait for them."""
         assert self.nc is not None and self.nvml is not None
-        sample = await asyncio.to_thread(telemetry.sample, self.nvml, self.node_id,
+        sample = await asyncio.to_thread(telemetry_sampler.sample, self.nvml, self.node_id,
                                          self.boot_id, time.time(), self._hostname)
         if not sample.gpus:   # NVML cannot count them: the GPU check reports that
             return

@@ -32,7 +32,7 @@ class AdminRoutes:
         self.waiting = waiting
         """Whether a node waits for its validation check (out of service: the score)."""
         self.repairs = repairs
-        """The last 7 days' repair percentiles and availability (``api/repairs.py``)."""
+        """The last 7 days' repair percentiles and availability (``api/repair_routes.py``)."""
         self.breaker = breaker
         self.projector = projector
         self.sweeper = sweeper

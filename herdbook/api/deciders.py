@@ -14,7 +14,7 @@ from herdbook.config import PoolConfig
 from herdbook.events.alloc import AllocRequeueApproved, AllocStatus
 from herdbook.events.eval_events import EvalEvent
 from herdbook.events.evals import EvalTrigger, Step
-from herdbook.events.jobs import JobDeregistered, JobRegistered, JobSpec
+from herdbook.events.job_events import JobDeregistered, JobRegistered, JobSpec
 from herdbook.events.node import NodeDeclared
 from herdbook.events.pool import PoolScaled
 from herdbook.events.states import NodeClass

@@ -9,7 +9,7 @@
   nothing is appended. What would be placed where, stopped, and what would not fit, why.
 - ``alloc.logs``: a workload's output, asked of the agent of the allocation's node on
   ``herd.agent.<node>.logs`` (``authority.AGENT_SERVED``: operators and the control plane
-  only), one bounded piece per request (``agent/logs.py``).
+  only), one bounded piece per request (``agent/workload_logs.py``).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from herdbook.api.present import eval_reply
 from herdbook.config import Config
 from herdbook.events.agent_requests import LogsRequest, logs_reply_decoder
 from herdbook.events.alloc import LIVE
-from herdbook.events.jobs import check_job_spec
+from herdbook.events.job_events import check_job_spec
 from herdbook.events.subjects import logs_subject
 from herdbook.projector.alloc_view import AllocView
 from herdbook.projector.eval_view import EvalView

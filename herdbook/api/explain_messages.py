@@ -12,7 +12,7 @@ from msgspec import Meta
 
 from herdbook.api.messages import EvalReply, Id, _Reply, _Request
 from herdbook.events.agent_requests import LOGS_MAX_BYTES, LOGS_MAX_LINES
-from herdbook.events.jobs import JobSpec
+from herdbook.events.job_events import JobSpec
 
 
 class EvalDescription(_Reply, frozen=True, kw_only=True):

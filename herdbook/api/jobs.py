@@ -32,7 +32,7 @@ from herdbook.api.messages import (
 )
 from herdbook.api.present import eval_reply
 from herdbook.events.evals import EvalTrigger
-from herdbook.events.jobs import check_job_spec
+from herdbook.events.job_events import check_job_spec
 from herdbook.projector.alloc_view import AllocView
 from herdbook.projector.eval_view import EvalView
 from herdbook.projector.projection import ProjectorRunner

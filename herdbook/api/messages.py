@@ -23,7 +23,7 @@ from msgspec import Meta
 from herdbook.events.alloc import AllocStatus
 from herdbook.events.evals import EvalStatus, EvalTrigger
 from herdbook.events.health_report import GPU_HEALTHS
-from herdbook.events.jobs import Constraints, JobSpec, Requeue, Resources
+from herdbook.events.job_events import Constraints, JobSpec, Requeue, Resources
 from herdbook.events.states import (
     STATE_ALIASES,
     STATE_ORDER,

@@ -14,7 +14,7 @@ from herdbook.api.present import instance_reply
 from herdbook.config import Config
 from herdbook.projector.projection import ProjectorRunner
 from herdbook.reactors.decide_runner import DecideRunner
-from herdbook.reactors.pools import LIVE
+from herdbook.reactors.pool_deciders import LIVE
 
 Handler = Callable[[bytes], Awaitable[Any]]
 

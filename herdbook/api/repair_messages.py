@@ -1,4 +1,4 @@
-"""The wire of ``fleet.repairs`` (``api/repairs.py``), imported by the server and the CLI
+"""The wire of ``fleet.repairs`` (``api/repair_routes.py``), imported by the server and the CLI
 alike. Light: msgspec only, like ``messages``."""
 
 from __future__ import annotations

@@ -34,10 +34,10 @@ from herdbook.api.lookup import ApiError
 from herdbook.api.messages import ErrorCode, Failed, Ok
 from herdbook.api.nodes import NodeRoutes
 from herdbook.api.pools import PoolRoutes
-from herdbook.api.repairs import RepairRoutes
+from herdbook.api.repair_routes import RepairRoutes
 from herdbook.clock import Clock
 from herdbook.config import Config
-from herdbook.events.jobs import JobSpecError
+from herdbook.events.job_events import JobSpecError
 from herdbook.events.store import EventStore, StorageFullError
 from herdbook.events.subjects import API_PREFIX, InvalidIdError, validate_id
 from herdbook.health.fault_history import FaultHistory

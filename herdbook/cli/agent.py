@@ -230,7 +230,7 @@ def sample(
 
     import msgspec
 
-    from herdbook.agent import gpu, telemetry
+    from herdbook.agent import gpu, telemetry_sampler
     from herdbook.agent.main import default_node_id
     nid = client.check_id(node_id or default_node_id())
     nvml = gpu.FakeNvml(count=fake_gpus, seed=nid) if fake_gpus is not None else gpu.real_nvml()
@@ -239,7 +239,7 @@ def sample(
                           "(use --fake-gpus N to see the fake backend's sample)",
                           client.EXIT_REFUSED)
     # "sample": not an agent boot; the agent's samples carry its boot id.
-    reading = telemetry.sample(nvml, nid, "sample", time.time())
+    reading = telemetry_sampler.sample(nvml, nid, "sample", time.time())
     if not reading.gpus:
         raise client.fail("NVML answered but counted no GPU", client.EXIT_REFUSED)
     text = msgspec.json.format(msgspec.json.encode(reading), indent=2).decode()

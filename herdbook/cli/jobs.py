@@ -66,7 +66,7 @@ def run(ctx: typer.Context, file: Annotated[Path, typer.Argument(help="A YAML jo
 
 def read_spec(file: Path) -> Any:
     """The job spec in ``file``; a usage error of one line if it cannot be read."""
-    from herdbook.events.jobs import JobSpecError, parse_job_spec
+    from herdbook.events.job_events import JobSpecError, parse_job_spec
     try:
         return parse_job_spec(file.read_bytes(), str(file))
     except OSError as err:

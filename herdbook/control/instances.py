@@ -26,7 +26,7 @@ from herdbook.projector.node_view import NodeView
 from herdbook.projector.projection import ProjectorRunner
 from herdbook.reactors.breaker_deciders import Gate
 from herdbook.reactors.decide_runner import Appended, DecideRunner, Decision
-from herdbook.reactors.pools import (
+from herdbook.reactors.pool_deciders import (
     decide_drain_first,
     decide_failed,
     decide_node_terminated,

@@ -12,7 +12,7 @@ from typing import Annotated, TypeVar
 
 import msgspec
 
-from herdbook.events.errors import error_path
+from herdbook.events.decode_errors import error_path
 from herdbook.events.faults import Fault
 
 T = TypeVar("T")

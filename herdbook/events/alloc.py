@@ -18,7 +18,7 @@ from enum import StrEnum
 from typing import ClassVar
 
 from herdbook.events.base import Event
-from herdbook.events.jobs import Resources
+from herdbook.events.job_events import Resources
 from herdbook.events.subjects import validate_id
 
 

@@ -44,7 +44,7 @@ from herdbook.events.hb_shards import shard_in_subject
 from herdbook.events.health_report import HealthReport
 from herdbook.events.heartbeat import Heartbeat, NodeResources
 from herdbook.events.instance import InstanceEvent
-from herdbook.events.jobs import JobEvent
+from herdbook.events.job_events import JobEvent
 from herdbook.events.node import (
     NodeBootChecked,
     NodeBootStarted,

@@ -35,7 +35,7 @@ from herdbook.events.instance import (
     InstanceTerminated,
     InstanceTerminating,
 )
-from herdbook.events.jobs import JobDeregistered, JobRegistered
+from herdbook.events.job_events import JobDeregistered, JobRegistered
 from herdbook.events.node import (
     NodeApproved,
     NodeBootChecked,

@@ -11,7 +11,7 @@ The five actions, least to most disruptive:
   fabric or the driver is wedged;
 - ``inspect_hardware``: a person must look (reseat, cable, cooling, RMA); replacing a VM
   does not fix it on bare metal, so auto-replace leaves it to the pool's provider
-  (``reactors/pools.py``, ``replace_on_hardware_fault``).
+  (``reactors/pool_deciders.py``, ``replace_on_hardware_fault``).
 
 XIDs follow NVIDIA's Xid catalogue (Ampere and later), its "Resolution Bucket (Immediate
 Action)" column mapped onto these five: ``IGNORE`` -> none, ``RESTART_APP`` ->

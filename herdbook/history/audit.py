@@ -8,7 +8,7 @@ from typing import Any
 
 from herdbook.events.alloc import AllocEvent, AllocLost, AllocRequeueApproved
 from herdbook.events.codec import AnyEvent
-from herdbook.events.jobs import JobDeregistered, JobEvent, JobRegistered
+from herdbook.events.job_events import JobDeregistered, JobEvent, JobRegistered
 from herdbook.events.node import NodeEvent
 from herdbook.events.subjects import node_id_of_subject, printable
 from herdbook.history.describe import node_of, reason_of, tag

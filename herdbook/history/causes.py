@@ -11,7 +11,7 @@ from typing import Any
 from herdbook.events.codec import AnyEvent
 from herdbook.events.eval_events import EvalCreated
 from herdbook.events.health_report import NodeHealthChanged
-from herdbook.events.jobs import JobEvent
+from herdbook.events.job_events import JobEvent
 from herdbook.events.node import NodeEvent
 from herdbook.events.subjects import EVENTS_STREAM
 from herdbook.history.describe import node_of, reason_of, tag

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from herdbook.events.alloc import AllocEvent
 from herdbook.events.codec import AnyEvent, event_tag
-from herdbook.events.jobs import JobRegistered
+from herdbook.events.job_events import JobRegistered
 from herdbook.events.node import NodeBootChecked, NodeClaimed, NodeEvent, NodeReleased
 
 

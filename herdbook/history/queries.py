@@ -18,7 +18,7 @@ from nats.js import JetStreamContext
 from herdbook.events.subjects import aggregate_filter
 from herdbook.history.audit import ChainVerifier, audit_row
 from herdbook.history.causes import CauseIndex, build_history, is_nodes
-from herdbook.history.fleet import BUCKETS, FleetTimeline
+from herdbook.history.fleet_history import BUCKETS, FleetTimeline
 from herdbook.history.reader import ALL_EVENTS, NODE_EVENTS, LogEntry, scan_log
 from herdbook.projector.as_of import NodesAt
 from herdbook.projector.node_view import NodeView

@@ -25,7 +25,7 @@ from herdbook.events.alloc import (
     AllocStopped,
     AllocStopRequested,
 )
-from herdbook.events.jobs import Resources
+from herdbook.events.job_events import Resources
 
 
 class AllocView(msgspec.Struct, frozen=True, kw_only=True):

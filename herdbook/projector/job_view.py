@@ -7,7 +7,7 @@ from datetime import datetime
 import msgspec
 from msgspec.structs import replace
 
-from herdbook.events.jobs import JobDeregistered, JobEvent, JobRegistered, JobSpec
+from herdbook.events.job_events import JobDeregistered, JobEvent, JobRegistered, JobSpec
 
 
 class JobView(msgspec.Struct, frozen=True, kw_only=True):

@@ -46,7 +46,7 @@ from herdbook.events.deadletters import DeadLetters
 from herdbook.events.eval_events import EvalEvent
 from herdbook.events.feed import StreamFeed, stream_seq
 from herdbook.events.instance import InstanceEvent
-from herdbook.events.jobs import JobEvent
+from herdbook.events.job_events import JobEvent
 from herdbook.events.node import NodeEvent
 from herdbook.events.pool import PoolScaled
 from herdbook.events.subjects import EVENTS_STREAM

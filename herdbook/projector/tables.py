@@ -16,7 +16,7 @@ from herdbook.events.breaker_events import BreakerEvent
 from herdbook.events.codec import AnyEvent
 from herdbook.events.eval_events import EvalEvent
 from herdbook.events.instance import InstanceEvent
-from herdbook.events.jobs import JobEvent
+from herdbook.events.job_events import JobEvent
 from herdbook.events.node import NodeEvent
 from herdbook.events.pool import PoolScaled
 from herdbook.projector.alloc_view import AllocView, apply_alloc

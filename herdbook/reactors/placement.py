@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from herdbook.events.alloc import AllocStatus
-from herdbook.events.jobs import JobSpec, Resources
+from herdbook.events.job_events import JobSpec, Resources
 from herdbook.events.states import NodeClass, NodeType
 from herdbook.projector.alloc_view import AllocView
 from herdbook.projector.job_view import JobView

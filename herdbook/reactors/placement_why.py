@@ -30,7 +30,7 @@ from typing import Any
 
 from herdbook.events.alloc import LIVE, AllocStatus
 from herdbook.events.evals import EvalStatus
-from herdbook.events.jobs import Resources
+from herdbook.events.job_events import Resources
 from herdbook.events.states import Approval, NodeClass, NodeType
 from herdbook.projector.alloc_view import AllocView
 from herdbook.projector.eval_view import EvalView

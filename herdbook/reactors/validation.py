@@ -44,7 +44,7 @@ from herdbook.events.alloc import (
     AllocStopRequested,
 )
 from herdbook.events.breaker_events import HeldAction
-from herdbook.events.jobs import Resources
+from herdbook.events.job_events import Resources
 from herdbook.events.node import (
     NodeEvent,
     NodeValidated,

@@ -12,7 +12,7 @@ import msgspec.yaml
 
 from herdbook.config import ConfigError, parse_config
 from herdbook.durations import Duration, parse_duration
-from herdbook.events.errors import error_path
+from herdbook.events.decode_errors import error_path
 from herdbook.events.faults import FAULTS, fault_named
 from herdbook.events.subjects import ID_PATTERN
 from herdbook.sim.scenario import (

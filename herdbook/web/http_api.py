@@ -33,7 +33,7 @@ from herdbook.api.lookup import ApiError, resolve
 from herdbook.api.service import Api
 from herdbook.clock import Clock
 from herdbook.events.states import Lifecycle
-from herdbook.history.fleet import WINDOWS, parse_window
+from herdbook.history.fleet_history import WINDOWS, parse_window
 from herdbook.history.queries import fleet_history
 from herdbook.history.times import iso
 from herdbook.hosts import is_loopback

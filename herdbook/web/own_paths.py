@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from herdbook.history.fleet import WINDOWS
+from herdbook.history.fleet_history import WINDOWS
 from herdbook.web import sse
 from herdbook.web.fleet import FLEET_COLUMNS
 

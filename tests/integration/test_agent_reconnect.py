@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Callable
 import nats
 import pytest
 
-from herdbook.agent.allocations import AllocationFollower
+from herdbook.agent.alloc_follow import AllocationFollower
 from herdbook.agent.connection import connect_until_reached
 from herdbook.control.agent_sync import BATCH, AgentSync
 from herdbook.events.alloc import AllocPlaced, AllocStopRequested

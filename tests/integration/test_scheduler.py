@@ -20,7 +20,7 @@ from herdbook.config import parse_config
 from herdbook.events.alloc import AllocCompleted, AllocRunning, AllocStatus
 from herdbook.events.eval_events import EvalCreated, EvalStatusChanged
 from herdbook.events.evals import EvalStatus, EvalTrigger, Step
-from herdbook.events.jobs import JobDeregistered, JobRegistered, JobSpec, Requeue, Resources
+from herdbook.events.job_events import JobDeregistered, JobRegistered, JobSpec, Requeue, Resources
 from herdbook.events.node import (
     GpuInfo,
     NodeApproved,

@@ -205,7 +205,7 @@ async def test_conformance_drift_drains_a_sensitive_node_with_an_audit_entry(
 
 async def test_allocations_lost_on_a_sensitive_node_are_requeued_only_by_an_operator(
         world: World) -> None:
-    from herdbook.events.jobs import Constraints, JobSpec, Resources
+    from herdbook.events.job_events import Constraints, JobSpec, Resources
 
     await world.agent("s1")
     spec = JobSpec(id="secret", command=["sleep", "8"], count=1,

@@ -18,7 +18,7 @@ from herdbook.control.plane import ControlPlane
 from herdbook.credentials import NatsAuth
 from herdbook.events.alloc import AllocLost, AllocPlaced
 from herdbook.events.codec import encode
-from herdbook.events.jobs import JobRegistered, JobSpec
+from herdbook.events.job_events import JobRegistered, JobSpec
 from herdbook.events.node import NodeApproved, NodeRegistered
 from herdbook.events.states import Approval
 from herdbook.events.subjects import EVENTS_STREAM

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from herdbook.agent.logs import read_log
+from herdbook.agent.workload_logs import read_log
 
 
 def test_a_tail_is_the_last_lines_and_says_there_is_more_before(tmp_path: Path) -> None:

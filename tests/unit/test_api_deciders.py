@@ -25,7 +25,7 @@ from herdbook.config import PoolConfig
 from herdbook.events.alloc import AllocRequeueApproved, AllocStatus
 from herdbook.events.eval_events import EvalCreated
 from herdbook.events.evals import EvalStatus, EvalTrigger
-from herdbook.events.jobs import JobDeregistered, JobRegistered, JobSpec
+from herdbook.events.job_events import JobDeregistered, JobRegistered, JobSpec
 from herdbook.events.node import NodeCordoned, NodeDeclared
 from herdbook.events.states import Approval, Lifecycle, NodeClass, NodeType
 from herdbook.projector.alloc_view import AllocView

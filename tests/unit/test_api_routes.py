@@ -29,7 +29,7 @@ from herdbook.api.service import failure
 from herdbook.events.alloc import AllocLost, AllocPlaced, AllocRequeueApproved
 from herdbook.events.eval_events import EvalCreated
 from herdbook.events.evals import EvalTrigger
-from herdbook.events.jobs import JobRegistered, JobSpec
+from herdbook.events.job_events import JobRegistered, JobSpec
 from herdbook.events.store import StorageFullError
 from herdbook.reactors.decide_runner import DecideRunner, KeptChanging
 from herdbook.reactors.refused import CommandRefused

@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from herdbook.events.alloc import AllocPlaced
-from herdbook.events.jobs import Resources
+from herdbook.events.job_events import Resources
 from herdbook.events.node import NodeApproved
 from herdbook.events.store import log_appended
 

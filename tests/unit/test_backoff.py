@@ -8,7 +8,7 @@ from itertools import islice
 
 import pytest
 
-from herdbook.agent.allocations import CATCH_UP_RETRY
+from herdbook.agent.alloc_follow import CATCH_UP_RETRY
 from herdbook.agent.connection import APPEND_RETRY as AGENT_APPEND_RETRY
 from herdbook.agent.connection import CONNECT_RETRY
 from herdbook.agent.executor import REPORT_RETRY

@@ -33,7 +33,7 @@ from herdbook.reactors.breaker_deciders import (
 )
 from herdbook.reactors.classifier import decide_on_report
 from herdbook.reactors.decide_runner import DecideRunner
-from herdbook.reactors.pools import plan_pool
+from herdbook.reactors.pool_deciders import plan_pool
 from herdbook.reactors.sensitive import Expectation, decide_node_conformance
 from tests.fakes import FakeClock
 

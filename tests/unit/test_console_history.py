@@ -12,7 +12,7 @@ import pytest
 from herdbook.events.node import NodeApproved, NodeBootChecked, NodeRegistered, NodeUncordoned
 from herdbook.events.telemetry import GpuReading, GpuTelemetry
 from herdbook.health.policy import Verdict
-from herdbook.history.fleet import FleetTimeline, parse_window
+from herdbook.history.fleet_history import FleetTimeline, parse_window
 from herdbook.history.reader import LogEntry
 from herdbook.projector.as_of import fold_nodes
 from herdbook.reactors.health import decide_health

@@ -17,7 +17,7 @@ import msgspec.yaml
 import pytest
 
 from herdbook.config import Config, parse_config
-from herdbook.events.jobs import parse_job_spec
+from herdbook.events.job_events import parse_job_spec
 
 ROOT = Path(__file__).parents[2]
 PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *(ROOT / "examples").glob("*.md")])

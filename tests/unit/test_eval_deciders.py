@@ -8,7 +8,7 @@ from datetime import timedelta
 
 from herdbook.events.eval_events import EvalCreated, EvalEnqueued, EvalLinked
 from herdbook.events.evals import EvalStatus, EvalTrigger, Step
-from herdbook.events.jobs import JobSpec
+from herdbook.events.job_events import JobSpec
 from herdbook.projector.eval_view import EvalView
 from herdbook.projector.job_view import JobView
 from herdbook.reactors.decide_runner import Decision

@@ -49,7 +49,7 @@ from herdbook.events.instance import (
     InstanceTerminated,
     InstanceTerminating,
 )
-from herdbook.events.jobs import JobDeregistered, JobRegistered, JobSpec, Resources
+from herdbook.events.job_events import JobDeregistered, JobRegistered, JobSpec, Resources
 from herdbook.events.node import (
     GpuInfo,
     NodeApproved,

@@ -19,7 +19,7 @@ from herdbook.health.policy import Policy
 from herdbook.projector.instance_view import InstanceView
 from herdbook.projector.node_view import NodeView, apply
 from herdbook.reactors.health import decide_health
-from herdbook.reactors.pools import plan_pool
+from herdbook.reactors.pool_deciders import plan_pool
 
 POLICY = Policy.load(None)
 THRESHOLD = 2

@@ -20,7 +20,7 @@ from herdbook.events.codec import (
     decode_resources,
     encode,
 )
-from herdbook.events.jobs import JobSpecError, parse_job_spec
+from herdbook.events.job_events import JobSpecError, parse_job_spec
 from herdbook.events.subjects import InvalidIdError, validate_id
 from herdbook.health.policy import Policy, PolicyError
 

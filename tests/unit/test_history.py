@@ -22,7 +22,7 @@ from herdbook.events.alloc import AllocLost, AllocPlaced, AllocRequeueApproved, 
 from herdbook.events.base import Event
 from herdbook.events.codec import encode
 from herdbook.events.evals import EvalTrigger as Trigger
-from herdbook.events.jobs import JobDeregistered, JobRegistered, JobSpec
+from herdbook.events.job_events import JobDeregistered, JobRegistered, JobSpec
 from herdbook.events.node import (
     NodeApproved,
     NodeBootChecked,

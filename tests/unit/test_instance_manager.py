@@ -15,7 +15,7 @@ from herdbook.events.states import InstanceState, Lifecycle
 from herdbook.reactors import liveness
 from herdbook.reactors.decide_runner import DecideRunner
 from herdbook.reactors.heartbeats import NodeBeat
-from herdbook.reactors.pools import decide_provisioned, decide_running, decide_terminating
+from herdbook.reactors.pool_deciders import decide_provisioned, decide_running, decide_terminating
 from tests.fakes import FakeClock, FakeProjector, FakeStore
 
 CONFIG = parse_config(b"""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from herdbook.events.jobs import JobDeregistered, JobRegistered, JobSpecError, parse_job_spec
+from herdbook.events.job_events import JobDeregistered, JobRegistered, JobSpecError, parse_job_spec
 from herdbook.projector.job_view import apply_job
 
 

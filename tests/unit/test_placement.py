@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from herdbook.events.alloc import AllocStatus
-from herdbook.events.jobs import Constraints, JobSpec, Requeue, Resources
+from herdbook.events.job_events import Constraints, JobSpec, Requeue, Resources
 from herdbook.events.node import GpuInfo, NodeInfo
 from herdbook.events.states import Approval, Intent, Lifecycle, NodeClass, NodeType
 from herdbook.projector.alloc_view import AllocView

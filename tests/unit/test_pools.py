@@ -10,7 +10,7 @@ from herdbook.events.node import NodeInfo
 from herdbook.events.states import Approval, Health, InstanceState, Intent, Lifecycle, NodeType
 from herdbook.projector.instance_view import InstanceView
 from herdbook.projector.node_view import NodeView
-from herdbook.reactors.pools import plan_pool
+from herdbook.reactors.pool_deciders import plan_pool
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 POOL = parse_config(b"pools: {p: {min_nodes: 2, max_nodes: 4, cooldown: 5m,"
@@ -96,7 +96,7 @@ def test_a_busy_unhealthy_node_is_drained_before_it_is_replaced() -> None:
 def test_a_hardware_fault_stays_out_of_the_auto_replace_loop_where_the_provider_says() -> None:
     from msgspec.structs import replace
 
-    from herdbook.reactors.pools import replaces_hardware_faults
+    from herdbook.reactors.pool_deciders import replaces_hardware_faults
     instances = [inst(1), inst(2)]
     bad_gpu = replace(node(1, health=Health.UNHEALTHY), health_action="inspect_hardware")
     reboot = replace(node(2, health=Health.UNHEALTHY), health_action="reboot_node")

@@ -30,7 +30,7 @@ from herdbook.events.instance import (
     InstanceRunning,
     InstanceTerminated,
 )
-from herdbook.events.jobs import JobDeregistered, JobRegistered, JobSpec
+from herdbook.events.job_events import JobDeregistered, JobRegistered, JobSpec
 from herdbook.events.node import (
     NodeApproved,
     NodeBootChecked,

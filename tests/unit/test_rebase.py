@@ -7,7 +7,7 @@ from __future__ import annotations
 from herdbook.events.alloc import AllocPlaced
 from herdbook.events.breaker_events import BreakerReset
 from herdbook.events.eval_events import EvalCreated, Trigger
-from herdbook.events.jobs import JobRegistered, JobSpec
+from herdbook.events.job_events import JobRegistered, JobSpec
 from herdbook.events.node import NodeApproved, NodeDeclared
 from herdbook.projector.rebase import rebase
 from herdbook.projector.tables import ReadModel

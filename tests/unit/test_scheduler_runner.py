@@ -15,7 +15,7 @@ from herdbook.config import Config
 from herdbook.events.alloc import AllocLost, AllocPlaced, AllocRunning, AllocStopRequested
 from herdbook.events.eval_events import EvalCreated, EvalLinked, EvalStatusChanged
 from herdbook.events.evals import EvalStatus, EvalTrigger, Step
-from herdbook.events.jobs import JobRegistered, JobSpec, Resources
+from herdbook.events.job_events import JobRegistered, JobSpec, Resources
 from herdbook.events.node import NodeDrainStarted
 from herdbook.projector.eval_view import step
 from herdbook.reactors import plan_apply

@@ -9,7 +9,7 @@ import logging
 import pytest
 from aiohttp.http_exceptions import BadStatusLine, LineTooLong
 
-from herdbook.events.jobs import MAX_NESTING, JobSpecError, flow_nesting, parse_job_spec
+from herdbook.events.job_events import MAX_NESTING, JobSpecError, flow_nesting, parse_job_spec
 from herdbook.web.client_errors import ClientErrorLog
 from tests.fakes import FakeClock
 

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from herdbook.agent.gpu import FakeNvml
-from herdbook.agent.telemetry import sample
+from herdbook.agent.telemetry_sampler import sample
 from herdbook.events.authority import (
     FAMILIES,
     Publisher,

@@ -13,9 +13,9 @@ import msgspec
 import pynvml
 import pytest
 
-from herdbook.agent import gpu, telemetry
+from herdbook.agent import gpu, telemetry_sampler as telemetry
 from herdbook.agent.gpu import FakeNvml, FakeNvmlError
-from herdbook.agent.telemetry import Reader, sample
+from herdbook.agent.telemetry_sampler import Reader, sample
 from herdbook.events.codec import encode
 from herdbook.events.telemetry import GpuReading
 

@@ -34,7 +34,7 @@ from herdbook.events.health_report import (
     GpuEvent,
     HealthReport,
 )
-from herdbook.events.jobs import JobSpecError, parse_job_spec
+from herdbook.events.job_events import JobSpecError, parse_job_spec
 from herdbook.events.states import (
     STATE_ORDER,
     Approval,

@@ -8,7 +8,7 @@ import msgspec
 from msgspec import Meta
 
 from herdbook.events.base import Event
-from herdbook.events.errors import error_path
+from herdbook.events.decode_errors import error_path
 from herdbook.events.states import NodeClass
 from herdbook.events.subjects import ID_PATTERN
 
