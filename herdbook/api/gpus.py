@@ -51,7 +51,7 @@ Handler = Callable[[bytes], Awaitable[Any]]
 _encoder = msgspec.json.Encoder()
 
 
-class Telemetry(Protocol):
+class TelemetrySource(Protocol):
     """``reactors.telemetry_intake.TelemetryIntake``: a node's latest sample; all of them
     by node id (``/v1/fleet`` reads them in one pass)."""
 
@@ -190,7 +190,7 @@ class _Rows(NamedTuple):
 
 
 class GpuRoutes:
-    def __init__(self, nodes: Callable[[], Mapping[str, NodeView]], telemetry: Telemetry,
+    def __init__(self, nodes: Callable[[], Mapping[str, NodeView]], telemetry: TelemetrySource,
                  faults: FaultHistory | None, clock: Clock) -> None:
         self.nodes = nodes
         self.telemetry = telemetry

@@ -27,7 +27,7 @@ from herdbook.api.allocs import AllocRoutes
 from herdbook.api.breaker_routes import BreakerRoutes
 from herdbook.api.caller import CALLER
 from herdbook.api.explain import ExplainRoutes
-from herdbook.api.gpus import GpuRoutes, NoTelemetry, Telemetry
+from herdbook.api.gpus import GpuRoutes, NoTelemetry, TelemetrySource
 from herdbook.api.history_routes import HistoryRoutes
 from herdbook.api.jobs import JobRoutes
 from herdbook.api.lookup import ApiError
@@ -57,8 +57,8 @@ _encoder = msgspec.json.Encoder()
 Handler = Callable[[bytes], Awaitable[Any]]
 
 
-class Metrics(Protocol):
-    """Where a request's duration goes (``control.metrics.Metrics``)."""
+class ApiMetrics(Protocol):
+    """Where a request's duration goes (``control.metrics.ApiMetrics``)."""
 
     def observe_request(self, route: str, seconds: float) -> None: ...
 
@@ -67,9 +67,9 @@ class Api:
     def __init__(self, nc: NATS, store: EventStore, projector: ProjectorRunner,
                  sweeper: Sweeper, rebuild: Callable[[], Awaitable[dict[str, Any]]],
                  instance: str, config: Config | None = None,
-                 metrics: Metrics | None = None, *, clock: Clock, runner: DecideRunner,
+                 metrics: ApiMetrics | None = None, *, clock: Clock, runner: DecideRunner,
                  breaker: Breaker | None = None,
-                 telemetry: Telemetry | None = None, faults: FaultHistory | None = None,
+                 telemetry: TelemetrySource | None = None, faults: FaultHistory | None = None,
                  repairs: LiveRepairs | None = None) -> None:
         """``telemetry``: the latest GPU readings (``reactors/telemetry_intake``);
         ``faults``: the classifier's fault history, for ``gpu.describe``; ``repairs``:

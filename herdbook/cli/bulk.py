@@ -113,7 +113,7 @@ def question_for(ids: list[str], single: str, many: str) -> str:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class BulkOutcome:
     node_id: str
     line: str
     refused: bool
@@ -127,26 +127,26 @@ def done_line(node_id: str, result: Any) -> str:
 
 
 async def send_all(nc: Any, route: str, ids: list[str],
-                   make: Callable[[str], Any]) -> list[Outcome]:
+                   make: Callable[[str], Any]) -> list[BulkOutcome]:
     """Send the command to every node, ``IN_FLIGHT`` at a time, printing each node's
     line in order as soon as it is known. A refusal is that node's; anything else (no
     answer, permission denied) stops the whole command with its exit code."""
     from herdbook.api.messages import CommandResult
     gate = asyncio.Semaphore(IN_FLIGHT)
 
-    async def one(node_id: str) -> Outcome:
+    async def one(node_id: str) -> BulkOutcome:
         async with gate:
             try:
                 result = await client.attempt(nc, route, make(node_id), CommandResult)
             except client.RequestFailed as err:
                 if not err.answered or err.code == client.EXIT_STORAGE_FULL:
                     raise
-                return Outcome(node_id, f"{node_id}: refused: {err.message}", True)
+                return BulkOutcome(node_id, f"{node_id}: refused: {err.message}", True)
         warn_if_stale(result.node)
-        return Outcome(node_id, done_line(node_id, result), False)
+        return BulkOutcome(node_id, done_line(node_id, result), False)
 
     tasks = [asyncio.ensure_future(one(node_id)) for node_id in ids]
-    outcomes: list[Outcome] = []
+    outcomes: list[BulkOutcome] = []
     try:
         for task in tasks:
             outcome = await task

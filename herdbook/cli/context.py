@@ -13,7 +13,7 @@ from herdbook.cli.contexts import (
     CONTEXT_ENV,
     SETTINGS,
     CliConfig,
-    Context,
+    CliContext,
     ContextError,
     config_file,
     load,
@@ -37,7 +37,7 @@ def _read() -> tuple[Any, CliConfig]:
         raise client.fail(str(err), client.EXIT_USAGE) from None
 
 
-def _named(config: CliConfig, name: str, path: Any) -> Context:
+def _named(config: CliConfig, name: str, path: Any) -> CliContext:
     try:
         picked = pick(config, name, path)
     except ContextError as err:
@@ -127,7 +127,7 @@ def context_set(
         given["server"] = server or None
     if output is not None:
         given["output"] = output.value
-    context = msgspec.structs.replace(config.contexts.get(name, Context()), **given)
+    context = msgspec.structs.replace(config.contexts.get(name, CliContext()), **given)
     current = name if use or not config.contexts else config.current
     save(path, CliConfig(current=current, contexts={**config.contexts, name: context}))
     made = "changed" if name in config.contexts else "created"

@@ -28,7 +28,7 @@ class ContextError(ValueError):
     """A context that cannot be used: the one line to print (exit 2)."""
 
 
-class Context(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
+class CliContext(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
     server: str | None = None
     creds: str | None = None
     tls_ca: str | None = None
@@ -39,7 +39,7 @@ class Context(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defa
 
 class CliConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
     current: str | None = None
-    contexts: dict[str, Context] = msgspec.field(default_factory=dict)
+    contexts: dict[str, CliContext] = msgspec.field(default_factory=dict)
 
 
 def config_file(environ: Mapping[str, str]) -> Path:
@@ -80,7 +80,7 @@ def save(path: Path, config: CliConfig) -> None:
     os.replace(temporary, path)
 
 
-def pick(config: CliConfig, name: str | None, path: Path) -> tuple[str, Context] | None:
+def pick(config: CliConfig, name: str | None, path: Path) -> tuple[str, CliContext] | None:
     """The context in use: ``name`` (``--context``/``HERD_CONTEXT``), else the current
     one, else none. A name the file does not have is refused, never ignored: the
     command would go to another fleet than the one meant."""
@@ -95,9 +95,9 @@ def pick(config: CliConfig, name: str | None, path: Path) -> tuple[str, Context]
     return chosen, config.contexts[chosen]
 
 
-def in_use(environ: Mapping[str, str], name: str | None = None) -> Context:
+def in_use(environ: Mapping[str, str], name: str | None = None) -> CliContext:
     """The settings of the context in use (empty if none), read from the environment's
     file; ``name``: ``--context``, else ``HERD_CONTEXT``."""
     path = config_file(environ)
     picked = pick(load(path), name or environ.get(CONTEXT_ENV) or None, path)
-    return Context() if picked is None else picked[1]
+    return CliContext() if picked is None else picked[1]

@@ -159,14 +159,14 @@ def main_options(
 ) -> None:
     import os
 
-    from herdbook.cli.contexts import Context, ContextError, in_use
+    from herdbook.cli.contexts import CliContext, ContextError, in_use
     from herdbook.cli.creds import checked_auth
     from herdbook.credentials import NatsAuth
     source = ctx.get_parameter_source("server")
     default = source is None or source.name == "DEFAULT"
     # `herd context` edits the file: a bad current context must not stop it
     try:
-        use = in_use(os.environ, context) if ctx.invoked_subcommand != "context" else Context()
+        use = in_use(os.environ, context) if ctx.invoked_subcommand != "context" else CliContext()
     except ContextError as err:
         raise client.fail(str(err), client.EXIT_USAGE) from None
     # a flag or its environment variable first, then the context, then the default

@@ -43,7 +43,7 @@ _NODE_LEVEL = {Health.UNKNOWN: "unknown", Health.HEALTHY: "healthy",
                Health.DEGRADED: "degraded", Health.UNHEALTHY: "unhealthy"}
 
 
-class Telemetry(Protocol):
+class SampleLookup(Protocol):
     def of(self, node_id: str) -> Sample | None: ...
 
 
@@ -205,7 +205,7 @@ class GpuExposition:
     at 10k nodes of 8 GPUs. ``chunks`` gives the event loop back every ``CHUNK`` nodes,
     so a scrape of the whole page does not stall heartbeat ingest for its seconds."""
 
-    def __init__(self, nodes: Callable[[], Mapping[str, NodeView]], telemetry: Telemetry) -> None:
+    def __init__(self, nodes: Callable[[], Mapping[str, NodeView]], telemetry: SampleLookup) -> None:
         self.nodes = nodes
         self.telemetry = telemetry
 
@@ -261,7 +261,7 @@ class HealthCollector(Collector):
     verdict level of every node, GPUs counted by health, and one series per GPU that is
     not healthy (with its rule), so an alert can name the GPU."""
 
-    def __init__(self, nodes: Callable[[], Mapping[str, NodeView]], telemetry: Telemetry) -> None:
+    def __init__(self, nodes: Callable[[], Mapping[str, NodeView]], telemetry: SampleLookup) -> None:
         self.nodes = nodes
         self.telemetry = telemetry
 

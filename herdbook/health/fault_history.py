@@ -1,4 +1,4 @@
-"""Fault history: what a CEL rule may know of a GPU's and a node's recent past.
+"""RecentFault history: what a CEL rule may know of a GPU's and a node's recent past.
 
 The classifier keeps it, per node, from the health reports it reads: each health event
 (kind, GPU index, XID code) at the time HERD_HEALTH stored its report (the server's
@@ -40,7 +40,7 @@ KEEP = 7 * 24 * 3600.0
 
 
 @dataclass(frozen=True)
-class Fault:
+class RecentFault:
     at: float          # when HERD_HEALTH stored its report (epoch seconds)
     gpu: int
     kind: str
@@ -59,10 +59,10 @@ def _seconds(window: timedelta | float | int) -> float:
     return min(max(seconds, 0.0), KEEP)
 
 
-class NodeHistory:
+class NodeFaults:
     """One node's history as of ``at``: what ``history.*`` in a rule calls."""
 
-    def __init__(self, faults: deque[Fault] | tuple[Fault, ...], pulls: Mapping[str, deque[Pull]],
+    def __init__(self, faults: deque[RecentFault] | tuple[RecentFault, ...], pulls: Mapping[str, deque[Pull]],
                  serials: Mapping[int, str], at: float) -> None:
         self._faults = faults
         self._pulls = pulls
@@ -95,7 +95,7 @@ class NodeHistory:
                 "history.gpu_pulls": self.gpu_pulls, "history.max_gpu_pulls": self.max_gpu_pulls}
 
 
-NO_HISTORY = NodeHistory((), {}, {}, 0.0)
+NO_HISTORY = NodeFaults((), {}, {}, 0.0)
 """A node with no past (a policy checked on its own, ``herd health check-policy``)."""
 
 
@@ -105,14 +105,14 @@ class FaultHistory:
     def __init__(self, clock: Clock, keep: float = KEEP) -> None:
         self.clock = clock
         self.keep = keep
-        self.faults: dict[str, deque[Fault]] = defaultdict(deque)
+        self.faults: dict[str, deque[RecentFault]] = defaultdict(deque)
         self.pulls: dict[str, deque[Pull]] = defaultdict(deque)
 
     def record(self, report: HealthReport, at: float) -> None:
         """The report's health events, stored at ``at``; older ones past ``keep`` go."""
         faults = self.faults[report.node_id]
         for event in report.events:
-            faults.append(Fault(at, event.gpu, event.kind, event.xid))
+            faults.append(RecentFault(at, event.gpu, event.kind, event.xid))
         while faults and faults[0].at < at - self.keep:
             faults.popleft()
         if not faults:
@@ -126,8 +126,8 @@ class FaultHistory:
         if not any((p.node_id, p.boot_id) == (report.node_id, report.boot_id) for p in pulls):
             pulls.append(Pull(at, report.node_id, report.boot_id))
 
-    def of(self, node_id: str, serials: Mapping[int, str], at: float) -> NodeHistory:
-        return NodeHistory(self.faults.get(node_id, ()), self.pulls, serials, at)
+    def of(self, node_id: str, serials: Mapping[int, str], at: float) -> NodeFaults:
+        return NodeFaults(self.faults.get(node_id, ()), self.pulls, serials, at)
 
     def when(self, at: float | None) -> float:
         """``at``, or the clock's now when the stored time is unknown."""

@@ -43,7 +43,7 @@ from herdbook.events.health_report import (
     VerdictLevel,
 )
 from herdbook.health.actions import ACTIONS, action_for, worst
-from herdbook.health.fault_history import NO_HISTORY, FaultHistory, NodeHistory
+from herdbook.health.fault_history import NO_HISTORY, FaultHistory, NodeFaults
 from herdbook.health.fault_hold import COUNTER_LIKE, DEFAULT_HOLD, Finding, Held
 from herdbook.health.navarch import check_fields, describe, event_fields
 from herdbook.health.policy_fields import compile_checked
@@ -147,7 +147,7 @@ rules:
 """
 
 
-class Format(Enum):
+class PolicyFormat(Enum):
     HERDBOOK = "herdbook"
     NAVARCH = "Navarch"
 
@@ -235,12 +235,12 @@ class Verdict:
         return self.result in AT_ONCE
 
 
-def detect(version: int | str, source: str) -> Format:
+def detect(version: int | str, source: str) -> PolicyFormat:
     """The format by its ``version``: the integer 1 is herdbook's, ``v1`` Navarch's."""
     if version == 1 and isinstance(version, int):
-        return Format.HERDBOOK
+        return PolicyFormat.HERDBOOK
     if version == "v1":
-        return Format.NAVARCH
+        return PolicyFormat.NAVARCH
     raise PolicyError(f"{source}: version {version} is not supported (use 1 for herdbook's "
                       "format or v1 for Navarch's)")
 
@@ -254,14 +254,14 @@ def _hold(value: str | float | None, where: str) -> float | None:
         raise PolicyError(f"{where}: hold: {err}") from err
 
 
-def _meaning(result: str, fmt: Format) -> str:
-    if fmt is Format.NAVARCH and result == "unhealthy":
+def _meaning(result: str, fmt: PolicyFormat) -> str:
+    if fmt is PolicyFormat.NAVARCH and result == "unhealthy":
         return "critical"       # Navarch: an unhealthy event makes the node unhealthy
     return result
 
 
 class Policy:
-    def __init__(self, rules: list[CompiledRule], fmt: Format = Format.HERDBOOK,
+    def __init__(self, rules: list[CompiledRule], fmt: PolicyFormat = PolicyFormat.HERDBOOK,
                  name: str = "", hold: float = DEFAULT_HOLD) -> None:
         self.rules = rules
         self.format = fmt
@@ -279,7 +279,7 @@ class Policy:
             raise PolicyError(f"{source}: {' '.join(str(err).split())}") from err
         fmt = detect(raw.version, source)
         hold = _hold(raw.hold, source)
-        if fmt is Format.NAVARCH and not raw.rules:
+        if fmt is PolicyFormat.NAVARCH and not raw.rules:
             raise PolicyError(f"{source}: a policy needs at least one rule")
         seen: set[str] = set()
         compiled = []
@@ -299,7 +299,7 @@ class Policy:
                 raise PolicyError(f"{where}: action {rule.action!r} is not one of "
                                   f"{', '.join(ACTIONS)}")
             try:
-                program = compile_checked(rule.condition, checks=fmt is Format.HERDBOOK)
+                program = compile_checked(rule.condition, checks=fmt is PolicyFormat.HERDBOOK)
             except ValueError as err:
                 raise PolicyError(f"{where}: {' '.join(str(err).split())}") from err
             compiled.append(CompiledRule(rule.name, _meaning(rule.result, fmt), program,
@@ -321,7 +321,7 @@ class Policy:
         """One line: the format, the name and the rules by result, as written."""
         counts = Counter(rule.declared or rule.result for rule in self.rules)
         by_result = ", ".join(f"{counts[r]} {r}" for r in RESULTS if counts[r])
-        version = "v1" if self.format is Format.NAVARCH else "1"
+        version = "v1" if self.format is PolicyFormat.NAVARCH else "1"
         named = f" {self.name!r}" if self.name else ""
         plural = "" if len(self.rules) == 1 else "s"
         return (f"{self.format.value} format (version {version}){named}: "
@@ -329,7 +329,7 @@ class Policy:
                 + f", hold {format_duration(self.hold) if self.hold else 'off'}")
 
     def classify_event(self, event: dict[str, Any],
-                       history: NodeHistory = NO_HISTORY) -> tuple[str, str]:
+                       history: NodeFaults = NO_HISTORY) -> tuple[str, str]:
         """(result, rule name) of the first matching rule; healthy if none matches. A rule
         that fails at runtime (e.g. a missing field) does not match. ``history``: the
         node's fault history, the ``history.*`` functions (``herdbook.health.fault_history``)."""
@@ -345,14 +345,14 @@ class Policy:
         return "healthy", ""
 
     def _classify_check(self, check: CheckResult,
-                        history: NodeHistory = NO_HISTORY) -> tuple[str, str]:
-        if self.format is Format.HERDBOOK:
+                        history: NodeFaults = NO_HISTORY) -> tuple[str, str]:
+        if self.format is PolicyFormat.HERDBOOK:
             return self.classify_event(check_fields(check), history)
         if check.status == "unhealthy":
             return "unhealthy", "failed-check"
         return ("degraded", "warning-check") if check.status == "degraded" else ("healthy", "")
 
-    def classify(self, report: HealthReport, history: NodeHistory = NO_HISTORY) -> Verdict:
+    def classify(self, report: HealthReport, history: NodeFaults = NO_HISTORY) -> Verdict:
         """The report's verdict; ``history`` is its node's (``herdbook.health.fault_history``)."""
         worst_result = "healthy"
         reasons: list[tuple[int, str]] = []

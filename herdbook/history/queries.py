@@ -20,7 +20,7 @@ from herdbook.history.audit import ChainVerifier, audit_row
 from herdbook.history.causes import CauseIndex, build_history, is_nodes
 from herdbook.history.fleet_history import BUCKETS, FleetTimeline
 from herdbook.history.reader import ALL_EVENTS, NODE_EVENTS, LogEntry, scan_log
-from herdbook.projector.as_of import NodesAt
+from herdbook.projector.as_of import NodesAsOf
 from herdbook.projector.node_view import NodeView
 
 MAX_ITEMS = 5000
@@ -54,7 +54,7 @@ async def node_history(js: JetStreamContext, node_id: str) -> dict[str, Any]:
 async def nodes_at(js: JetStreamContext, at: datetime) -> tuple[dict[str, NodeView], int]:
     """Every node as of ``at`` (by stored time) and the sequence of the last event
     folded: ``projector.as_of`` over the node events up to that time."""
-    fold = NodesAt(at)
+    fold = NodesAsOf(at)
     await scan_log(js, NODE_EVENTS, fold.add, until=at)
     return fold.nodes, fold.seq
 

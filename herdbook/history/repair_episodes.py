@@ -14,7 +14,7 @@ from herdbook.projector.node_view import NodeView
 DURATIONS = ("time_to_quarantine", "time_to_drain", "time_in_repair", "mttr")
 
 
-class Step(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class RepairStep(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     step: str
     at: datetime
     actor: str = ""
@@ -49,7 +49,7 @@ class Episode(msgspec.Struct, frozen=True, kw_only=True):
     back_by: str = ""
     replaced_by: str = ""
     outcome: str = "open"      # open | back | deleted
-    steps: tuple[Step, ...] = ()
+    steps: tuple[RepairStep, ...] = ()
 
     def durations(self) -> dict[str, float | None]:
         """The four durations in seconds; None where a step is missing."""

@@ -61,7 +61,7 @@ from herdbook.events.health_report import VERDICT_LEVELS, NodeHealthChanged
 from herdbook.events.instance import InstanceProvisioning
 from herdbook.events.node import NodeBootChecked, NodeBootStarted, NodeEvent
 from herdbook.events.states import Approval, Health, Lifecycle, NodeType
-from herdbook.history.repair_episodes import Episode, RepairsState, Segment, Sign, Step
+from herdbook.history.repair_episodes import Episode, RepairsState, RepairStep, Segment, Sign
 from herdbook.projector.node_view import NodeView
 from herdbook.projector.node_view import apply as apply_node
 
@@ -233,14 +233,14 @@ def _detect(state: RepairsState, before_in: bool, before: NodeView | None,
         return
     sign = state.signs.pop(node_id, None)
     kind, xid, reason = fault
-    steps: list[Step] = []
+    steps: list[RepairStep] = []
     if sign is not None:
         detected_at, detected_by, first = sign.at, sign.actor, sign.seq
-        steps.append(Step(step="detected", at=sign.at, actor=sign.actor, detail=sign.detail))
-        steps.append(Step(step=event.event_name, at=at, actor=event.actor, detail=reason))
+        steps.append(RepairStep(step="detected", at=sign.at, actor=sign.actor, detail=sign.detail))
+        steps.append(RepairStep(step=event.event_name, at=at, actor=event.actor, detail=reason))
     else:
         detected_at, detected_by, first = at, event.actor, seq
-        steps.append(Step(step="detected", at=at, actor=event.actor,
+        steps.append(RepairStep(step="detected", at=at, actor=event.actor,
                           detail=f"{event.event_name}: {reason}" if reason else event.event_name))
     if sign is not None and sign.out_at is not None:
         out_at, out_by, out_how = sign.out_at, sign.out_by, sign.out_how
@@ -248,7 +248,7 @@ def _detect(state: RepairsState, before_in: bool, before: NodeView | None,
         out_at, out_by, out_how = detected_at, before.intent_actor, f"already {how_out(before)}"
     else:
         out_at, out_by, out_how = at, event.actor, how_out(after)
-    steps.append(Step(step="quarantined", at=out_at, actor=out_by, detail=out_how))
+    steps.append(RepairStep(step="quarantined", at=out_at, actor=out_by, detail=out_how))
     steps.sort(key=lambda s: s.at)
     episode = Episode(
         id=f"{node_id}:{first}", node_id=node_id, pool=pool_of(after), kind=kind, xid=xid,
@@ -277,7 +277,7 @@ def _advance(state: RepairsState, episode: Episode, after: NodeView | None, back
             _close(state, episode, at, event.actor, "back")
         return
     changes: dict[str, Any] = {
-        "steps": (*episode.steps, Step(step=name, at=at, actor=event.actor,
+        "steps": (*episode.steps, RepairStep(step=name, at=at, actor=event.actor,
                                        detail=_detail(event)))}
     if name == "drained" and episode.drained_at is None:
         changes.update(drained_at=at, drained_by=event.actor)
@@ -302,7 +302,7 @@ def _successor_back(state: RepairsState, replaced: str, successor: str, event: N
     if episode is None:
         return
     at = max(at, episode.steps[-1].at)  # the successor's clock: never before the last step
-    step = Step(step="replacement_in_service", at=at, actor=event.actor, detail=successor)
+    step = RepairStep(step="replacement_in_service", at=at, actor=event.actor, detail=successor)
     changes: dict[str, Any] = {"steps": (*episode.steps, step), "replaced_by": successor}
     if episode.remediated_at is None:
         changes.update(remediated_at=at, remediated_by=event.actor, remediation="replace")
@@ -313,7 +313,7 @@ def _close(state: RepairsState, episode: Episode, at: datetime, actor: str,
            outcome: str) -> None:
     steps = episode.steps
     if outcome == "back":
-        steps = (*steps, Step(step="back_in_service", at=at, actor=actor))
+        steps = (*steps, RepairStep(step="back_in_service", at=at, actor=actor))
     state.open.pop(episode.node_id, None)
     state.closed.append(replace(episode, back_at=at if outcome == "back" else None,
                                 back_by=actor if outcome == "back" else "",

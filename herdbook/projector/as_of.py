@@ -24,7 +24,7 @@ class Stored(Protocol):
     def event(self) -> AnyEvent | None: ...
 
 
-class NodesAt:
+class NodesAsOf:
     """Every node as the projector had it after the last event stored at or before
     ``at``, folded as the entries arrive in stream order; ``seq`` is that event's
     sequence. Stored times are taken as non-decreasing in stream order."""
@@ -48,7 +48,7 @@ class NodesAt:
 
 def fold_nodes(entries: Iterable[Stored], at: datetime) -> tuple[dict[str, NodeView], int]:
     """The nodes at ``at`` and the sequence of the last event folded (0: none)."""
-    fold = NodesAt(at)
+    fold = NodesAsOf(at)
     for entry in entries:
         fold.add(entry)
     return fold.nodes, fold.seq

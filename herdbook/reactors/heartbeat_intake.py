@@ -36,7 +36,7 @@ from herdbook.events.hb_shards import heartbeat_filter, shard_in_subject, shard_
 from herdbook.events.heartbeat import Heartbeat
 from herdbook.events.subjects import CLOCK_PROBE_SUBJECT, HEARTBEATS_STREAM, ID_PATTERN
 from herdbook.projector.node_view import NodeView
-from herdbook.reactors.heartbeats import AgentConflict, NodeBeat, Verdict, is_newer, judge
+from herdbook.reactors.heartbeats import Admission, AgentConflict, NodeBeat, is_newer, judge
 
 log = logging.getLogger(__name__)
 
@@ -201,9 +201,14 @@ class HeartbeatIntake:
         them now); returns those nodes."""
         sub = self.held.pop(shard, None)
         await _unsubscribe(sub)
-        gone = [node_id for node_id in self.beats if self.shard(node_id) == shard]
-        for node_id in gone:
-            self.forget(node_id)
+        every = list(self.beats)
+        gone: list[str] = []
+        for i in range(0, len(every), 2000):   # in slices: 100k nodes hold the loop
+            part = [n for n in every[i:i + 2000] if self.shard(n) == shard]
+            for node_id in part:
+                self.forget(node_id)
+            gone += part
+            await asyncio.sleep(0)
         return gone
 
     async def stop(self) -> None:
@@ -242,7 +247,7 @@ class HeartbeatIntake:
         age_at_probe = (self.probe_time - stored).total_seconds()
         return self.probe_clock - age_at_probe
 
-    def accept(self, hb: Heartbeat, observed: float) -> Verdict:
+    def accept(self, hb: Heartbeat, observed: float) -> Admission:
         """Judge a heartbeat its subject vouches for (``reactors.heartbeats``) and, if it
         counts, record it."""
         node_id = hb.node_id
@@ -252,14 +257,14 @@ class HeartbeatIntake:
             # heartbeat that beats its node's registration is lost; the node's clock
             # starts at registration (``registered``).
             self.unknown_dropped += 1
-            return Verdict.UNKNOWN_NODE
+            return Admission.UNKNOWN_NODE
         beat = self.beats.get(node_id)
         verdict = judge(beat, view.boot_id, hb.boot_id, hb.seq)
-        if verdict is Verdict.REPLAY:
+        if verdict is Admission.REPLAY:
             self.replays_dropped += 1
             self._other_boot(node_id, beat, hb, observed)
             return verdict
-        if verdict is Verdict.UNANNOUNCED_BOOT:
+        if verdict is Admission.UNANNOUNCED_BOOT:
             self.unannounced_dropped += 1
             self.unannounced[node_id] = (hb, observed)
             self._other_boot(node_id, beat, hb, observed)

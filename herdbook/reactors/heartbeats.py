@@ -65,7 +65,7 @@ class AgentConflict:
                 f"another ({other}), whose {self.dropped} heartbeats were dropped; stop one")
 
 
-class Verdict(Enum):
+class Admission(Enum):
     ACCEPTED = "accepted"
     REPLAY = "replay"
     """(boot_id, seq) is not newer than the last accepted heartbeat."""
@@ -86,11 +86,11 @@ def is_newer(beat: NodeBeat | None, boot_id: str, seq: int) -> bool:
     return boot_id not in beat.recent_boots
 
 
-def judge(beat: NodeBeat | None, announced_boot: str, boot_id: str, seq: int) -> Verdict:
+def judge(beat: NodeBeat | None, announced_boot: str, boot_id: str, seq: int) -> Admission:
     """Whether a heartbeat of a known node counts, given the last accepted one (``beat``)
     and the boot its view carries (``announced_boot``)."""
     if not is_newer(beat, boot_id, seq):
-        return Verdict.REPLAY
+        return Admission.REPLAY
     if (beat is None or boot_id != beat.boot_id) and boot_id != announced_boot:
-        return Verdict.UNANNOUNCED_BOOT
-    return Verdict.ACCEPTED
+        return Admission.UNANNOUNCED_BOOT
+    return Admission.ACCEPTED

@@ -44,11 +44,13 @@ from herdbook.reactors.deadlines import Deadlines
 from herdbook.reactors.decide_runner import DecideRunner, Decision
 from herdbook.reactors.declarations import APPEND_RETRY_MAX, Declarations
 from herdbook.reactors.heartbeat_intake import HeartbeatIntake, MappingMissing, check_mapping
-from herdbook.reactors.heartbeats import NodeBeat, Verdict
+from herdbook.reactors.heartbeats import Admission, NodeBeat
 from herdbook.reactors.notifier import has_drain_status
 
 log = logging.getLogger(__name__)
 
+OBSERVE_SLICE = 2000
+"""Nodes a shard's takeover goes through between two yields to the event loop."""
 JUMP_FLOOR = 2.0
 """The loop waking this much later than it slept for (or half the shortest heartbeat
 timeout, if longer) means this process was away: stopped, suspended or starved."""
@@ -108,26 +110,39 @@ class Sweeper:
 
     async def take(self, shard: int) -> None:
         """Sweep one more shard (its lease was won): read its heartbeats, then observe
-        its nodes for one heartbeat timeout before declaring any, as after a start."""
+        its nodes for one heartbeat timeout before declaring any, as after a start. The
+        nodes are gone through in slices that yield to the loop: at 100k nodes a single
+        pass holds it for seconds, long enough for this replica's leases to lapse."""
         if shard in self.intake.held:
             return
         self.shards_taken += 1
         await self.intake.open(shard)
-        self.observe_shard(shard)
+        now = self.taken[shard] = self.clock.monotonic()
+        every = list(self.projector.nodes)
+        observed = 0
+        for i in range(0, len(every), OBSERVE_SLICE):
+            observed += self._observe_nodes(shard, every[i:i + OBSERVE_SLICE], now)
+            await asyncio.sleep(0)
+        self._log_taken(shard, observed)
 
     def observe_shard(self, shard: int) -> None:
-        """A shard just taken (its heartbeats read): arm its nodes, none silent before
-        now."""
-        now = self.clock.monotonic()
-        self.taken[shard] = now
-        nodes = [n for n in self.projector.nodes if self.intake.shard(n) == shard]
+        """``take`` after the shard's heartbeats are read, in one pass (tests)."""
+        now = self.taken[shard] = self.clock.monotonic()
+        self._log_taken(shard, self._observe_nodes(shard, list(self.projector.nodes), now))
+
+    def _log_taken(self, shard: int, nodes: int) -> None:
         log.info("took liveness shard %d (%d nodes): observing them for one heartbeat "
-                 "timeout (%gs) before declaring any DEGRADED", shard, len(nodes),
+                 "timeout (%gs) before declaring any DEGRADED", shard, nodes,
                  self.shortest_timeout())
-        for node_id in nodes:
+
+    def _observe_nodes(self, shard: int, node_ids: list[str], now: float) -> int:
+        """Arm the nodes of ``shard`` among ``node_ids``, none silent before ``now``."""
+        count = 0
+        for node_id in node_ids:
             view = self.projector.nodes.get(node_id)
-            if view is None:
+            if view is None or self.intake.shard(node_id) != shard:
                 continue
+            count += 1
             self.intake.known(node_id, view)
             since = self._booting_since.get(node_id)
             if since is None and view.lifecycle is Lifecycle.BOOTING:
@@ -137,6 +152,7 @@ class Sweeper:
                 self._booting_since[node_id] = max(
                     since, now + t.heartbeat_timeout - t.boot_timeout)
             self._arm(node_id)
+        return count
 
     async def release(self, shard: int) -> None:
         """Stop sweeping a shard (its lease was lost or handed over)."""
@@ -192,7 +208,7 @@ class Sweeper:
     def beats(self) -> dict[str, NodeBeat]:
         return self.intake.beats
 
-    def accept(self, hb: Heartbeat, observed: float) -> Verdict:
+    def accept(self, hb: Heartbeat, observed: float) -> Admission:
         return self.intake.accept(hb, observed)
 
     def heartbeat_age(self, node_id: str) -> float | None:

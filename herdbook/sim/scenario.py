@@ -130,7 +130,7 @@ class ApiCall(_Struct, frozen=True):
         return {**out, **self.body}
 
 
-class Step(_Struct, frozen=True):
+class ScenarioStep(_Struct, frozen=True):
     """One timeline entry: exactly one action."""
 
     wait_for: Check | None = None
@@ -170,7 +170,7 @@ class Scenario(_Struct, frozen=True):
     config: dict[str, Any] = msgspec.field(default_factory=dict)
     """herd config overrides (the `herd up --config` format)."""
     fleet: list[FleetGroup] = msgspec.field(default_factory=list)
-    timeline: list[Step] = msgspec.field(default_factory=list)
+    timeline: list[ScenarioStep] = msgspec.field(default_factory=list)
 
     def node_ids(self) -> list[str]:
         return [node_id for group in self.fleet for node_id in group_ids(group)]

@@ -26,7 +26,7 @@ from herdbook.sim.scenario import (
     NodeAction,
     NodeMatch,
     Scenario,
-    Step,
+    ScenarioStep,
     group_ids,
 )
 
@@ -117,7 +117,7 @@ def validate(scenario: Scenario) -> str | None:
     return None
 
 
-def _validate_step(step: Step, fleet: set[str]) -> str | None:
+def _validate_step(step: ScenarioStep, fleet: set[str]) -> str | None:
     actions = step._set()
     if len(actions) != 1:
         found = ", ".join(name for name, _ in actions) or "none"

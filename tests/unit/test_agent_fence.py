@@ -12,7 +12,7 @@ from herdbook.events.heartbeat import AgentId, Heartbeat
 from herdbook.events.node import NodeBootStarted, NodeInfo, NodeInfoUpdated, NodeRegistered
 from herdbook.projector.node_view import NodeView, apply
 from herdbook.reactors.heartbeat_intake import HeartbeatIntake
-from herdbook.reactors.heartbeats import Verdict
+from herdbook.reactors.heartbeats import Admission
 from tests.fakes import FakeClock
 
 OLD = AgentId(host="rack1-07", pid=4242, since=1_764_000_000.0)
@@ -102,7 +102,7 @@ class World:
                                       lambda node_id, view: None, shards=1)
         self.seq = {"b1": 0, "b2": 0}
 
-    def beat(self, boot: str, agent: AgentId) -> Verdict:
+    def beat(self, boot: str, agent: AgentId) -> Admission:
         self.seq[boot] += 1
         return self.intake.accept(Heartbeat(node_id="gpu-2", boot_id=boot, seq=self.seq[boot],
                                             agent=agent), self.clock.monotonic())
@@ -116,14 +116,14 @@ class World:
 
 def test_two_live_agents_for_one_node_are_a_conflict_while_both_speak() -> None:
     world = World()
-    assert world.beat("b1", OLD) is Verdict.ACCEPTED
+    assert world.beat("b1", OLD) is Admission.ACCEPTED
     world.clock.advance(1)
     world.announce("b2", NEW)                 # an agent without the fence announced itself
-    assert world.beat("b2", NEW) is Verdict.ACCEPTED
+    assert world.beat("b2", NEW) is Admission.ACCEPTED
     for _ in range(3):                        # ... and the first one goes on
         world.clock.advance(1)
-        assert world.beat("b1", OLD) is Verdict.REPLAY
-        assert world.beat("b2", NEW) is Verdict.ACCEPTED
+        assert world.beat("b1", OLD) is Admission.REPLAY
+        assert world.beat("b2", NEW) is Admission.ACCEPTED
     why = world.intake.agent_conflict("gpu-2", window=30)
     assert why is not None
     assert "host rack9-01, pid 7" in why and "host rack1-07, pid 4242" in why
@@ -141,10 +141,10 @@ def test_a_restart_is_no_conflict() -> None:
     world = World()
     world.beat("b1", OLD)
     world.clock.advance(1)
-    assert world.beat("b2", NEW) is Verdict.UNANNOUNCED_BOOT    # before the announcement
+    assert world.beat("b2", NEW) is Admission.UNANNOUNCED_BOOT    # before the announcement
     world.announce("b2", NEW)                                   # accepted now
     world.beat("b2", NEW)
-    assert world.beat("b1", OLD) is Verdict.REPLAY              # one late stray
+    assert world.beat("b1", OLD) is Admission.REPLAY              # one late stray
     world.clock.advance(1)
     world.beat("b2", NEW)
     assert world.intake.agent_conflict("gpu-2", window=30) is None

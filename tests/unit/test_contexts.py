@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from herdbook.cli import client, entry
 from herdbook.cli.contexts import (
     CliConfig,
-    Context,
+    CliContext,
     ContextError,
     config_file,
     in_use,
@@ -42,7 +42,7 @@ def test_the_file_is_under_the_xdg_config_home_or_where_herd_cli_config_says() -
 def test_a_saved_file_loads_back_owner_only_and_a_bad_one_is_one_line(tmp_path: Path) -> None:
     path = tmp_path / "herd" / "cli.yaml"
     assert load(path) == CliConfig()          # no file: no contexts
-    config = CliConfig(current="a", contexts={"a": Context(server=CLOSED, output="json")})
+    config = CliConfig(current="a", contexts={"a": CliContext(server=CLOSED, output="json")})
     save(path, config)
     assert load(path) == config and path.stat().st_mode & 0o777 == 0o600
     path.write_text("contexts: {a: {sever: x}}\n")
@@ -55,8 +55,8 @@ def test_a_saved_file_loads_back_owner_only_and_a_bad_one_is_one_line(tmp_path: 
 
 
 def test_an_unknown_context_is_refused_not_ignored(tmp_path: Path) -> None:
-    config = CliConfig(current="gone", contexts={"a": Context(), "b": Context()})
-    assert pick(config, "a", tmp_path) == ("a", Context())
+    config = CliConfig(current="gone", contexts={"a": CliContext(), "b": CliContext()})
+    assert pick(config, "a", tmp_path) == ("a", CliContext())
     with pytest.raises(ContextError, match=r"no context 'x' in .* \(there are: a, b;"):
         pick(config, "x", tmp_path)
     with pytest.raises(ContextError, match="no the current context 'gone'|current context"):
@@ -69,8 +69,8 @@ def env(tmp_path: Path) -> dict[str, str | None]:
     """A file with two contexts, ``lab`` current; no HERD_* variable set."""
     path = tmp_path / "cli.yaml"
     save(path, CliConfig(current="lab", contexts={
-        "lab": Context(server="nats://127.0.0.1:99992", output="json"),
-        "prod": Context(server="nats://127.0.0.1:99993")}))
+        "lab": CliContext(server="nats://127.0.0.1:99992", output="json"),
+        "prod": CliContext(server="nats://127.0.0.1:99993")}))
     return {"HERD_CLI_CONFIG": str(path), "HERD_SERVER": None, "HERD_CREDS": None,
             "HERD_CONTEXT": None}
 
@@ -149,8 +149,8 @@ def test_herd_context_set_use_show_list_delete(env: dict[str, str | None],
     assert herd("set", "b", "--server", "nats://127.0.0.1:2", "--creds", str(creds),
                 "-o", "yaml")[0] == 0
     assert load(Path(str(env["HERD_CLI_CONFIG"]))) == CliConfig(current="a", contexts={
-        "a": Context(server=CLOSED),
-        "b": Context(server="nats://127.0.0.1:2", creds=str(creds), output="yaml")})
+        "a": CliContext(server=CLOSED),
+        "b": CliContext(server="nats://127.0.0.1:2", creds=str(creds), output="yaml")})
     assert herd("use", "b") == (0, f"Ok: the current context is b ({env['HERD_CLI_CONFIG']})\n")
     code, shown = herd("show", "-o", "json")
     assert code == 0 and json.loads(shown)["name"] == "b" and json.loads(shown)["current"]
@@ -164,7 +164,7 @@ def test_herd_context_set_use_show_list_delete(env: dict[str, str | None],
         assert code == 2 and len(said.strip().splitlines()) == 1 and said.startswith("Error:")
     assert herd("delete", "b")[0] == 0
     assert load(Path(str(env["HERD_CLI_CONFIG"]))) == CliConfig(contexts={
-        "a": Context(server=CLOSED)})
+        "a": CliContext(server=CLOSED)})
 
 
 def test_the_server_carries_its_credentials_through_str() -> None:

@@ -29,7 +29,7 @@ from herdbook.events.subjects import event_subject
 from herdbook.health.policy import Policy
 from herdbook.reactors.classifier import HealthClassifier
 from herdbook.reactors.decide_runner import DecideRunner
-from herdbook.reactors.heartbeats import NodeBeat, Verdict, judge
+from herdbook.reactors.heartbeats import Admission, NodeBeat, judge
 from herdbook.reactors.sweeper import Sweeper
 from tests.fakes import FakeClock, FakeNats, FakeProjector, FakeStore
 from tests.unit.test_sweeper_heap import CONFIG
@@ -62,7 +62,7 @@ class World:
         self.fold(NodeRegistered(node_id=node_id, boot_id=boot_id, info=NodeInfo()))
         self.fold(NodeBootChecked(node_id=node_id, boot_id=boot_id, passed=True))
 
-    def accept(self, node_id: str, seq: int, boot_id: str = "boot-a") -> Verdict:
+    def accept(self, node_id: str, seq: int, boot_id: str = "boot-a") -> Admission:
         hb = Heartbeat(node_id=node_id, boot_id=boot_id, seq=seq)
         return self.sweeper.accept(hb, self.clock.seconds)
 
@@ -127,7 +127,7 @@ async def test_a_body_naming_another_node_changes_nothing(world: World) -> None:
     # given n1 and n2, READY, heartbeating
     for node_id in ("n1", "n2"):
         world.register(node_id)
-        assert world.accept(node_id, seq=5) is Verdict.ACCEPTED
+        assert world.accept(node_id, seq=5) is Admission.ACCEPTED
     before = {n: NodeBeat(**vars(world.sweeper.beats[n])) for n in ("n1", "n2")}
     # when a heartbeat naming n2, of a new boot and a huge seq, arrives on herd.hb.n1
     world.clock.seconds = 20.0
@@ -137,7 +137,7 @@ async def test_a_body_naming_another_node_changes_nothing(world: World) -> None:
     assert [s for s, _, _ in world.nc.published] == ["herd.deadletter.HERD_HEARTBEATS"]
     assert "body names node 'n2'" in world.nc.published[0][2]["Herd-Error"]
     assert {n: world.sweeper.beats[n] for n in ("n1", "n2")} == before
-    assert world.accept("n2", seq=6) is Verdict.ACCEPTED
+    assert world.accept("n2", seq=6) is Admission.ACCEPTED
 
 
 async def test_a_deeply_nested_heartbeat_is_dead_lettered_and_counted(world: World) -> None:
@@ -179,14 +179,14 @@ async def test_heartbeats_of_unknown_nodes_keep_no_state(world: World) -> None:
 async def test_a_heartbeat_that_beats_the_registration_does_not_make_the_node_look_dead(
         world: World) -> None:
     # given a heartbeat of n1 observed before its registration is folded
-    assert world.accept("n1", seq=1) is Verdict.UNKNOWN_NODE
+    assert world.accept("n1", seq=1) is Admission.UNKNOWN_NODE
     # when the registration and boot check are folded at t=1
     world.clock.seconds = 1.0
     world.register("n1")
     # then its clock starts there: nothing before 31s, and heartbeats every 10s keep it up
     for seq, t in enumerate((10.0, 20.0, 30.0, 40.0), start=2):
         await world.tick(t)
-        assert world.accept("n1", seq=seq) is Verdict.ACCEPTED
+        assert world.accept("n1", seq=seq) is Admission.ACCEPTED
     await world.tick(69.9)
     assert world.appended("n1") == []
     await world.tick(70.0)
@@ -200,38 +200,38 @@ async def test_a_deleted_node_leaves_nothing_behind(world: World) -> None:
     world.fold(NodeDeleted(node_id="n1"))
     assert world.per_node_sizes()["beats"] == 0
     assert world.per_node_sizes()["unannounced"] == 0
-    assert world.accept("n1", seq=3) is Verdict.UNKNOWN_NODE
+    assert world.accept("n1", seq=3) is Admission.UNKNOWN_NODE
 
 
 # announced boots ---------------------------------------------------------------------
 
 @pytest.mark.parametrize(("beat", "announced", "boot_id", "seq", "verdict"), [
-    (None, "a", "a", 1, Verdict.ACCEPTED),                       # first of the view's boot
-    (None, "a", "evil", 1, Verdict.UNANNOUNCED_BOOT),
-    (NodeBeat(0.0, "a", 5), "a", "a", 6, Verdict.ACCEPTED),
-    (NodeBeat(0.0, "a", 5), "a", "a", 5, Verdict.REPLAY),
-    (NodeBeat(0.0, "a", 5), "a", "evil", 10**18, Verdict.UNANNOUNCED_BOOT),
-    (NodeBeat(0.0, "a", 5), "b", "b", 1, Verdict.ACCEPTED),       # announced restart
-    (NodeBeat(0.0, "a", 5), "b", "a", 6, Verdict.ACCEPTED),       # old boot still in flight
-    (NodeBeat(0.0, "b", 1, ["a"]), "b", "a", 99, Verdict.REPLAY),  # a previous boot
-    (NodeBeat(0.0, "", 0), "a", "a", 1, Verdict.ACCEPTED),        # registered, never beat
+    (None, "a", "a", 1, Admission.ACCEPTED),                       # first of the view's boot
+    (None, "a", "evil", 1, Admission.UNANNOUNCED_BOOT),
+    (NodeBeat(0.0, "a", 5), "a", "a", 6, Admission.ACCEPTED),
+    (NodeBeat(0.0, "a", 5), "a", "a", 5, Admission.REPLAY),
+    (NodeBeat(0.0, "a", 5), "a", "evil", 10**18, Admission.UNANNOUNCED_BOOT),
+    (NodeBeat(0.0, "a", 5), "b", "b", 1, Admission.ACCEPTED),       # announced restart
+    (NodeBeat(0.0, "a", 5), "b", "a", 6, Admission.ACCEPTED),       # old boot still in flight
+    (NodeBeat(0.0, "b", 1, ["a"]), "b", "a", 99, Admission.REPLAY),  # a previous boot
+    (NodeBeat(0.0, "", 0), "a", "a", 1, Admission.ACCEPTED),        # registered, never beat
 ])
 def test_judge(beat: NodeBeat | None, announced: str, boot_id: str, seq: int,
-               verdict: Verdict) -> None:
+               verdict: Admission) -> None:
     assert judge(beat, announced, boot_id, seq) is verdict
 
 
 async def test_a_forged_boot_does_not_silence_the_node(world: World) -> None:
     # given n1 READY, heartbeating every 10s from boot-a
     world.register("n1")
-    assert world.accept("n1", seq=1) is Verdict.ACCEPTED
+    assert world.accept("n1", seq=1) is Admission.ACCEPTED
     # when a heartbeat with a made-up boot and a huge seq arrives
     world.clock.seconds = 5.0
-    assert world.accept("n1", seq=10**18, boot_id="evil") is Verdict.UNANNOUNCED_BOOT
+    assert world.accept("n1", seq=10**18, boot_id="evil") is Admission.UNANNOUNCED_BOOT
     # then the real ones are still accepted and n1 never degrades
     for seq in range(2, 20):
         await world.tick(seq * 10.0 - 10.0)
-        assert world.accept("n1", seq=seq) is Verdict.ACCEPTED
+        assert world.accept("n1", seq=seq) is Admission.ACCEPTED
     await world.tick(200.0)
     assert world.appended("n1") == []
     beat = world.sweeper.beats["n1"]
@@ -247,7 +247,7 @@ async def test_a_restart_heartbeat_ahead_of_its_boot_started_counts_once_announc
     # when the agent restarts: its first heartbeat of boot-b is observed at t=12, before
     # its boot_started is folded at t=13
     world.clock.seconds = 12.0
-    assert world.accept("n1", seq=8, boot_id="boot-b") is Verdict.UNANNOUNCED_BOOT
+    assert world.accept("n1", seq=8, boot_id="boot-b") is Admission.UNANNOUNCED_BOOT
     world.clock.seconds = 13.0
     world.fold(NodeBootStarted(node_id="n1", boot_id="boot-b"))
     # then that heartbeat counts, seen at t=12
@@ -259,12 +259,12 @@ async def test_a_restart_heartbeat_ahead_of_its_boot_started_counts_once_announc
     world.fold(NodeBootChecked(node_id="n1", boot_id="boot-b", passed=True))
     for seq, t in enumerate((22.0, 32.0, 42.0), start=9):
         await world.tick(t)
-        assert world.accept("n1", seq=seq, boot_id="boot-b") is Verdict.ACCEPTED
+        assert world.accept("n1", seq=seq, boot_id="boot-b") is Admission.ACCEPTED
     await world.tick(71.9)
     assert world.appended("n1") == []
     assert world.projector.nodes["n1"].lifecycle is Lifecycle.READY
     # and boot-a's heartbeats are replays from now on
-    assert world.accept("n1", seq=100) is Verdict.REPLAY
+    assert world.accept("n1", seq=100) is Admission.REPLAY
 
 
 async def test_after_an_operator_reboot_the_boot_check_announces_the_new_boot(
@@ -278,14 +278,14 @@ async def test_after_an_operator_reboot_the_boot_check_announces_the_new_boot(
     assert world.projector.nodes["n1"].lifecycle is Lifecycle.BOOTING
     # when the agent's first heartbeat of its new boot comes before its boot check
     world.clock.seconds = 100.0
-    assert world.accept("n1", seq=2, boot_id="boot-b") is Verdict.UNANNOUNCED_BOOT
+    assert world.accept("n1", seq=2, boot_id="boot-b") is Admission.UNANNOUNCED_BOOT
     world.clock.seconds = 101.0
     world.fold(NodeBootChecked(node_id="n1", boot_id="boot-b", passed=True))
     # then it counts, and the node stays READY while it heartbeats
     assert world.sweeper.beats["n1"].boot_id == "boot-b"
     for seq, t in enumerate((110.0, 120.0, 130.0), start=3):
         await world.tick(t)
-        assert world.accept("n1", seq=seq, boot_id="boot-b") is Verdict.ACCEPTED
+        assert world.accept("n1", seq=seq, boot_id="boot-b") is Admission.ACCEPTED
     await world.tick(159.0)
     assert world.appended("n1") == ["degraded", "down"]
     assert world.projector.nodes["n1"].lifecycle is Lifecycle.READY
@@ -300,7 +300,7 @@ def test_only_the_latest_unannounced_heartbeat_is_kept_and_only_its_boot_promote
     assert len(world.sweeper.intake.unannounced) == 1
     world.fold(NodeBootStarted(node_id="n1", boot_id="boot-b"))
     assert world.sweeper.beats["n1"].boot_id == "boot-a"   # evil was not promoted
-    assert world.accept("n1", seq=3, boot_id="boot-b") is Verdict.ACCEPTED
+    assert world.accept("n1", seq=3, boot_id="boot-b") is Admission.ACCEPTED
 
 
 # failing appends ---------------------------------------------------------------------

@@ -17,7 +17,7 @@ from herdbook.events.health_report import CheckResult, GpuEvent, HealthReport, N
 from herdbook.events.node import NodeApproved, NodeBootChecked, NodeDown, NodeInfo, NodeRegistered
 from herdbook.events.states import Health, Lifecycle
 from herdbook.health.navarch import event_fields
-from herdbook.health.policy import DEFAULT_POLICY_YAML, Format, Policy, PolicyError
+from herdbook.health.policy import DEFAULT_POLICY_YAML, Policy, PolicyError, PolicyFormat
 from herdbook.reactors.classifier import HealthClassifier
 from herdbook.reactors.decide_runner import DecideRunner
 from tests.fakes import FakeClock, FakeNats, FakeProjector, FakeStore
@@ -121,7 +121,7 @@ def navarch() -> Policy:
 
 
 async def test_the_classifier_follows_a_navarch_policy_as_is(navarch: Policy) -> None:
-    assert navarch.format is Format.NAVARCH and navarch.name == "training-fleet"
+    assert navarch.format is PolicyFormat.NAVARCH and navarch.name == "training-fleet"
     world = World(navarch, ["fatal", "hot", "warm", "dbe", "xid13", "pcie", "fine"])
     await world.send(report("fatal", GpuEvent(kind="xid", gpu=3, xid=43)))
     await world.send(report("hot", GpuEvent(kind="thermal", gpu=1, value=96)))
@@ -175,10 +175,10 @@ def test_the_event_has_navarch_s_shape() -> None:
 
 
 def test_the_format_is_told_by_its_version() -> None:
-    assert Policy.load(None).format is Format.HERDBOOK
+    assert Policy.load(None).format is PolicyFormat.HERDBOOK
     herdbook = Policy.parse("version: 1\nrules:\n"
                             "  - {name: a, condition: 'event.xid == 43', result: critical}\n")
-    assert herdbook.format is Format.HERDBOOK
+    assert herdbook.format is PolicyFormat.HERDBOOK
     assert herdbook.classify(report("n", GpuEvent(kind="xid", xid=43))).result == "critical"
     with pytest.raises(PolicyError, match="version v2 is not supported"):
         Policy.parse("version: v2\nrules: []\n")

@@ -21,7 +21,7 @@ from herdbook.events.node import (
 from herdbook.events.states import Lifecycle, NodeClass
 from herdbook.projector.node_view import NodeView, apply
 from herdbook.reactors.decide_runner import DecideRunner
-from herdbook.reactors.heartbeats import Verdict
+from herdbook.reactors.heartbeats import Admission
 from herdbook.reactors.sweeper import Sweeper
 from tests.fakes import FakeClock, FakeProjector, FakeStore
 
@@ -45,7 +45,7 @@ class World:
 
     def heartbeat(self, node_id: str, seq: int, boot_id: str = "boot-a") -> bool:
         hb = Heartbeat(node_id=node_id, boot_id=boot_id, seq=seq)
-        return self.sweeper.accept(hb, self.clock.seconds) is Verdict.ACCEPTED
+        return self.sweeper.accept(hb, self.clock.seconds) is Admission.ACCEPTED
 
     async def tick(self, to: float) -> None:
         """Move the clock, sweep, and let the append tasks run."""

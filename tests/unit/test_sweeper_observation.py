@@ -22,7 +22,7 @@ from herdbook.events.node import (
 )
 from herdbook.events.states import Lifecycle
 from herdbook.reactors.decide_runner import DecideRunner
-from herdbook.reactors.heartbeats import Verdict
+from herdbook.reactors.heartbeats import Admission
 from herdbook.reactors.sweeper import JUMP_FLOOR, Sweeper
 from tests.fakes import FakeClock
 from tests.unit.test_sweeper_heap import CONFIG, FakeProjector, FakeStore
@@ -63,7 +63,7 @@ class Fleet:
     def heartbeat(self, node_id: str) -> None:
         self.seq[node_id] = self.seq.get(node_id, 0) + 1
         hb = Heartbeat(node_id=node_id, boot_id="boot-a", seq=self.seq[node_id])
-        assert self.sweeper.accept(hb, self.clock.seconds) is Verdict.ACCEPTED
+        assert self.sweeper.accept(hb, self.clock.seconds) is Admission.ACCEPTED
         self.last_beat[node_id] = self.clock.seconds
 
     async def wake(self, asleep_since: float) -> None:

@@ -13,7 +13,8 @@ import msgspec
 import pynvml
 import pytest
 
-from herdbook.agent import gpu, telemetry_sampler as telemetry
+from herdbook.agent import gpu
+from herdbook.agent import telemetry_sampler as telemetry
 from herdbook.agent.gpu import FakeNvml, FakeNvmlError
 from herdbook.agent.telemetry_sampler import Reader, sample
 from herdbook.events.codec import encode
