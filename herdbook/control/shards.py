@@ -109,6 +109,9 @@ class ShardLeases:
         self.peers: list[str] = []
         """The live replicas' node ids, as last read."""
         self.takeovers = 0
+        self._starting: dict[int, asyncio.Task[None]] = {}
+        """Shards won whose sweeping is starting (reading their stored heartbeats takes
+        seconds at 100k nodes: not on the renewal's path, or the other leases lapse)."""
         self._kv: Any = None
         self._task: asyncio.Task[None] | None = None
 
@@ -150,7 +153,7 @@ class ShardLeases:
                 log.warning("liveness shard %d: lease not renewed (%s): no longer sweeping "
                             "it", shard, err)
                 self.revisions.pop(shard, None)
-                await self.sweeper.release(shard)
+                await self._stop_sweeping(shard)
 
     async def _take(self, shard: int) -> None:
         key = shard_key(shard)
@@ -166,15 +169,31 @@ class ShardLeases:
             revision = await self._kv.update(key, self.holder.encode(), last=entry.revision)
         self.revisions[shard] = revision
         self.takeovers += 1
+        self._starting[shard] = asyncio.create_task(self._sweep(shard),
+                                                    name=f"liveness-shard-{shard}")
+
+    async def _sweep(self, shard: int) -> None:
         try:
             await self.sweeper.take(shard)
+        except asyncio.CancelledError:
+            raise
         except Exception:
             log.exception("liveness shard %d: could not start sweeping it", shard)
+            self._starting.pop(shard, None)
             await self._hand_back(shard, "its start failed")
+        else:
+            self._starting.pop(shard, None)
+
+    async def _stop_sweeping(self, shard: int) -> None:
+        task = self._starting.pop(shard, None)
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        await self.sweeper.release(shard)
 
     async def _hand_back(self, shard: int, why: str) -> None:
         revision = self.revisions.pop(shard, None)
-        await self.sweeper.release(shard)
+        await self._stop_sweeping(shard)
         log.info("liveness shard %d handed back: %s", shard, why)
         if revision is None or not self.nc.is_connected:
             return
