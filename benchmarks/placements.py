@@ -163,15 +163,19 @@ async def main(nodes: int, count: int, gpus: int, rounds: int, log_level: str) -
         return f"median {statistics.median(each):.2f}, {min(each):.2f}–{max(each):.2f}"
 
     mid = spread(placed)[0]
+    # The limit is raw plan batches: the same events through the path placements take
+    # (atomic batches). Raw appends with one ack each are what a plan cost before atomic
+    # batches: placements now beat them, so they are a comparison, not a limit.
     report("placements",
-           f"{spread(placed)[1]} placements/s; raw appends (one ack each, 64 nodes side by "
+           f"{spread(placed)[1]} placements/s; LIMIT, raw plan batches (up to {PLAN_BATCH} "
+           f"events) {spread(batched)[1]}/s: ratio {mid / spread(batched)[0]:.2f} (per "
+           f"round {ratios(batched)}); for comparison, raw appends (one ack each, 64 nodes side by "
            f"side) {spread(acked)[1]}/s: ratio {mid / spread(acked)[0]:.2f} (per round, "
            f"placements over raw appends of the same round: {ratios(acked)}); 1024 side by "
            f"side {spread(wide)[1]}/s: ratio {mid / spread(wide)[0]:.2f} (per round "
-           f"{ratios(wide)}); raw plan batches (up to {PLAN_BATCH} events) "
-           f"{spread(batched)[1]}/s: ratio {mid / spread(batched)[0]:.2f} "
-           f"({count} allocations on {nodes} nodes of {gpus} GPUs, {rounds} rounds)",
-           ">= 0.8 of the raw append rate",
+           f"{ratios(wide)}) ({count} allocations on {nodes} nodes of {gpus} GPUs, "
+           f"{rounds} rounds)",
+           ">= 0.7 of raw plan batches (the limit); >= 0.8 of one-ack raw appends",
            f"python -m benchmarks.placements --nodes {nodes} --count {count} --gpus {gpus} "
            f"--rounds {rounds} --log-level {log_level}")
 
