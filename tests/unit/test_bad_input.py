@@ -213,6 +213,8 @@ BAD_INPUT: list[tuple[str, int]] = [
     ("nats cluster --size 0", 2),
     ("nats cluster --base-port 0", 2),
     ("nats cluster --base-port 99999", 2),
+    ("nats config --out {dir}", 2),
+    ("nats config --auth --cluster-routes 2 --out {dir}", 2),
     ("creds agent 'a b' --data-dir {dir}", 2),
     ("creds agent n1 --data-dir {file}", 2),
     ("creds agent n1 --data-dir {under_file}", 2),

@@ -137,7 +137,7 @@ def test_the_operators_denials_name_the_snapshots_stream() -> None:
 
 
 def test_bad_view_settings_are_refused_with_the_key() -> None:
-    with pytest.raises(ConfigError, match="view: snapshot_every_events"):
+    with pytest.raises(ConfigError, match="view.snapshot_every_events"):
         parse_config("view: {snapshot_every_events: 0}")
     with pytest.raises(ConfigError, match="view.snapshot_every"):
         parse_config("view: {snapshot_every: 0s}")
