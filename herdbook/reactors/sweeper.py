@@ -25,7 +25,6 @@ import asyncio
 import logging
 import math
 from collections.abc import Callable
-from typing import Any
 
 from nats.aio.client import Client as NATS
 
@@ -46,17 +45,16 @@ from herdbook.reactors.declarations import APPEND_RETRY_MAX, Declarations
 from herdbook.reactors.heartbeat_intake import HeartbeatIntake, MappingMissing, check_mapping
 from herdbook.reactors.heartbeats import Admission, NodeBeat
 from herdbook.reactors.notifier import has_drain_status
+from herdbook.reactors.sweeper_shards import ShardSweeping
 
 log = logging.getLogger(__name__)
 
-OBSERVE_SLICE = 2000
-"""Nodes a shard's takeover goes through between two yields to the event loop."""
 JUMP_FLOOR = 2.0
 """The loop waking this much later than it slept for (or half the shortest heartbeat
 timeout, if longer) means this process was away: stopped, suspended or starved."""
 
 
-class Sweeper:
+class Sweeper(ShardSweeping):
     def __init__(self, nc: NATS, store: EventStore, projector: ProjectorRunner,
                  config: Config, *, clock: Clock, runner: DecideRunner) -> None:
         self.nc = nc
@@ -102,64 +100,6 @@ class Sweeper:
         if self.shards <= 1:
             self.begin_observing()
         self._task = asyncio.create_task(self._loop(), name="sweeper")
-
-    @property
-    def held(self) -> list[int]:
-        """The shards swept here."""
-        return sorted(self.intake.held)
-
-    async def take(self, shard: int) -> None:
-        """Sweep one more shard (its lease was won): read its heartbeats, then observe
-        its nodes for one heartbeat timeout before declaring any, as after a start. The
-        nodes are gone through in slices that yield to the loop: at 100k nodes a single
-        pass holds it for seconds, long enough for this replica's leases to lapse."""
-        if shard in self.intake.held:
-            return
-        self.shards_taken += 1
-        await self.intake.open(shard)
-        now = self.taken[shard] = self.clock.monotonic()
-        every = list(self.projector.nodes)
-        observed = 0
-        for i in range(0, len(every), OBSERVE_SLICE):
-            observed += self._observe_nodes(shard, every[i:i + OBSERVE_SLICE], now)
-            await asyncio.sleep(0)
-        self._log_taken(shard, observed)
-
-    def observe_shard(self, shard: int) -> None:
-        """``take`` after the shard's heartbeats are read, in one pass (tests)."""
-        now = self.taken[shard] = self.clock.monotonic()
-        self._log_taken(shard, self._observe_nodes(shard, list(self.projector.nodes), now))
-
-    def _log_taken(self, shard: int, nodes: int) -> None:
-        log.info("took liveness shard %d (%d nodes): observing them for one heartbeat "
-                 "timeout (%gs) before declaring any DEGRADED", shard, nodes,
-                 self.shortest_timeout())
-
-    def _observe_nodes(self, shard: int, node_ids: list[str], now: float) -> int:
-        """Arm the nodes of ``shard`` among ``node_ids``, none silent before ``now``."""
-        count = 0
-        for node_id in node_ids:
-            view = self.projector.nodes.get(node_id)
-            if view is None or self.intake.shard(node_id) != shard:
-                continue
-            count += 1
-            self.intake.known(node_id, view)
-            since = self._booting_since.get(node_id)
-            if since is None and view.lifecycle is Lifecycle.BOOTING:
-                self._booting_since[node_id] = now    # booting since before this start
-            elif since is not None:   # a boot timeout, too, waits for the observation
-                t = self.timeouts(view)
-                self._booting_since[node_id] = max(
-                    since, now + t.heartbeat_timeout - t.boot_timeout)
-            self._arm(node_id)
-        return count
-
-    async def release(self, shard: int) -> None:
-        """Stop sweeping a shard (its lease was lost or handed over)."""
-        self.taken.pop(shard, None)
-        for node_id in await self.intake.close(shard):
-            self.deadlines.forget(node_id)
-        log.info("released liveness shard %d", shard)
 
     def begin_observing(self) -> None:
         """Arm every node once the stored heartbeats are read. A node's silence starts no
@@ -241,13 +181,6 @@ class Sweeper:
     def stats(self) -> dict[str, int]:
         """The heartbeat counters since start, for status and metrics."""
         return {**self.intake.stats(), "liveness_reobservations": self.reobservations}
-
-    def shard_status(self) -> dict[str, Any]:
-        """For status: the shard count, those swept here, and who holds each."""
-        return {"liveness_shards": self.shards, "liveness_shards_held": self.held,
-                "liveness_shards_taken": self.shards_taken,
-                **({"liveness_shard_holders": self.shard_holders()} if self.shards > 1
-                   else {})}
 
     def _on_counted(self, node_id: str, view: NodeView) -> None:
         """A heartbeat counted: a node it may move is decided at once, any other keeps its
