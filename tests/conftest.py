@@ -18,6 +18,14 @@ from pathlib import Path
 
 import pytest
 
+# The suite reads no operator's files: `herd up` searches ./herd.yaml only (not
+# /etc/herd/herd.yaml), and the CLI's contexts file is one no test writes unless it says
+# so. Set before any test, so every `herd` process a test starts inherits them.
+os.environ.setdefault("HERD_CONFIG_PATH", "./herd.yaml")
+os.environ.setdefault("HERD_CLI_CONFIG", os.path.join(os.path.dirname(__file__),
+                                                      ".no-such-dir", "cli.yaml"))
+os.environ.pop("HERD_CONTEXT", None)
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
