@@ -112,9 +112,30 @@ def test_only_the_runner_calls_the_stores_appends() -> None:
     assert found == [], "a store append outside reactors/decide_runner.py:\n" + "\n".join(found)
 
 
+# Who may catch a ConflictError (an append whose expected version lost): the runner, which
+# catches up and decides again; the store's own chained appends; and the agent, whose
+# claim of its node is an append that expects the version it read (agent/main.py claims
+# again on a conflict; agent/connection.py chains its node's facts).
+CONFLICT_HANDLERS = APPENDERS | {"agent/main.py"}
+
+
+def conflict_handlers(tree: list[ast.AST]) -> list[int]:
+    return [node.lineno for node in tree if isinstance(node, ast.ExceptHandler)
+            and node.type is not None and "ConflictError" in ast.unparse(node.type)]
+
+
+def test_only_the_runner_and_the_agent_handle_a_conflict() -> None:
+    found = [f"{path}:{line}" for path, tree in modules() if path not in CONFLICT_HANDLERS
+             for line in conflict_handlers(tree)]
+    assert found == [], "a ConflictError caught outside the runner (decide through it):\n" + \
+        "\n".join(found)
+
+
 def test_the_checks_find_what_they_look_for() -> None:
     """Each check on a snippet that breaks its rule: a check that finds nothing anywhere
     would pass as well."""
+    assert conflict_handlers(list(ast.walk(ast.parse(
+        "try:\n    pass\nexcept (OSError, ConflictError):\n    pass\n")))) == [3]
     bad = list(ast.walk(ast.parse(
         "class A:\n"
         "    clock: Clock = SYSTEM_CLOCK\n"
