@@ -243,10 +243,10 @@ def build_plane(config: Config, *, clock: Clock, ports: Ports, demo: int = 0,
     sweeper = Sweeper(nc, store, projector, cfg, clock=clock, runner=runner)
     approver = AutoApprover(projector, cfg.approval.auto_approve, runner=runner)
     # The breaker decides from its own fold of herd.breaker.> (read whole on every start),
-    # not from the projector's view: its runner waits on that fold.
+    # not from the projector's view: the one runner waits on that fold for it.
     breaker_fold = BreakerFold(nc)
     breaker = Breaker(breaker_fold, projector.nodes, cfg.breaker, clock=clock,
-                      runner=DecideRunner(store, breaker_fold, clock))
+                      runner=runner.waiting_on(breaker_fold))
     if metrics is not None:
         metrics.registry.register(BreakerCollector(breaker, projector,
                                                    validation_waiting(cfg)))

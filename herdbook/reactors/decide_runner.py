@@ -23,6 +23,7 @@ appends (tests/unit/test_one_runner.py checks both).
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -102,6 +103,14 @@ class DecideRunner:
 
     def context(self) -> Context:
         return Context(now=self.clock.now(), new_id=self.ids)
+
+    def waiting_on(self, reads: Reads) -> DecideRunner:
+        """This runner (its store, clock, ids and attempts) catching up on another read
+        model after a conflict: the breaker's fold of ``herd.breaker.>``, which the
+        projector's view does not fold. One runner, not a second one of its own."""
+        twin = copy.copy(self)
+        twin.reads = reads
+        return twin
 
     @property
     def atomic(self) -> bool:

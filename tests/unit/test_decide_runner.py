@@ -146,3 +146,23 @@ async def test_a_blind_fact_is_stamped_and_appended_expecting_no_version() -> No
     assert (event.event_id, event.at) == ("id0001", T0)
     assert world.store.appended == [(event, None)]
     assert world.projector.waited == [done.seq]
+
+
+class OtherModel:
+    """A read model the projector's view is not: the breaker's fold, for instance."""
+
+    def __init__(self) -> None:
+        self.waited: list[int] = []
+
+    async def wait_applied(self, seq: int, timeout: float = 5.0) -> None:
+        self.waited.append(seq)
+
+
+async def test_waiting_on_another_model_is_the_same_runner_reading_elsewhere() -> None:
+    world, other = World(), OtherModel()
+    twin = world.runner.waiting_on(other)
+    assert (twin.store, twin.clock, twin.ids, twin.attempts) == (
+        world.runner.store, world.runner.clock, world.runner.ids, world.runner.attempts)
+    done = await twin.run("node", "n1", world.approve)
+    assert other.waited == [done.seq] and world.projector.waited == []
+    assert world.runner.reads is world.projector     # the one it came from is unchanged

@@ -97,6 +97,11 @@ def test_only_the_composition_root_builds_a_decide_runner() -> None:
                                  if isinstance(n, ast.Call)
                                  and ast.unparse(n.func).endswith("DecideRunner")})]
     assert found == [], "a DecideRunner built outside control/bootstrap.py:\n" + "\n".join(found)
+    built = [line for path, tree in modules() if path in RUNNER_BUILDERS for line in sorted(
+        {n.lineno for n in tree if isinstance(n, ast.Call)
+         and ast.unparse(n.func).endswith("DecideRunner")})]
+    assert len(built) == 1, f"control/bootstrap.py builds {len(built)} DecideRunners " \
+        f"(lines {built}): one, and runner.waiting_on(reads) where a part reads another model"
 
 
 def test_the_system_clock_is_named_only_at_composition_roots() -> None:
