@@ -10,7 +10,9 @@ from typing import Annotated, Any
 
 from msgspec import Meta
 
-from herdbook.api.messages import EvalReply, Id, _Reply, _Request
+from herdbook.api.envelope import _Reply
+from herdbook.api.messages import EvalReply, Id
+from herdbook.api.request_messages import _Request
 from herdbook.events.agent_requests import LOGS_MAX_BYTES, LOGS_MAX_LINES
 from herdbook.events.job_events import JobSpec
 

@@ -17,7 +17,8 @@ from typing import Annotated, Any
 import msgspec
 from msgspec import Meta
 
-from herdbook.api.messages import ApprovalWord, Labels, StateWord, _Request
+from herdbook.api.messages import ApprovalWord, Labels, StateWord
+from herdbook.api.request_messages import _Request
 
 Time = Annotated[datetime, Meta(tz=True, extra_json_schema={"format": "date-time"},
                                 description="RFC 3339, e.g. 2026-11-21T10:00:00Z")]

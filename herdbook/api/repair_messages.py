@@ -8,7 +8,7 @@ from typing import Any
 import msgspec
 
 from herdbook.api.history_messages import AnyId, Limit, Time
-from herdbook.api.messages import _Request
+from herdbook.api.request_messages import _Request
 
 
 class ListRepairs(_Request, frozen=True, kw_only=True):
