@@ -53,7 +53,7 @@ class NodeEvent(Event, frozen=True, kw_only=True):
 class NodeRegistered(NodeEvent, frozen=True, kw_only=True, tag="node.registered"):
     """The agent's first announcement. Registering a node the view already holds (a new
     state dir, a replacement machine) keeps the node's labels: the registration's own
-    labels are added over them, none is dropped (``projector/node_view.py``)."""
+    labels are added over them, none is dropped (``projector/node_fold.py``)."""
 
     node_type: NodeType = NodeType.COMPUTE
     boot_id: str = ""

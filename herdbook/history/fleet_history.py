@@ -5,7 +5,7 @@ bucket's end, and the detections and recoveries that happened in it.
 A detection is an open fault (``projector.score.faults_of``: unhealthy or degraded
 health, down, failed, quarantined, drift) that a node's event opened; a recovery is one
 that an event closed. Both are read off the same pure fold the projector runs
-(``node_view.apply``), so they are what the view showed then, not a guess from text.
+(``node_fold.apply``), so they are what the view showed then, not a guess from text.
 
 Pure: the read side (``queries.fleet_history``) feeds the log's node events in stream
 order; the whole log up to the window's end is folded, since the state at the window's
@@ -26,7 +26,8 @@ from herdbook.events.node import NodeEvent
 from herdbook.history.describe import reason_of, tag
 from herdbook.history.times import iso
 from herdbook.projector.as_of import Stored
-from herdbook.projector.node_view import NodeView, apply
+from herdbook.projector.node_fold import apply
+from herdbook.projector.node_view import NodeView
 from herdbook.projector.score import faults_of, fleet_score
 
 WINDOWS = {"15m": 900, "1h": 3600, "6h": 6 * 3600, "24h": 86400, "7d": 7 * 86400}

@@ -87,7 +87,7 @@ class Segment(msgspec.Struct, frozen=True, array_like=True):
 @dataclass
 class RepairsState:
     views: dict[str, NodeView] = field(default_factory=dict)
-    """Each node as ``projector.node_view`` folds it: what is in service is its rule."""
+    """Each node as ``projector.node_fold`` folds it: what is in service is its rule."""
     open: dict[str, Episode] = field(default_factory=dict)
     closed: list[Episode] = field(default_factory=list)
     """In the order they closed."""

@@ -39,7 +39,7 @@ TERMINATED or deleted) and *in service* (schedulable), with its GPU count
 (``info.gpus``): ``availability(state, start, end)`` is GPU-hours in service / GPU-hours
 owned over the window (node-hours where the fleet has no GPUs).
 
-The state is mutated in place and returned (as ``projector.node_view.apply_all`` does: a
+The state is mutated in place and returned (as ``projector.node_fold.apply_all`` does: a
 copy per event would cost a fleet's worth of dicts); ``apply`` does no I/O and reads no
 clock. An event at or below the last sequence folded is ignored, so a replay is harmless.
 
@@ -62,8 +62,8 @@ from herdbook.events.instance import InstanceProvisioning
 from herdbook.events.node import NodeBootChecked, NodeBootStarted, NodeEvent
 from herdbook.events.states import Approval, Health, Lifecycle, NodeType
 from herdbook.history.repair_episodes import Episode, RepairsState, RepairStep, Segment, Sign
+from herdbook.projector.node_fold import apply as apply_node
 from herdbook.projector.node_view import NodeView
-from herdbook.projector.node_view import apply as apply_node
 
 LEVEL_ORDER = VERDICT_LEVELS   # least to most severe
 

@@ -1,5 +1,5 @@
 """Time travel: every node as the projector had it at a past time, by the same pure
-fold (``node_view.apply``) over the stored events up to that time. No I/O: the read side
+fold (``node_fold.apply``) over the stored events up to that time. No I/O: the read side
 (``herdbook.history.queries.nodes_at``) feeds it from the log."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from typing import Protocol
 
 from herdbook.events.codec import AnyEvent
 from herdbook.events.node import NodeEvent
-from herdbook.projector.node_view import NodeView, apply
+from herdbook.projector.node_fold import apply
+from herdbook.projector.node_view import NodeView
 
 
 class Stored(Protocol):

@@ -23,7 +23,8 @@ from herdbook.projector.alloc_view import AllocView, apply_alloc
 from herdbook.projector.eval_view import EvalView, apply_eval
 from herdbook.projector.instance_view import InstanceView, apply_instance
 from herdbook.projector.job_view import JobView, apply_job
-from herdbook.projector.node_view import NodeView, apply
+from herdbook.projector.node_fold import apply
+from herdbook.projector.node_view import NodeView
 
 Row = TypeVar("Row")
 Ev = TypeVar("Ev")

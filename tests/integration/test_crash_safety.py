@@ -22,7 +22,7 @@ from herdbook.events.node import NodeBootChecked, NodeInfo, NodeRegistered
 from herdbook.events.store import EventStore, stream_last_seq
 from herdbook.events.subjects import EVENTS_STREAM, heartbeat_subject
 from herdbook.projector.integrity import checkpoint_of
-from herdbook.projector.node_view import apply
+from herdbook.projector.node_fold import apply
 from herdbook.projector.projection import ProjectorRunner
 from tests.conftest import herd, wait_until
 

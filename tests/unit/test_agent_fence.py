@@ -10,7 +10,8 @@ import pytest
 from herdbook.agent.fence import Signal, foreign, holder_message, silent_enough, taken_over_by
 from herdbook.events.heartbeat import AgentId, Heartbeat
 from herdbook.events.node import NodeBootStarted, NodeInfo, NodeInfoUpdated, NodeRegistered
-from herdbook.projector.node_view import NodeView, apply
+from herdbook.projector.node_fold import apply
+from herdbook.projector.node_view import NodeView
 from herdbook.reactors.heartbeat_intake import HeartbeatIntake
 from herdbook.reactors.heartbeats import Admission
 from tests.fakes import FakeClock

@@ -7,7 +7,8 @@ import asyncio
 
 from herdbook.events.node import NodeApproved, NodeBootChecked, NodeInfo, NodeRegistered
 from herdbook.events.states import Approval
-from herdbook.projector.node_view import NodeView, apply
+from herdbook.projector.node_fold import apply
+from herdbook.projector.node_view import NodeView
 from herdbook.reactors.approver import AutoApprover, decide_approval
 from herdbook.reactors.decide_runner import DecideRunner
 from tests.fakes import FakeClock, FakeProjector, FakeStore

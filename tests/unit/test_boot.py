@@ -10,7 +10,8 @@ from herdbook.agent.gpu import FakeNvml
 from herdbook.agent.main import Agent, AgentOptions
 from herdbook.events.node import NodeBootChecked, NodeDrained, NodeFailed, NodeRegistered
 from herdbook.events.states import Approval, Intent, Lifecycle, NodeType
-from herdbook.projector.node_view import NodeView, apply
+from herdbook.projector.node_fold import apply
+from herdbook.projector.node_view import NodeView
 from herdbook.reactors import liveness
 
 

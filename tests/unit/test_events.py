@@ -99,7 +99,8 @@ from herdbook.events.subjects import (
     validate_id,
 )
 from herdbook.projector.instance_view import apply_instance
-from herdbook.projector.node_view import NodeView, apply
+from herdbook.projector.node_fold import apply
+from herdbook.projector.node_view import NodeView
 
 AT = datetime(2025, 3, 1, 12, 30, 45, 123456, tzinfo=UTC)
 INFO = NodeInfo(

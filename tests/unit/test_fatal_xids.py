@@ -17,7 +17,8 @@ from herdbook.events.node import NodeDown, NodeEvent, NodeInfo
 from herdbook.events.states import Approval, Health, InstanceState, Lifecycle, NodeType
 from herdbook.health.policy import Policy
 from herdbook.projector.instance_view import InstanceView
-from herdbook.projector.node_view import NodeView, apply
+from herdbook.projector.node_fold import apply
+from herdbook.projector.node_view import NodeView
 from herdbook.reactors.health import decide_health
 from herdbook.reactors.pool_deciders import plan_pool
 

@@ -25,7 +25,8 @@ from herdbook.events.node import (
     NodeRejected,
 )
 from herdbook.events.states import Approval, Health, Lifecycle, NodeClass, NodeType
-from herdbook.projector.node_view import NodeView, apply, apply_all
+from herdbook.projector.node_fold import apply, apply_all
+from herdbook.projector.node_view import NodeView
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 

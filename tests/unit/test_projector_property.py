@@ -25,7 +25,8 @@ from herdbook.events.node import (
 )
 from herdbook.events.states import NodeClass, NodeType
 from herdbook.projector import schema
-from herdbook.projector.node_view import NodeView, apply
+from herdbook.projector.node_fold import apply
+from herdbook.projector.node_view import NodeView
 
 STREAM = "HERD_EVENTS"
 NODE_IDS = st.sampled_from(["gpu-001", "gpu-002", "cpu-1", "requester-a"])

@@ -17,7 +17,8 @@ from herdbook.events.node import (
     NodeWipeStepReported,
 )
 from herdbook.events.states import Approval, Intent, Lifecycle, NodeClass, NodeType
-from herdbook.projector.node_view import NodeView, apply
+from herdbook.projector.node_fold import apply
+from herdbook.projector.node_view import NodeView
 from herdbook.reactors import intents
 from herdbook.reactors.liveness import Observation, Timeouts, decide, next_deadline
 from herdbook.reactors.refused import AlreadyDone, CommandRefused

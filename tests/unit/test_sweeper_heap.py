@@ -19,7 +19,8 @@ from herdbook.events.node import (
     NodeRegistered,
 )
 from herdbook.events.states import Lifecycle, NodeClass
-from herdbook.projector.node_view import NodeView, apply
+from herdbook.projector.node_fold import apply
+from herdbook.projector.node_view import NodeView
 from herdbook.reactors.decide_runner import DecideRunner
 from herdbook.reactors.heartbeats import Admission
 from herdbook.reactors.sweeper import Sweeper

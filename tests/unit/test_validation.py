@@ -28,7 +28,8 @@ from herdbook.events.node import (
 )
 from herdbook.events.states import Health, Lifecycle
 from herdbook.projector.alloc_view import AllocView
-from herdbook.projector.node_view import NodeView, apply
+from herdbook.projector.node_fold import apply
+from herdbook.projector.node_view import NodeView
 from herdbook.reactors.decide_runner import Context
 from herdbook.reactors.placement import capacities
 from herdbook.reactors.refused import AlreadyDone, CommandRefused

@@ -22,7 +22,8 @@ from herdbook.events.node import (
     NodeValidationFailed,
     NodeValidationStarted,
 )
-from herdbook.projector.node_view import NodeView, apply
+from herdbook.projector.node_fold import apply
+from herdbook.projector.node_view import NodeView
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
