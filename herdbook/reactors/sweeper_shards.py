@@ -63,8 +63,10 @@ class ShardSweeping:
         if shard in self.intake.held:
             return
         self.shards_taken += 1
-        await self.intake.open(shard)
+        # Observed from now: the live subscription opens first, and the stored heartbeats
+        # read after it (seconds at 100k nodes) cover what came before.
         now = self.taken[shard] = self.clock.monotonic()
+        await self.intake.open(shard)
         every = list(self.projector.nodes)
         observed = 0
         for i in range(0, len(every), OBSERVE_SLICE):
