@@ -20,7 +20,7 @@ from typing import Any
 import nats
 import pytest
 
-from herdbook.health.policy import DEFAULT_POLICY_YAML
+from herdbook.health.default_policy import DEFAULT_POLICY_YAML
 from tests.conftest import herd, wait_until
 from tests.e2e.conftest import Fleet
 

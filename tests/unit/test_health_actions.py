@@ -27,7 +27,8 @@ from herdbook.health.actions import (
     hint,
     worst,
 )
-from herdbook.health.policy import DEFAULT_POLICY_YAML, Policy, PolicyError
+from herdbook.health.default_policy import DEFAULT_POLICY_YAML
+from herdbook.health.policy import Policy, PolicyError
 from herdbook.projector.node_view import NodeView
 from herdbook.reactors.gpu_health import report_gpus
 from herdbook.reactors.health import decide_health

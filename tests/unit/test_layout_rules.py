@@ -59,7 +59,6 @@ OVER_400 = {
     "reactors/notifier.py": 462,
     "reactors/validation.py": 447,
     "events/store.py": 446,
-    "health/policy.py": 412,
 }
 
 

@@ -16,8 +16,9 @@ from herdbook.cli.health import health_app
 from herdbook.events.health_report import CheckResult, GpuEvent, HealthReport, NodeHealthChanged
 from herdbook.events.node import NodeApproved, NodeBootChecked, NodeDown, NodeInfo, NodeRegistered
 from herdbook.events.states import Health, Lifecycle
+from herdbook.health.default_policy import DEFAULT_POLICY_YAML
 from herdbook.health.navarch import event_fields
-from herdbook.health.policy import DEFAULT_POLICY_YAML, Policy, PolicyError, PolicyFormat
+from herdbook.health.policy import Policy, PolicyError, PolicyFormat
 from herdbook.reactors.classifier import HealthClassifier
 from herdbook.reactors.decide_runner import DecideRunner
 from tests.fakes import FakeClock, FakeNats, FakeProjector, FakeStore
