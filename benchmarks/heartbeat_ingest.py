@@ -103,8 +103,11 @@ async def offer(url: str, nodes: int, rate: int, seconds: float) -> tuple[int, f
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "benchmarks.heartbeat_ingest", "--publish-only", url,
         "--nodes", str(nodes), "--rate", str(rate), "--seconds", str(seconds),
-        "--first-seq", str(_next_seq[0]), stdout=subprocess.PIPE)
-    out, _ = await proc.communicate()
+        "--first-seq", str(_next_seq[0]), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = await proc.communicate()
+    if proc.returncode != 0 or not out.strip():
+        why = err.decode().strip().splitlines()[-1:] or [f"exit {proc.returncode}"]
+        raise SystemExit(f"the publisher failed: {why[0]}")
     sent, elapsed, last = out.decode().strip().splitlines()[-1].split()
     _next_seq[0] = int(last) + 1
     return int(sent), float(elapsed)
@@ -220,6 +223,12 @@ async def ramp(nodes: int, rate: int, seconds: float, steps: int) -> list[Step]:
             step = Step(r, sent / elapsed, taken / elapsed, limit_offered, limit_accepted,
                         1e6 * (time.process_time() - cpu) / max(taken, 1), limit_cpu)
             out.append(step)
+            # a backlog left by a step it fell behind in must not count in the next one
+            while True:
+                before = plane.sweeper.accepted
+                await asyncio.sleep(0.5)
+                if plane.sweeper.accepted == before:
+                    break
             print(f"asked {r:,}/s: control plane {step.accepted:,.0f}/s of {step.offered:,.0f}/s "
                   f"offered; plain subscriber {limit_accepted:,.0f}/s of "
                   f"{limit_offered:,.0f}/s", flush=True)
