@@ -17,16 +17,12 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import re
-import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-import msgspec
 import nats.errors
 from msgspec.structs import replace
-from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy, Header
@@ -38,17 +34,13 @@ from herdbook.events.authority import Unvouched, bind_event
 from herdbook.events.base import Event
 from herdbook.events.batch import (
     ATOMIC_DISABLED,
-    BATCH_COMMIT,
-    BATCH_ID,
-    BATCH_SEQUENCE,
     CONTAINS_DUPLICATE,
     INFLIGHT,
     MAX_BATCH,
     RETRY_CODES,
-    BatchAck,
     Message,
+    publish_batch_framed,
 )
-from herdbook.events.batch import publish_batch as public_publish_batch
 from herdbook.events.codec import AnyEvent, encode
 from herdbook.events.feed import StreamFeed
 from herdbook.events.node import NodeEvent
@@ -67,50 +59,6 @@ CODE_RETRY = Backoff(0.05, factor=1.0, step=0.05)
 STORAGE_FULL_CODES = frozenset({10023, 10047})
 """JetStream's "insufficient resources" (the server's storage limit reached) and
 "insufficient storage resources available" (a stream or its reservation does not fit)."""
-
-
-_HEADER_BREAK = re.compile(r"[\r\n]")
-_batch_ack = msgspec.json.Decoder(BatchAck)
-
-
-def hpub_frame(subject: str, headers: dict[str, str], data: bytes) -> bytes:
-    """One ``HPUB`` frame without a reply, as nats-py's ``publish`` writes it (subjects
-    and ids here are single validated tokens; a header value with a line break is
-    refused, as nats-py strips it)."""
-    if _HEADER_BREAK.search("".join(headers.values())):
-        raise ValueError(f"a line break in a header value: {printable(str(headers), 160)}")
-    head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
-    hdr = f"NATS/1.0\r\n{head}\r\n".encode()
-    return b"".join((f"HPUB {subject} {len(hdr)} {len(hdr) + len(data)}\r\n".encode(),
-                     hdr, data, b"\r\n"))
-
-
-async def publish_batch(nc: NATS, messages: Sequence[Message], timeout: float) -> BatchAck:
-    """``batch.publish_batch``'s wire (one batch id, ``Nats-Batch-Sequence`` 1..n, the last
-    message a request with ``Nats-Batch-Commit: 1``) with every message but the last
-    written as one command: nats-py's ``publish`` builds and checks each message's
-    headers on its own, a cost per event that a plan of thousands pays on the event loop
-    the projector folds on. Raises nats' TimeoutError or NoRespondersError when no
-    answer comes (the batch may have landed). Leans on nats-py's private ``_send_command``
-    (what ``publish`` itself calls; the request that follows flushes it) through
-    ``nats_private``; where that is not usable, ``batch.publish_batch`` (public API, one
-    ``publish`` per message). Pinned by tests/integration/test_placement_batches.py."""
-    if not 0 < len(messages) <= MAX_BATCH:
-        raise ValueError(f"an atomic batch holds 1 to {MAX_BATCH} messages, not {len(messages)}")
-    if nc.is_closed:
-        raise nats.errors.ConnectionClosedError
-    if not nats_private.enabled():
-        return await public_publish_batch(nc, messages, timeout)
-    batch_id = uuid.uuid4().hex
-    *body, last = messages
-    if body:
-        await nats_private.send_command(nc, b"".join(
-            hpub_frame(m.subject, {**m.headers, BATCH_ID: batch_id, BATCH_SEQUENCE: str(i)},
-                       m.data) for i, m in enumerate(body, 1)))
-    reply = await nc.request(last.subject, last.data, timeout=timeout, headers={
-        **last.headers, BATCH_ID: batch_id, BATCH_SEQUENCE: str(len(messages)),
-        BATCH_COMMIT: "1"})
-    return _batch_ack.decode(reply.data)
 
 
 class ConflictError(Exception):
@@ -335,7 +283,7 @@ class EventStore:
 
         async def send() -> int:
             async with self._batches:
-                ack = await publish_batch(nats_private.client_of(self.js), messages, self.timeout)
+                ack = await publish_batch_framed(nats_private.client_of(self.js), messages, self.timeout)
             if ack.error is not None:
                 raise APIError(code=ack.error.code, err_code=ack.error.err_code,
                                description=ack.error.description)

@@ -58,7 +58,6 @@ OVER_400 = {
     "events/backlog_reader.py": 471,
     "reactors/notifier.py": 462,
     "reactors/validation.py": 447,
-    "events/store.py": 446,
 }
 
 

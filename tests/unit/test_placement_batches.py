@@ -7,8 +7,7 @@ import pytest
 from nats.aio.client import _CRLF_, NATS_HDR_LINE
 from nats.protocol.command import hpub_cmd
 
-from herdbook.events.batch import MAX_BATCH
-from herdbook.events.store import hpub_frame
+from herdbook.events.batch import MAX_BATCH, hpub_frame
 from herdbook.reactors.placement import Placement, Slot
 from herdbook.reactors.plan_apply import NodePlan, plan_batches
 
