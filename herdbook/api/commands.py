@@ -188,7 +188,7 @@ def _enable(view: NodeView, req: EnableNode, actor: str, facts: Facts,
 
 def _validate(view: NodeView, req: NodeCommand, actor: str, facts: Facts,
               context: Context) -> Decision[NodeEvent]:
-    from herdbook.reactors.validation import decide_validate_request
+    from herdbook.reactors.validation_deciders import decide_validate_request
     return decide_validate_request(view, facts.validation, facts.live_allocations(view),
                                    actor, req.reason, context)
 

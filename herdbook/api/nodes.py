@@ -44,7 +44,7 @@ from herdbook.reactors.decide_runner import Context, DecideRunner
 from herdbook.reactors.heartbeats import NodeBeat
 from herdbook.reactors.refused import AlreadyDone
 from herdbook.reactors.sweeper import Sweeper
-from herdbook.reactors.validation import failures_within, waiting
+from herdbook.reactors.validation_deciders import failures_within, waiting
 from herdbook.text import clip
 
 PAGE_BYTES = 700_000          # replies stay well under NATS's 1 MB max_payload

@@ -47,7 +47,7 @@ from herdbook.reactors.breaker import Breaker
 from herdbook.reactors.decide_runner import DecideRunner, KeptChanging
 from herdbook.reactors.refused import CommandRefused
 from herdbook.reactors.sweeper import Sweeper
-from herdbook.reactors.validation import validation_waiting
+from herdbook.reactors.validation_deciders import validation_waiting
 
 log = logging.getLogger(__name__)
 

@@ -87,7 +87,8 @@ from herdbook.reactors.sensitive import SensitiveReactor
 from herdbook.reactors.sweeper import Sweeper
 from herdbook.reactors.telemetry_intake import TelemetryIntake
 from herdbook.reactors.tracking import node_events
-from herdbook.reactors.validation import ValidationReactor, validation_waiting
+from herdbook.reactors.validation import ValidationReactor
+from herdbook.reactors.validation_deciders import validation_waiting
 
 log = logging.getLogger(__name__)
 REQUESTER_HEARTBEAT_INTERVAL = 5.0

@@ -15,7 +15,7 @@ Over the approved compute nodes that are not TERMINATED:
 - ``validation_waiting``: the nodes due for a check that has not started (the gate holds
   them for a slot, ``validation.max_concurrent``): out of the scheduler's reach, so
   neither healthy nor schedulable here either. Which nodes wait depends on the config,
-  so the caller says (``waiting``; ``reactors.validation.waiting``).
+  so the caller says (``waiting``; ``reactors.validation_deciders.waiting``).
 
 ``score = round(100 * (gpus_healthy + schedulable) / 2)``; an empty fleet scores 100
 (nothing is wrong with it) with zero nodes in its breakdown.

@@ -273,7 +273,7 @@ def test_the_deciders_are_found() -> None:
     rooms = {name.rsplit(".", 1)[0] for name in DECIDERS}
     assert {"herdbook.api.deciders", "herdbook.reactors.eval_deciders",
             "herdbook.reactors.alloc_deciders", "herdbook.reactors.liveness",
-            "herdbook.reactors.breaker_deciders", "herdbook.reactors.validation",
+            "herdbook.reactors.breaker_deciders", "herdbook.reactors.validation_deciders",
             "herdbook.reactors.sensitive", "herdbook.reactors.approver",
             "herdbook.reactors.classifier"} <= rooms
     assert len(DECIDERS) >= 60

@@ -64,7 +64,7 @@ def test_a_node_waiting_for_its_validation_slot_is_out_of_service_too() -> None:
     """The gate holds a due node (READY, HEALTHY, ELIGIBLE) until a slot frees: the
     scheduler skips it, so the score must not count it healthy or schedulable."""
     from herdbook.config import parse_config
-    from herdbook.reactors.validation import validation_waiting
+    from herdbook.reactors.validation_deciders import validation_waiting
 
     views = [node(0), node(1, validation_due="returned"), node(2), node(3)]
     assert fleet_score(views).schedulable == 1.0               # no gate: nothing waits

@@ -57,7 +57,6 @@ OVER_400 = {
     "agent/main.py": 486,
     "events/backlog_reader.py": 471,
     "reactors/notifier.py": 462,
-    "reactors/validation.py": 447,
 }
 
 

@@ -1,4 +1,4 @@
-"""The validation gate's pure half (``reactors/validation.py``) and its fold: when a node
+"""The validation gate's pure half (``reactors/validation_deciders.py``) and its fold: when a node
 is due, what an operator's request is refused for, the exclusive placement, how the
 check's end decides, quarantine through the breaker, the timeout."""
 
@@ -33,7 +33,7 @@ from herdbook.projector.node_view import NodeView
 from herdbook.reactors.decide_runner import Context
 from herdbook.reactors.placement import capacities
 from herdbook.reactors.refused import AlreadyDone, CommandRefused
-from herdbook.reactors.validation import (
+from herdbook.reactors.validation_deciders import (
     decide_due,
     decide_place,
     decide_result,

@@ -20,7 +20,8 @@ from herdbook.events.node import (
     NodeRegistered,
 )
 from herdbook.reactors.decide_runner import Context, DecideRunner
-from herdbook.reactors.validation import ValidationReactor, decide_due, held_by_bound
+from herdbook.reactors.validation import ValidationReactor
+from herdbook.reactors.validation_deciders import decide_due, held_by_bound
 from tests.fakes import FakeClock, FakeProjector, FakeStore
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

@@ -90,7 +90,7 @@ def test_the_table_prints_a_hint_line_for_a_validating_node(
 
 def test_a_node_waiting_for_its_validation_says_so() -> None:
     from herdbook.config import ValidationConfig
-    from herdbook.reactors.validation import waiting
+    from herdbook.reactors.validation_deciders import waiting
     due = fold(*BASE)                       # approved, READY, due (approved)
     gate = ValidationConfig(name="dcgm-diag", command=["dcgmi", "diag", "-r", "2"])
     assert waiting(due, gate)
