@@ -124,6 +124,12 @@ async def test_two_replicas_share_the_shards_and_one_takes_over_after_the_watch(
         await poll(lambda: a.sweeper.shard_status()["liveness_shard_holders"] == {
             str(a.sweeper.held[0]): "ra", str(b.sweeper.held[0]): "rb"}, timeout=5,
             what="status names the holder of each shard")
+        from herdbook.control.metrics import shard_families
+        families = {f.name: f for f in shard_families(a.sweeper)}
+        assert {(x.labels["shard"], x.labels["replica"]) for x in
+                families["herd_liveness_shard_holder"].samples} == {
+            (str(a.sweeper.held[0]), "ra"), (str(b.sweeper.held[0]), "rb")}
+        assert families["herd_liveness_shards_held"].samples[0].value == 1
         # a node of each shard, heartbeating: b's is then killed with b
         on_a = next(n for n in (f"n{i}" for i in range(20)) if shard_of(n, 2) in a.sweeper.held)
         on_b = next(n for n in (f"n{i}" for i in range(20)) if shard_of(n, 2) in b.sweeper.held)
