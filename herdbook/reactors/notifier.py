@@ -18,100 +18,51 @@ it (``Idempotency-Key`` header and ``event_id`` in a webhook's body, ``HERD_EVEN
 a command's environment), the same on every resend, so a receiver drops a repeat; Slurm's
 DRAIN and RESUME are idempotent themselves. Notifications of one node are sent in the
 order of its events.
+
+Beside it, by responsibility: ``notifier_deciders.py``, the pure part (which notification
+an event calls for, the failed and drained decisions); ``notification_sender.py``, one
+attempt to reach the workload system and the drain-status question.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import shlex
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
-
-import aiohttp
 
 from herdbook.backoff import Backoff
 from herdbook.clock import Clock
 from herdbook.config import NotifierConfig
 from herdbook.events.codec import AnyEvent
-from herdbook.events.health_report import NodeHealthChanged
-from herdbook.events.node import (
-    NodeCordoned,
-    NodeDrained,
-    NodeDrainStarted,
-    NodeEvent,
-    NodeNotificationFailed,
-    NodeUncordoned,
-    NodeUndrained,
-)
-from herdbook.events.states import Health, Intent
+from herdbook.events.node import NodeEvent
+from herdbook.events.states import Intent
 from herdbook.events.subjects import printable
 from herdbook.projector.node_view import NodeView
 from herdbook.projector.projection import ProjectorRunner
-from herdbook.reactors.decide_runner import DecideRunner, Decision
-from herdbook.reactors.slurm import Slurm
+from herdbook.reactors.decide_runner import DecideRunner
+from herdbook.reactors.notification_sender import NotificationSender
+from herdbook.reactors.notifier_deciders import (
+    action_for,
+    decide_drained,
+    decide_failed,
+    reason_for,
+    recommended_for,
+)
 from herdbook.reactors.tracking import Progress
 
 log = logging.getLogger(__name__)
-ACTOR = "notifier"
-IDEMPOTENCY_HEADER = "Idempotency-Key"
 COMMIT_INTERVAL = 5.0
 """How often the position moves past node events that called for nothing (a notification
 done commits at once): a restart then re-reads at most this much of the log."""
 RETRY_READ = 2.0
 STOP_COMMIT_TIMEOUT = 2.0
 
-ACTIONS: dict[type, str] = {NodeCordoned: "cordon", NodeUncordoned: "uncordon",
-                            NodeDrainStarted: "drain", NodeUndrained: "undrain"}
-
-
-def action_for(event: AnyEvent | NodeEvent) -> str | None:
-    """Which notification an event calls for, if any. A node the health policy makes
-    UNHEALTHY is cordoned in the workload system too (herdbook places nothing on it; Slurm
-    or Kubernetes must not either); the operator's ``uncordon`` that clears it uncordons
-    it there."""
-    if isinstance(event, NodeHealthChanged):
-        # a change of its GPUs' verdicts alone (``gpus_only``) changes nothing to say
-        return "cordon" if event.health is Health.UNHEALTHY and not event.gpus_only else None
-    return ACTIONS.get(type(event))
-
-
-def reason_for(event: AnyEvent | NodeEvent) -> str:
-    reason = str(getattr(event, "reason", ""))
-    return f"unhealthy: {reason}" if isinstance(event, NodeHealthChanged) else reason
-
-
-def recommended_for(event: AnyEvent | NodeEvent) -> str | None:
-    """What to do about a health verdict (``health.actions``), sent with the cordon it
-    calls for; None for other events and for verdicts written before it was recorded."""
-    if isinstance(event, NodeHealthChanged):
-        return event.recommended_action
-    return None
-
 
 def has_drain_status(config: NotifierConfig) -> bool:
     return ((config.type == "webhook" and config.webhook.drain_status_url is not None)
             or (config.type == "exec" and config.exec.drain_status is not None)
             or (config.type == "slurm" and config.slurm.drain_status))
-
-
-def decide_failed(view: NodeView | None, action: str, error: str,
-                  attempts: int) -> Decision[NodeEvent] | None:
-    """A notification failed every attempt: recorded on the node, if it still exists."""
-    if view is None:
-        return None
-    return Decision(view.version, [NodeNotificationFailed(
-        node_id=view.id, action=action, reason=error[:500], attempts=attempts, actor=ACTOR)])
-
-
-def decide_drained(view: NodeView | None, message: str) -> Decision[NodeEvent] | None:
-    """The workload system reports the node drained: DRAINED, if it is still draining."""
-    if view is None or view.intent is not Intent.DRAINING:
-        return None
-    return Decision(view.version, [NodeDrained(
-        node_id=view.id, actor=ACTOR,
-        reason=message or "the workload system reports it drained")])
 
 
 class CommittedPosition(Protocol):
@@ -145,9 +96,7 @@ class Notifier:
         self.failed = 0
         self._tasks: set[asyncio.Task[Any]] = set()
         self._poller: asyncio.Task[None] | None = None
-        self._client: aiohttp.ClientSession | None = None
-        """The webhook's HTTP client: one session (its connection pool) per notifier."""
-        self._slurm = Slurm(config.slurm) if config.type == "slurm" else None
+        self.sender = NotificationSender(config, projector, clock=clock)
         self.position = position
         self.events = events
         self.progress: Progress | None = None
@@ -168,11 +117,7 @@ class Notifier:
     async def start(self) -> None:
         if self.config.type == "none":
             return
-        if self.config.type == "webhook":
-            # aiohttp serves the API already: its client spares a second HTTP stack.
-            self._client = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=float(self.config.webhook.timeout)),
-                headers=dict(self.config.webhook.headers))
+        self.sender.open()
         # Subscribed first, at a point the view has folded ``through``: what comes after
         # is told to ``_on_change``; the log up to it is read by ``_resume``.
         self._unsubscribe = self.projector.nodes.subscribe(self._on_change)
@@ -202,9 +147,7 @@ class Notifier:
                 await asyncio.wait_for(self._commit(), STOP_COMMIT_TIMEOUT)
             except Exception:  # noqa: BLE001 - logged by _commit, or slow: sent again
                 pass
-        if self._client is not None:
-            await self._client.close()
-            self._client = None
+        await self.sender.close()
 
     # following the log -----------------------------------------------------------------
     def _on_change(self, node_id: str, view: NodeView | None, event: NodeEvent) -> None:
@@ -352,7 +295,7 @@ class Notifier:
         error = ""
         for attempt in range(attempts):
             try:
-                await self._send(action, node_id, reason, key, seq, recommended)
+                await self.sender.send(action, node_id, reason, key, seq, recommended)
                 self.sent += 1
                 log.info("notified %s of %s", action, node_id)
                 return True
@@ -367,77 +310,9 @@ class Notifier:
             self.projector.nodes.get(node_id), action, error, attempts))
         return False
 
-    async def _send(self, action: str, node_id: str, reason: str, key: str = "",
-                    seq: int = 0, recommended: str | None = None) -> None:
-        if self.config.type == "webhook":
-            url = getattr(self.config.webhook, f"{action}_url")
-            if url is None:
-                return
-            body: dict[str, Any] = {
-                "event": action, "node_id": node_id, "reason": reason,
-                "timestamp": self.clock.now().isoformat().replace("+00:00", "Z")}
-            if recommended is not None:
-                body["recommended_action"] = recommended
-            headers = {}
-            if key:
-                body |= {"event_id": key, "seq": seq}
-                headers[IDEMPOTENCY_HEADER] = key
-            assert self._client is not None
-            async with self._client.post(url, json=body, headers=headers) as response:
-                if response.status >= 400:
-                    raise RuntimeError(f"{url} answered {response.status}")
-        elif self.config.type == "exec":
-            template = getattr(self.config.exec, action)
-            if template is None:
-                return
-            env = {"HERD_EVENT_ID": key, "HERD_EVENT_SEQ": str(seq)} if key else {}
-            if recommended is not None:
-                env["HERD_RECOMMENDED_ACTION"] = recommended
-            await self._run(template, node_id, reason, env or None)
-        elif self._slurm is not None:
-            await self._slurm.update(action, self._slurm_name(node_id), reason)
-
-    def _slurm_name(self, node_id: str) -> str:
-        assert self._slurm is not None
-        view = self.projector.nodes.get(node_id)
-        return self._slurm.name(node_id, view.info.labels if view is not None else {})
-
-    async def _run(self, template: str, node_id: str, reason: str,
-                   env: dict[str, str] | None = None) -> str:
-        command = template.format(node_id=shlex.quote(node_id), reason=shlex.quote(reason))
-        proc = await asyncio.create_subprocess_shell(
-            command, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-            env=None if env is None else {**os.environ, **env})
-        try:
-            out, _ = await asyncio.wait_for(proc.communicate(),
-                                            float(self.config.exec.timeout))
-        except TimeoutError:
-            proc.kill()
-            raise RuntimeError(f"`{command}` timed out") from None
-        if proc.returncode != 0:
-            raise RuntimeError(f"`{command}` exited {proc.returncode}: "
-                               f"{out.decode(errors='replace').strip()[:200]}")
-        return out.decode(errors="replace")
-
     async def drained(self, node_id: str) -> tuple[bool, str]:
         """Ask the drain-status source whether the workload system drained the node."""
-        if self.config.type == "webhook":
-            url = self.config.webhook.drain_status_url
-            assert self._client is not None and url is not None
-            async with self._client.get(url, params={"node_id": node_id}) as response:
-                response.raise_for_status()
-                # any content type: a receiver may answer JSON as text/plain
-                body = await response.json(content_type=None)
-            return bool(body.get("drained")), str(body.get("message", ""))
-        if self._slurm is not None:
-            return await self._slurm.drained(self._slurm_name(node_id))
-        template = self.config.exec.drain_status
-        assert template is not None
-        try:
-            out = await self._run(template, node_id, "")
-        except RuntimeError as err:
-            return False, str(err)
-        return True, out.strip()[:200]
+        return await self.sender.drained(node_id)
 
     async def _poll_drain_status(self) -> None:
         while True:

@@ -14,7 +14,8 @@ from herdbook.events.node import (
     NodeRegistered,
 )
 from herdbook.reactors.decide_runner import DecideRunner
-from herdbook.reactors.notifier import Notifier, action_for, has_drain_status
+from herdbook.reactors.notifier import Notifier, has_drain_status
+from herdbook.reactors.notifier_deciders import action_for
 from tests.fakes import FakeClock, FakeProjector, FakeStore
 from tests.unit.test_notifier_runner import World
 

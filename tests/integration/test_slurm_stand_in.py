@@ -16,7 +16,8 @@ from herdbook.events.health_report import NodeHealthChanged
 from herdbook.events.node import NodeInfo, NodeNotificationFailed, NodeRegistered, NodeUndrained
 from herdbook.events.states import Health
 from herdbook.reactors.decide_runner import DecideRunner
-from herdbook.reactors.notifier import Notifier, action_for, has_drain_status, reason_for
+from herdbook.reactors.notifier import Notifier, has_drain_status
+from herdbook.reactors.notifier_deciders import action_for, reason_for
 from tests.fakes import FakeClock, FakeProjector, FakeStore
 
 

@@ -26,7 +26,7 @@ from herdbook.reactors.gpu_health import (
     same_map,
     with_gpus,
 )
-from herdbook.reactors.notifier import action_for
+from herdbook.reactors.notifier_deciders import action_for
 from tests.unit.test_classifier_hold import World
 
 POLICY = Policy.load(None)

@@ -56,7 +56,6 @@ OVER_400 = {
     "agent/gpu.py": 487,
     "agent/main.py": 486,
     "events/backlog_reader.py": 471,
-    "reactors/notifier.py": 462,
 }
 
 

@@ -17,7 +17,8 @@ from herdbook.events.node import (
 )
 from herdbook.events.states import Intent
 from herdbook.reactors.decide_runner import DecideRunner
-from herdbook.reactors.notifier import Notifier, decide_drained, decide_failed
+from herdbook.reactors.notifier import Notifier
+from herdbook.reactors.notifier_deciders import decide_drained, decide_failed
 from tests.fakes import FakeClock, FakeProjector, FakeStore
 
 
