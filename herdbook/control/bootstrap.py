@@ -81,6 +81,7 @@ from herdbook.reactors.approver import AutoApprover
 from herdbook.reactors.breaker import Breaker, BreakerFold
 from herdbook.reactors.classifier import HealthClassifier
 from herdbook.reactors.decide_runner import DecideRunner
+from herdbook.reactors.heartbeat_intake import MappingMissing
 from herdbook.reactors.notifier import Notifier
 from herdbook.reactors.scheduler import Scheduler
 from herdbook.reactors.sensitive import SensitiveReactor
@@ -261,7 +262,7 @@ def build_plane(config: Config, *, clock: Clock, ports: Ports, demo: int = 0,
     telemetry = TelemetryIntake(nc, projector.nodes, clock)
     parts += [RequesterNode(nc, runner, projector.nodes, requester, this_host(),
                             interval=interval),
-              Service("sweeper", sweeper.start, sweeper.stop),
+              Service("sweeper", refusing(sweeper.start, MappingMissing), sweeper.stop),
               *shard_leases(cfg, nc, node_id, sweeper),
               Service("approver", approver.start, approver.stop),
               Service("circuit breaker", breaker.start, breaker.stop),
@@ -337,6 +338,18 @@ def build_plane(config: Config, *, clock: Clock, ports: Ports, demo: int = 0,
         lease=lease, api=api, rebuild_view=rebuild_view, parts=Parts(parts, lease),
         embedded=embedded, users=users, storage=storage, supervisor=supervisor,
         metrics=metrics, metrics_server=metrics_server, web=web_server)
+
+
+def refusing(start: Callable[[], Awaitable[None]],
+             *refusals: type[Exception]) -> Callable[[], Awaitable[None]]:
+    """A part's start whose refusals (e.g. the heartbeat mapping missing from the server)
+    stop the start with their one line, as every other refusal does."""
+    async def started() -> None:
+        try:
+            await start()
+        except refusals as err:
+            raise StartupError(str(err)) from err
+    return started
 
 
 def streams_of(cfg: Config) -> list[StreamConfig]:

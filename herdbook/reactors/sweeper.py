@@ -30,7 +30,6 @@ from nats.aio.client import Client as NATS
 
 from herdbook.clock import Clock
 from herdbook.config import Config, grace_period, heartbeat_timeout
-from herdbook.control.errors import StartupError
 from herdbook.events.heartbeat import Heartbeat
 from herdbook.events.node import NodeBootChecked, NodeEnabled, NodeEvent, NodeWiped
 from herdbook.events.states import Intent, Lifecycle
@@ -42,7 +41,7 @@ from herdbook.reactors import liveness
 from herdbook.reactors.deadlines import Deadlines
 from herdbook.reactors.decide_runner import DecideRunner, Decision
 from herdbook.reactors.declarations import APPEND_RETRY_MAX, Declarations
-from herdbook.reactors.heartbeat_intake import HeartbeatIntake, MappingMissing, check_mapping
+from herdbook.reactors.heartbeat_intake import HeartbeatIntake, check_mapping
 from herdbook.reactors.heartbeats import Admission, NodeBeat
 from herdbook.reactors.notifier import has_drain_status
 from herdbook.reactors.sweeper_shards import ShardSweeping
@@ -92,10 +91,8 @@ class Sweeper(ShardSweeping):
     async def start(self) -> None:
         self._unsubscribe = self.projector.nodes.subscribe(self._on_view_change)
         if self.shards > 1:
-            try:
-                await check_mapping(self.nc, self.shards)
-            except MappingMissing as err:
-                raise StartupError(str(err)) from err
+            # MappingMissing: the composition root refuses the start with its message
+            await check_mapping(self.nc, self.shards)
         await self.intake.start()
         if self.shards <= 1:
             self.begin_observing()
