@@ -155,6 +155,7 @@ class ControlPlaneCollector(Collector):
         yield CounterMetricFamily("herd_sweeper_detections_total",
                                   "Events the liveness sweeper appended since start.",
                                   sweeper.detections)
+        yield from shard_families(sweeper)
         conflicts = sweeper.agent_conflicts()
         yield GaugeMetricFamily("herd_agent_conflicts",
                                 "Nodes for which two agents heartbeat now (one node id, two "
