@@ -41,7 +41,7 @@ import msgspec
 from nats.aio.client import Client as NATS
 from nats.js.errors import NotFoundError
 
-from herdbook.agent.liveness import read_settings
+from herdbook.agent.heartbeat_interval import read_settings
 from herdbook.events.authority import Unvouched, bind_event
 from herdbook.events.codec import decode_heartbeat
 from herdbook.events.hb_shards import stored_heartbeat_subject

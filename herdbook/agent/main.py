@@ -26,9 +26,9 @@ from herdbook.agent.fence import (
     taken_over_by,
     this_process,
 )
+from herdbook.agent.heartbeat_interval import HeartbeatPace
 from herdbook.agent.infiniband import IbWatch
 from herdbook.agent.info import node_info, resources
-from herdbook.agent.liveness import HeartbeatPace
 from herdbook.agent.protocol import NodeProtocol
 from herdbook.agent.registration import register, remember_info
 from herdbook.agent.reports import NodeReports

@@ -1,6 +1,6 @@
 """The node's side of the agent protocol, for every kind of node: the real agent
 (``agent/main.py``), the control plane's own requester node (``control/requester.py``) and the
-simulator's lightweight nodes (``sim/fleet.py``).
+simulator's lightweight nodes (``sim/agent_fleet.py``).
 
 Per boot, a node
 1. announces the boot on its own subjects: ``NodeRegistered`` (with the boot id and its

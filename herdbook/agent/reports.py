@@ -16,7 +16,7 @@ from nats.aio.client import Client as NATS
 from herdbook.agent import boot, gpu
 from herdbook.agent.executor import Executor
 from herdbook.agent.gpu_checks import HealthMonitor
-from herdbook.agent.liveness import HeartbeatPace
+from herdbook.agent.heartbeat_interval import HeartbeatPace
 from herdbook.agent.protocol import NodeProtocol, send_heartbeat
 from herdbook.backoff import Backoff
 from herdbook.clock import Clock

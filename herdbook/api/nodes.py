@@ -32,7 +32,7 @@ from herdbook.api.messages import (
 from herdbook.api.present import MAX_TEXT, NodeJsonCache, node_detail, node_summary, shown
 from herdbook.config import Config
 from herdbook.events.codec import decode_resources
-from herdbook.events.liveness import interval_warning
+from herdbook.events.liveness_settings import interval_warning
 from herdbook.events.node import NodeEvent
 from herdbook.events.states import Approval, Health, resolve_state_filter
 from herdbook.events.store import EventStore

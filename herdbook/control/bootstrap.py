@@ -63,7 +63,7 @@ from herdbook.control.snapshots import create_bucket as create_snapshots_bucket
 from herdbook.control.streams_guard import StreamsGuard, unreached_seq
 from herdbook.control.view_rebuild import ViewRebuild
 from herdbook.credentials import NatsAuth
-from herdbook.events.liveness import SETTINGS_STREAM
+from herdbook.events.liveness_settings import SETTINGS_STREAM
 from herdbook.events.positions import NOTIFIER_KEY, POSITIONS_STREAM, KvPosition, open_bucket
 from herdbook.events.streams import all_streams
 from herdbook.events.subjects import EVENTS_STREAM, validate_id

@@ -1,4 +1,4 @@
-"""Publishes the control plane's liveness settings (``events/liveness.py``) where agents
+"""Publishes the control plane's liveness settings (``events/liveness_settings.py``) where agents
 read them: the key ``liveness`` of the KV bucket ``herd_settings``, written at start by
 every replica (they run one config; the last one started wins when they do not)."""
 
@@ -11,7 +11,7 @@ from nats.aio.client import Client as NATS
 from nats.js.api import KeyValueConfig, StorageType
 
 from herdbook.config import Config, grace_period, heartbeat_timeout
-from herdbook.events.liveness import LIVENESS_KEY, SETTINGS_BUCKET, LivenessSettings
+from herdbook.events.liveness_settings import LIVENESS_KEY, SETTINGS_BUCKET, LivenessSettings
 from herdbook.events.states import NodeClass
 
 log = logging.getLogger(__name__)

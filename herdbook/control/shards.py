@@ -50,7 +50,7 @@ def shard_of_key(key: str) -> int | None:
 
 
 @dataclass(frozen=True)
-class Plan:
+class ShardPlan:
     take: tuple[int, ...] = ()
     release: tuple[int, ...] = ()
 
@@ -61,7 +61,7 @@ def fair_share(shards: int, replicas: int) -> int:
 
 
 def plan(shards: int, replicas: list[str], me: str, held: Iterable[int],
-         taken: Iterable[int]) -> Plan:
+         taken: Iterable[int]) -> ShardPlan:
     """What this replica (``me``) does next, given the live replicas' node ids, the
     shards it holds and those others hold. Extras are handed back highest first; free
     shards are taken up to the fair share, starting at an offset given by this replica's
@@ -71,14 +71,14 @@ def plan(shards: int, replicas: list[str], me: str, held: Iterable[int],
     live = sorted(set(replicas) | {me})
     share = fair_share(shards, len(live))
     if len(mine) > share:
-        return Plan(release=tuple(sorted(mine[share:], reverse=True)))
+        return ShardPlan(release=tuple(sorted(mine[share:], reverse=True)))
     busy = set(mine) | set(taken)
     free = [k for k in range(shards) if k not in busy]
     if not free or len(mine) >= share:
-        return Plan()
+        return ShardPlan()
     start = (live.index(me) * share) % shards
     ordered = sorted(free, key=lambda k: (k - start) % shards)
-    return Plan(take=tuple(ordered[:share - len(mine)]))
+    return ShardPlan(take=tuple(ordered[:share - len(mine)]))
 
 
 class ShardSweeper(Protocol):

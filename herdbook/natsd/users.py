@@ -41,7 +41,7 @@ from herdbook.events.authority import (
     agent_publish_subjects,
     operator_agent_requests,
 )
-from herdbook.events.liveness import LIVENESS_READ
+from herdbook.events.liveness_settings import LIVENESS_READ
 from herdbook.events.subjects import (
     EVENTS_STREAM,
     HEARTBEATS_STREAM,

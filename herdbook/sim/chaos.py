@@ -23,7 +23,7 @@ from herdbook.control.errors import StartupError
 from herdbook.durations import Duration
 from herdbook.events.faults import Fault
 from herdbook.sim.detections import latency_summary
-from herdbook.sim.nodes import SimError
+from herdbook.sim.node_control import SimError
 from herdbook.sim.scenario import FleetGroup
 from herdbook.sim.world import CONTROL_NODE_ID, World, prepare_data_dir, remove_data_dir
 

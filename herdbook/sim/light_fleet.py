@@ -21,7 +21,7 @@ from herdbook.events.heartbeat import Heartbeat
 from herdbook.events.node import GpuInfo, NodeInfo
 from herdbook.events.store import EventStore
 from herdbook.events.subjects import health_subject
-from herdbook.sim.nodes import SimError
+from herdbook.sim.node_control import SimError
 from herdbook.sim.scenario import FleetGroup
 
 log = logging.getLogger(__name__)

@@ -164,7 +164,7 @@ class Replica:
         self.log.close()
 
 
-class Fleet:
+class ReplicaFleet:
     """Lightweight nodes: registered as agents would (two events each, core-published into
     HERD_EVENTS), then heartbeated every a third of the timeout, spread over it."""
 
@@ -243,7 +243,7 @@ async def run_replicas(opts: ReplicaOptions, work: Path,
     await server.start_async()
     replicas: list[Replica] = []
     nc = await nats.connect(server.url)
-    fleet = Fleet(nc, opts.nodes, opts.heartbeat_timeout / 3)
+    fleet = ReplicaFleet(nc, opts.nodes, opts.heartbeat_timeout / 3)
     try:
         await ensure_streams(nc, 1, 3600.0)
         say(f"registering {opts.nodes:,} lightweight nodes")
@@ -326,7 +326,7 @@ async def measure(nc: Any, replicas: list[Replica], kv: Any, opts: ReplicaOption
     return out
 
 
-async def kill_one(nc: Any, kv: Any, fleet: Fleet, replicas: list[Replica],
+async def kill_one(nc: Any, kv: Any, fleet: ReplicaFleet, replicas: list[Replica],
                    opts: ReplicaOptions, say: Callable[[str], None]) -> KillFigures:
     victim, survivors = replicas[-1], replicas[:-1]
     held = await holders(kv, opts.shards)

@@ -19,7 +19,7 @@ import msgspec
 
 from herdbook.control.errors import StartupError
 from herdbook.sim import checks
-from herdbook.sim.nodes import SimError
+from herdbook.sim.node_control import SimError
 from herdbook.sim.scenario import (
     DEFAULT_WAIT_TIMEOUT,
     ApiCall,

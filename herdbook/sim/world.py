@@ -23,8 +23,8 @@ from herdbook.events.states import NodeType
 from herdbook.events.subjects import API_PREFIX
 from herdbook.projector.node_view import NodeView
 from herdbook.reactors.sweeper import Sweeper
+from herdbook.sim.agent_fleet import Fleet, inject_agent
 from herdbook.sim.detections import Detections, latency_summary
-from herdbook.sim.fleet import Fleet, inject_agent
 from herdbook.sim.scenario import FleetGroup
 from herdbook.sim.scenario_file import sim_config_text
 

@@ -48,7 +48,7 @@ from herdbook.web.auth import (
     same_origin,
 )
 from herdbook.web.client_errors import ClientErrorLog
-from herdbook.web.fleet import Beat, FleetJson
+from herdbook.web.fleet_rows import Beat, FleetJson
 from herdbook.web.openapi import document
 from herdbook.web.own_paths import server_paths
 from herdbook.web.query import query_body
@@ -295,7 +295,7 @@ class WebServer:
         return await sse.stream(request, self.nc.jetstream(), self.closing, self.clock.now())
 
     def fleet(self) -> bytes:
-        """The console's rows as the reply's JSON (``web/fleet.py``'s ``FleetJson``): a
+        """The console's rows as the reply's JSON (``web/fleet_rows.py``'s ``FleetJson``): a
         row's event-log columns encoded once per view version, its GPU numbers once per
         telemetry sample, the heartbeat age per request."""
         projector = self.api.projector

@@ -8,7 +8,7 @@ from typing import Any
 
 from herdbook.history.fleet_history import WINDOWS
 from herdbook.web import sse
-from herdbook.web.fleet import FLEET_COLUMNS
+from herdbook.web.fleet_rows import FLEET_COLUMNS
 
 JSON_OBJECT = {"application/json": {"schema": {"type": "object"}}}
 

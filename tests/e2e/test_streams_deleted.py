@@ -20,7 +20,7 @@ import pytest
 from nats.js.errors import NotFoundError
 
 from herdbook.control.leader import BUCKET as LEASES_BUCKET
-from herdbook.events.liveness import LIVENESS_KEY, SETTINGS_BUCKET, SETTINGS_STREAM
+from herdbook.events.liveness_settings import LIVENESS_KEY, SETTINGS_BUCKET, SETTINGS_STREAM
 from herdbook.events.positions import POSITIONS_STREAM
 from herdbook.events.subjects import EVENTS_STREAM, HEALTH_STREAM, HEARTBEATS_STREAM
 from tests.conftest import herd, wait_until

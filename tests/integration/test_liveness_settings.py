@@ -10,11 +10,11 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from herdbook.agent.liveness import read_settings
+from herdbook.agent.heartbeat_interval import read_settings
 from herdbook.agent.main import Agent, AgentOptions
 from herdbook.control.plane import ControlPlane
 from herdbook.credentials import NatsAuth
-from herdbook.events.liveness import LIVENESS_SUBJECT, LivenessSettings
+from herdbook.events.liveness_settings import LIVENESS_SUBJECT, LivenessSettings
 from tests.integration.test_agent_and_control import eventually
 from tests.integration.test_auth import connect_as, issue, plane  # noqa: F401 - fixture
 

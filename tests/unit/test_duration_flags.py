@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from herdbook.cli.duration_flags import duration_option, duration_parser
 from herdbook.cli.main import app
 from herdbook.durations import format_duration, parse_duration
-from herdbook.events.liveness import derived_interval, interval_warning
+from herdbook.events.liveness_settings import derived_interval, interval_warning
 
 
 def probe_app() -> typer.Typer:

@@ -1,4 +1,4 @@
-"""``/v1/fleet``'s reply bytes (``web/fleet.py``'s ``FleetJson``, issue 32 item 3): the same
+"""``/v1/fleet``'s reply bytes (``web/fleet_rows.py``'s ``FleetJson``, issue 32 item 3): the same
 JSON the rows encode to, with the work per request linear in the fleet. One event rebuilds
 one row, not every row (the old reply re-encoded and re-sorted the whole fleet after any
 fold); membership changes re-sort; a new telemetry sample or allocation count rebuilds
@@ -17,7 +17,7 @@ from herdbook.projector.alloc_view import AllocView
 from herdbook.projector.node_view import NodeView
 from herdbook.reactors.heartbeats import NodeBeat
 from herdbook.reactors.telemetry_intake import Sample
-from herdbook.web.fleet import FLEET_COLUMNS, FleetJson, gpu_numbers, static_row
+from herdbook.web.fleet_rows import FLEET_COLUMNS, FleetJson, gpu_numbers, static_row
 from tests.unit.test_web_fleet import view
 
 

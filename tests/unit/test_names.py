@@ -12,14 +12,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[2] / "herdbook"
 
 # Names still shared while their owners finish moving them; this list only shrinks.
-PENDING: dict[str, str] = {
-    "fleet": "sim/fleet.py and web/fleet.py: being changed by the scale work (issue 32)",
-    "liveness": "agent/, events/, reactors/liveness.py: being changed by the liveness shards",
-    "nodes": "sim/nodes.py: being changed by the liveness shards' herd sim",
-    "Fleet": "sim/replicas.py: being changed by the liveness shards' herd sim",
-    "Plan": "control/shards.py: being changed by the liveness shards",
-    "Sample": "web/fleet.py: being changed by the scale work (issue 32)",
-}
+PENDING: dict[str, str] = {}
 
 
 def modules_by_name(root: Path) -> dict[str, list[str]]:

@@ -5,22 +5,22 @@ from __future__ import annotations
 
 import random
 
-from herdbook.control.shards import Plan, fair_share, plan, shard_key, shard_of_key
+from herdbook.control.shards import ShardPlan, fair_share, plan, shard_key, shard_of_key
 
 
 def test_a_lone_replica_takes_every_shard() -> None:
-    assert plan(4, ["a"], "a", [], []) == Plan(take=(0, 1, 2, 3))
-    assert plan(4, [], "a", [], []) == Plan(take=(0, 1, 2, 3))   # its claim not seen yet
+    assert plan(4, ["a"], "a", [], []) == ShardPlan(take=(0, 1, 2, 3))
+    assert plan(4, [], "a", [], []) == ShardPlan(take=(0, 1, 2, 3))   # its claim not seen yet
 
 
 def test_a_second_replica_makes_the_first_hand_back_its_extras() -> None:
-    assert plan(4, ["a", "b"], "a", [0, 1, 2, 3], []) == Plan(release=(3, 2))
-    assert plan(4, ["a", "b"], "b", [], [0, 1]) == Plan(take=(2, 3))
-    assert plan(4, ["a", "b"], "b", [], [0, 1, 2, 3]) == Plan()   # nothing free yet
+    assert plan(4, ["a", "b"], "a", [0, 1, 2, 3], []) == ShardPlan(release=(3, 2))
+    assert plan(4, ["a", "b"], "b", [], [0, 1]) == ShardPlan(take=(2, 3))
+    assert plan(4, ["a", "b"], "b", [], [0, 1, 2, 3]) == ShardPlan()   # nothing free yet
 
 
 def test_a_replica_gone_leaves_its_shards_to_the_other() -> None:
-    assert plan(2, ["a"], "a", [0], []) == Plan(take=(1,))
+    assert plan(2, ["a"], "a", [0], []) == ShardPlan(take=(1,))
 
 
 def test_fair_share_rounds_up() -> None:

@@ -1,4 +1,4 @@
-"""``GET /v1/fleet``'s rows (``web/fleet.py``, issue 28 item 1): the table's columns from
+"""``GET /v1/fleet``'s rows (``web/fleet_rows.py``, issue 28 item 1): the table's columns from
 the view, the GPU numbers from the latest telemetry sample. Pure."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from herdbook.events.telemetry import GpuReading, GpuTelemetry
 from herdbook.projector.alloc_view import AllocView
 from herdbook.projector.node_view import NodeView
 from herdbook.reactors.telemetry_intake import Sample
-from herdbook.web.fleet import FLEET_COLUMNS, gpu_numbers, gpus_healthy, live_allocs, static_row
+from herdbook.web.fleet_rows import FLEET_COLUMNS, gpu_numbers, gpus_healthy, live_allocs, static_row
 
 AT = datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)
 XID = GpuVerdict(level="fatal", reason="fatal-xid: XID 79 on GPU 1", kind="xid", xid=79)

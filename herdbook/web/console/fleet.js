@@ -748,7 +748,7 @@ async function patchFleet(batch) {
   scheduleRefresh();
 }
 
-// One node from node describe, as /v1/fleet's row (web/fleet.py computes the same columns).
+// One node from node describe, as /v1/fleet's row (web/fleet_rows.py computes the same columns).
 export function rowOfNode(node, columns) {
   const gpus = node.gpu_health ?? [];
   const temps = gpus.map(g => g.temperature_c).filter(v => v !== null && v !== undefined);

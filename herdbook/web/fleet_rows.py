@@ -57,9 +57,9 @@ def static_row(view: NodeView, allocs: Mapping[str, int]) -> list[Any]:
             None if view.updated_at is None else view.updated_at.isoformat()]
 
 
-class Sample(Protocol):
+class LatestSample(Protocol):
     """A node's latest telemetry as the control plane holds it
-    (``reactors.telemetry_intake.Sample``; web/ reads it, imports nothing of reactors/)."""
+    (``reactors.telemetry_intake.LatestSample``; web/ reads it, imports nothing of reactors/)."""
 
     @property
     def telemetry(self) -> GpuTelemetry: ...
@@ -77,7 +77,7 @@ class Beat(Protocol):
     def boot_id(self) -> str: ...
 
 
-def gpu_numbers(sample: Sample | None) -> tuple[float | None, float | None]:
+def gpu_numbers(sample: LatestSample | None) -> tuple[float | None, float | None]:
     """The hottest GPU's temperature (°C) and the mean GPU utilisation (%) of a sample,
     each over the GPUs that report it; None where none does (no sample, a CPU node, a
     sensor missing), never 0."""
@@ -143,7 +143,7 @@ class _Row:
         self.view: NodeView | None = None
         self.count = -1
         self.head = b""
-        self.sample: Sample | None = None
+        self.sample: LatestSample | None = None
         self.gpus = b""
 
 
@@ -217,7 +217,7 @@ class FleetJson:
 
     def reply(self, nodes: Mapping[str, NodeView], allocs: Callable[[], Iterable[AllocView]],
               folded_seq: int, committed_seq: int, beats: Mapping[str, Beat], now: float,
-              telemetry: Mapping[str, Sample]) -> bytes:
+              telemetry: Mapping[str, LatestSample]) -> bytes:
         """The whole reply: ``{"version", "columns", "rows"}`` in id order. ``beats``:
         the heartbeat records by node id, ``now`` on their monotonic clock;
         ``telemetry``: each node's latest sample."""
@@ -226,7 +226,7 @@ class FleetJson:
             self._seen = folded_seq
         ages = self._beats.values(beats, self._ids, _NULL, self._age_parts(beats, now))
         samples = self._samples.values(telemetry, self._ids, None,
-                                       list[Sample | None](telemetry.values()))
+                                       list[LatestSample | None](telemetry.values()))
         parts: list[bytes] = [b'{"version":' + _encode(committed_seq) + b',"columns":'
                               + _COLUMNS_JSON + b',"rows":[']
         append = parts.append

@@ -23,7 +23,7 @@ from herdbook.events.agent_requests import InjectReply, InjectRequest
 from herdbook.events.faults import fault_named
 from herdbook.events.subjects import inject_subject
 from herdbook.sim.light_fleet import LightFleet, LightNode
-from herdbook.sim.nodes import SimError, SimNode
+from herdbook.sim.node_control import SimError, SimNode
 from herdbook.sim.scenario import FleetGroup, group_ids
 
 log = logging.getLogger(__name__)

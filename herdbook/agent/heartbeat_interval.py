@@ -12,7 +12,7 @@ import msgspec
 from nats.aio.client import Client as NATS
 
 from herdbook.durations import format_duration
-from herdbook.events.liveness import (
+from herdbook.events.liveness_settings import (
     FALLBACK_INTERVAL,
     LIVENESS_SUBJECT,
     SETTINGS_STREAM,
