@@ -20,7 +20,7 @@ occurrences: each is reported on every report while it lasts, so its clearing is
 
 from __future__ import annotations
 
-from herdbook.agent import gpu
+from herdbook.agent import nvml_constants
 from herdbook.events.health_report import GpuEvent
 from herdbook.events.telemetry import GpuReading
 
@@ -47,7 +47,7 @@ def pcie_link_events(r: GpuReading) -> list[GpuEvent]:
     found = []
     if r.pcie_width is not None and r.pcie_width_max and r.pcie_width < r.pcie_width_max:
         found.append(f"x{r.pcie_width} of x{r.pcie_width_max}")
-    idle = r.throttle_reasons is not None and bool(r.throttle_reasons & gpu.THROTTLE_GPU_IDLE)
+    idle = r.throttle_reasons is not None and bool(r.throttle_reasons & nvml_constants.THROTTLE_GPU_IDLE)
     if (r.pcie_gen is not None and r.pcie_gen_max and r.pcie_gen < r.pcie_gen_max
             and not idle and r.throttle_reasons is not None):
         found.append(f"gen {r.pcie_gen} of {r.pcie_gen_max}")

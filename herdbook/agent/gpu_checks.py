@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from herdbook.agent import deep_checks, gpu, telemetry_sampler
+from herdbook.agent import deep_checks, gpu, nvml_constants, telemetry_sampler
 from herdbook.agent.infiniband import IbWatch
 from herdbook.clock import Clock
 from herdbook.events.health_report import CheckResult, GpuEvent, HealthEventKind, HealthReport
@@ -28,8 +28,8 @@ THERMAL_REPORT_C = 85   # temperatures from here on are health events for the po
 def lacks(err: BaseException) -> bool:
     """Whether NVML's error says the GPU lacks the reading (NOT_SUPPORTED, or a driver
     without the function), not that the call failed."""
-    return getattr(err, "value", None) in (gpu.NVML_ERROR_NOT_SUPPORTED,
-                                           gpu.NVML_ERROR_FUNCTION_NOT_FOUND)
+    return getattr(err, "value", None) in (nvml_constants.NVML_ERROR_NOT_SUPPORTED,
+                                           nvml_constants.NVML_ERROR_FUNCTION_NOT_FOUND)
 
 
 class KernelXids(Protocol):
@@ -65,7 +65,7 @@ class HealthMonitor:
                 for i in range(backend.nvmlDeviceGetCount()):
                     backend.nvmlDeviceRegisterEvents(
                         backend.nvmlDeviceGetHandleByIndex(i),
-                        gpu.NVML_EVENT_TYPE_XID_CRITICAL_ERROR, self._event_set)
+                        nvml_constants.NVML_EVENT_TYPE_XID_CRITICAL_ERROR, self._event_set)
             except Exception as err:  # noqa: BLE001 - XID events unavailable on this driver
                 log.warning("XID events unavailable: %s", err)
                 self._event_set = None
@@ -119,7 +119,7 @@ class HealthMonitor:
                 readings = metrics[str(i)] = {}
                 for name, read in (
                         ("temperature_c", lambda h: self.nvml.nvmlDeviceGetTemperature(
-                            h, gpu.NVML_TEMPERATURE_GPU)),
+                            h, nvml_constants.NVML_TEMPERATURE_GPU)),
                         ("power_w", lambda h: round(self.nvml.nvmlDeviceGetPowerUsage(h) / 1000,
                                                     1)),
                         ("utilization", lambda h: self.nvml.nvmlDeviceGetUtilizationRates(h).gpu),
@@ -148,12 +148,12 @@ class HealthMonitor:
             return []
         counters: tuple[tuple[HealthEventKind, Callable[[Any], Any]], ...] = (
             ("ecc_sbe", lambda h: self.nvml.nvmlDeviceGetTotalEccErrors(
-                h, gpu.NVML_MEMORY_ERROR_TYPE_CORRECTED, gpu.NVML_VOLATILE_ECC)),
+                h, nvml_constants.NVML_MEMORY_ERROR_TYPE_CORRECTED, nvml_constants.NVML_VOLATILE_ECC)),
             ("ecc_dbe", lambda h: self.nvml.nvmlDeviceGetTotalEccErrors(
-                h, gpu.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, gpu.NVML_VOLATILE_ECC)),
+                h, nvml_constants.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nvml_constants.NVML_VOLATILE_ECC)),
             ("pcie", lambda h: self.nvml.nvmlDeviceGetPcieReplayCounter(h)),
             ("nvlink", lambda h: self.nvml.nvmlDeviceGetNvLinkErrorCounter(
-                h, 0, gpu.NVML_NVLINK_ERROR_DL_REPLAY)))
+                h, 0, nvml_constants.NVML_NVLINK_ERROR_DL_REPLAY)))
         for i in range(count):
             for kind, read in counters:
                 # Each counter on its own: a PCIe card has no NVLink counter, a consumer

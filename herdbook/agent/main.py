@@ -15,7 +15,7 @@ from typing import Any
 
 from nats.aio.client import Client as NATS
 
-from herdbook.agent import boot, gpu, kmsg, telemetry_sampler, wipe
+from herdbook.agent import boot, fake_nvml, gpu, kmsg, telemetry_sampler, wipe
 from herdbook.agent.alloc_follow import AllocationFollower
 from herdbook.agent.connection import append_until_stored, connect_until_reached
 from herdbook.agent.executor import Executor
@@ -133,7 +133,7 @@ class Agent:
         self._own_nc = nc is None
         self.nc = nc
         if nvml is None and options.fake_gpus is not None:
-            nvml = gpu.FakeNvml(count=options.fake_gpus, seed=self.node_id)
+            nvml = fake_nvml.FakeNvml(count=options.fake_gpus, seed=self.node_id)
         elif nvml is None:
             nvml = gpu.real_nvml()
         self.nvml = nvml

@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 from nats.aio.client import Client as NATS
 
-from herdbook.agent import boot, gpu
+from herdbook.agent import boot, fake_nvml, gpu
 from herdbook.agent.executor import Executor
 from herdbook.agent.gpu_checks import HealthMonitor
 from herdbook.agent.heartbeat_interval import HeartbeatPace
@@ -120,7 +120,7 @@ class NodeReports:
         node_id = self.node.node_id
         try:
             request = decode_request(inject_request_decoder, msg.data)
-            if not isinstance(self.nvml, gpu.FakeNvml):
+            if not isinstance(self.nvml, fake_nvml.FakeNvml):
                 raise ValueError(f"node {node_id} uses real NVML; fault injection needs "
                                  "an agent started with --fake-gpus")
             done = self.nvml.inject(request.fault, request.gpu, request.value)

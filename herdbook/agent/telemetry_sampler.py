@@ -15,7 +15,7 @@ import socket
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from herdbook.agent import gpu
+from herdbook.agent import gpu, nvml_constants
 from herdbook.events.telemetry import GpuReading, GpuTelemetry
 
 T = TypeVar("T")
@@ -60,7 +60,7 @@ def _mib(value: Any) -> float:
 
 def throttle_names(reasons: int) -> tuple[str, ...]:
     """The names of the set bits of NVML's clock-throttle bitmask, in bit order."""
-    return tuple(name for bit, name in gpu.THROTTLE_REASONS if reasons & bit)
+    return tuple(name for bit, name in nvml_constants.THROTTLE_REASONS if reasons & bit)
 
 
 def _identity(r: Reader, handle: Any) -> dict[str, Any]:
@@ -72,7 +72,7 @@ def _identity(r: Reader, handle: Any) -> dict[str, Any]:
 
 def _thermal_and_power(r: Reader, handle: Any) -> dict[str, Any]:
     return {"temperature_c": r.get("nvmlDeviceGetTemperature", handle,
-                                   gpu.NVML_TEMPERATURE_GPU, then=float),
+                                   nvml_constants.NVML_TEMPERATURE_GPU, then=float),
             "power_w": r.get("nvmlDeviceGetPowerUsage", handle, then=_watts),
             # the limit in force (DCGM_FI_DEV_POWER_MGMT_LIMIT), not the board's maximum
             "power_limit_w": r.get("nvmlDeviceGetPowerManagementLimit", handle, then=_watts)}
@@ -92,8 +92,8 @@ def _clocks(r: Reader, handle: Any) -> dict[str, Any]:
     reasons = r.get("nvmlDeviceGetCurrentClocksThrottleReasons", handle, then=int)
     if reasons is None:
         reasons = r.get("nvmlDeviceGetCurrentClocksEventReasons", handle, then=int)
-    return {"sm_clock_mhz": r.get("nvmlDeviceGetClockInfo", handle, gpu.NVML_CLOCK_SM, then=int),
-            "mem_clock_mhz": r.get("nvmlDeviceGetClockInfo", handle, gpu.NVML_CLOCK_MEM,
+    return {"sm_clock_mhz": r.get("nvmlDeviceGetClockInfo", handle, nvml_constants.NVML_CLOCK_SM, then=int),
+            "mem_clock_mhz": r.get("nvmlDeviceGetClockInfo", handle, nvml_constants.NVML_CLOCK_MEM,
                                    then=int),
             "throttle_reasons": reasons,
             "throttle_names": None if reasons is None else throttle_names(reasons)}
@@ -103,12 +103,12 @@ def _ecc(r: Reader, handle: Any) -> dict[str, Any]:
     def total(error_type: int, counter_type: int) -> int | None:
         return r.get("nvmlDeviceGetTotalEccErrors", handle, error_type, counter_type, then=int)
 
-    corrected, uncorrected = (gpu.NVML_MEMORY_ERROR_TYPE_CORRECTED,
-                              gpu.NVML_MEMORY_ERROR_TYPE_UNCORRECTED)
-    return {"ecc_sbe_volatile": total(corrected, gpu.NVML_VOLATILE_ECC),
-            "ecc_dbe_volatile": total(uncorrected, gpu.NVML_VOLATILE_ECC),
-            "ecc_sbe_aggregate": total(corrected, gpu.NVML_AGGREGATE_ECC),
-            "ecc_dbe_aggregate": total(uncorrected, gpu.NVML_AGGREGATE_ECC)}
+    corrected, uncorrected = (nvml_constants.NVML_MEMORY_ERROR_TYPE_CORRECTED,
+                              nvml_constants.NVML_MEMORY_ERROR_TYPE_UNCORRECTED)
+    return {"ecc_sbe_volatile": total(corrected, nvml_constants.NVML_VOLATILE_ECC),
+            "ecc_dbe_volatile": total(uncorrected, nvml_constants.NVML_VOLATILE_ECC),
+            "ecc_sbe_aggregate": total(corrected, nvml_constants.NVML_AGGREGATE_ECC),
+            "ecc_dbe_aggregate": total(uncorrected, nvml_constants.NVML_AGGREGATE_ECC)}
 
 
 def _retired_and_remapped(r: Reader, handle: Any) -> dict[str, Any]:
@@ -116,13 +116,13 @@ def _retired_and_remapped(r: Reader, handle: Any) -> dict[str, Any]:
     rows = r.get("nvmlDeviceGetRemappedRows", handle)
     return {"retired_pages_sbe": r.get(
                 "nvmlDeviceGetRetiredPages", handle,
-                gpu.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS, then=len),
+                nvml_constants.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS, then=len),
             "retired_pages_dbe": r.get(
                 "nvmlDeviceGetRetiredPages", handle,
-                gpu.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR, then=len),
+                nvml_constants.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR, then=len),
             "retired_pages_pending": r.get(
                 "nvmlDeviceGetRetiredPagesPendingStatus", handle,
-                then=lambda v: int(v) == gpu.NVML_FEATURE_ENABLED),
+                then=lambda v: int(v) == nvml_constants.NVML_FEATURE_ENABLED),
             "remapped_rows_correctable": None if rows is None else int(rows[0]),
             "remapped_rows_uncorrectable": None if rows is None else int(rows[1]),
             "remapped_rows_pending": None if rows is None else bool(rows[2]),
@@ -141,9 +141,9 @@ def nvlink_states(r: Reader, handle: Any) -> tuple[bool, ...] | None:
     """Up or down per link, in link order, up to the first link NVML does not know (the
     GPU's last); None when it knows not even link 0 (a PCIe card: no NVLink)."""
     links: list[bool] = []
-    for link in range(gpu.NVML_NVLINK_MAX_LINKS):
+    for link in range(nvml_constants.NVML_NVLINK_MAX_LINKS):
         state = r.get("nvmlDeviceGetNvLinkState", handle, link,
-                      then=lambda v: int(v) == gpu.NVML_FEATURE_ENABLED)
+                      then=lambda v: int(v) == nvml_constants.NVML_FEATURE_ENABLED)
         if state is None:
             break
         links.append(state)

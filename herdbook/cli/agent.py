@@ -230,10 +230,10 @@ def sample(
 
     import msgspec
 
-    from herdbook.agent import gpu, telemetry_sampler
+    from herdbook.agent import fake_nvml, gpu, telemetry_sampler
     from herdbook.agent.main import default_node_id
     nid = client.check_id(node_id or default_node_id())
-    nvml = gpu.FakeNvml(count=fake_gpus, seed=nid) if fake_gpus is not None else gpu.real_nvml()
+    nvml = fake_nvml.FakeNvml(count=fake_gpus, seed=nid) if fake_gpus is not None else gpu.real_nvml()
     if nvml is None:
         raise client.fail("no NVML here: pynvml is not installed or no NVIDIA driver answers "
                           "(use --fake-gpus N to see the fake backend's sample)",

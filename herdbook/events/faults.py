@@ -1,4 +1,4 @@
-"""The GPU faults the fake NVML backend injects (``agent.gpu.FakeNvml.inject``): asked for
+"""The GPU faults the fake NVML backend injects (``agent.fake_nvml.FakeNvml.inject``): asked for
 by ``herd agent inject``, a scenario's ``inject:`` step and ``herd sim chaos``, carried on
 the wire by ``agent_requests.InjectRequest``.
 

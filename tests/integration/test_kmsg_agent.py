@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from herdbook.agent import gpu
+from herdbook.agent import fake_nvml
 from herdbook.agent.kmsg import normalise_bus_id
 from herdbook.agent.main import Agent, AgentOptions
 from herdbook.control.plane import ControlPlane
@@ -53,7 +53,7 @@ async def test_xid_lines_written_to_the_fifo_classify_the_node(
         await eventually(lambda: _true("k1" in projector.nodes
                                        and projector.nodes["k1"].lifecycle is Lifecycle.READY),
                          what="k1 READY")
-        bus = normalise_bus_id(gpu.fake_bus_id(2))
+        bus = normalise_bus_id(fake_nvml.fake_bus_id(2))
         # the writer opens the FIFO without blocking: the agent holds its read end
         writer = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
         try:
@@ -96,7 +96,7 @@ async def test_the_fault_history_survives_a_control_plane_restart(
                                state_dir=str(tmp_path / "k2"), heartbeat_interval=0.2,
                                health_interval=3600.0, fake_gpus=2,
                                kmsg_source=f"file:{fifo}", kmsg_poll_interval=0.05))
-    line = (f"NVRM: Xid (PCI:{normalise_bus_id(gpu.fake_bus_id(1))}): 31, pid=77, name=train, "
+    line = (f"NVRM: Xid (PCI:{normalise_bus_id(fake_nvml.fake_bus_id(1))}): 31, pid=77, name=train, "
             "Ch 0000002e, intr 10000000. MMU Fault\n").encode()
 
     def write_line() -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import msgspec
 
-from herdbook.agent.gpu import FakeNvml
+from herdbook.agent.fake_nvml import FakeNvml
 from herdbook.agent.main import Agent, AgentOptions
 from herdbook.events.node import NodeBootChecked, NodeDrained, NodeFailed, NodeRegistered
 from herdbook.events.states import Approval, Intent, Lifecycle, NodeType

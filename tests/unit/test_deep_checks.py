@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from herdbook.agent import gpu
+from herdbook.agent import fake_nvml, gpu, nvml_constants
 from herdbook.agent.deep_checks import ThrottleWatch, pcie_link_events
 from herdbook.agent.gpu_checks import HealthMonitor
 from herdbook.agent.infiniband import IbWatch, read_ports
@@ -32,8 +32,8 @@ def verdict_of(*events: GpuEvent) -> tuple[str, str, tuple[str, ...]]:
     return verdict.result, verdict.action, verdict.reasons
 
 
-def monitor(count: int = 4, **kwargs: object) -> tuple[gpu.FakeNvml, HealthMonitor, FakeClock]:
-    nvml = gpu.FakeNvml(count=count, seed="n")
+def monitor(count: int = 4, **kwargs: object) -> tuple[fake_nvml.FakeNvml, HealthMonitor, FakeClock]:
+    nvml = fake_nvml.FakeNvml(count=count, seed="n")
     clock = FakeClock()
     return nvml, HealthMonitor(nvml, clock=clock, **kwargs), clock  # type: ignore[arg-type]
 
@@ -96,7 +96,7 @@ def test_pcie_link_below_its_width_or_busy_below_its_generation() -> None:
     busy = GpuReading(index=0, pcie_gen=3, pcie_gen_max=5, pcie_width=16, pcie_width_max=16,
                       throttle_reasons=0)
     idle = GpuReading(index=0, pcie_gen=1, pcie_gen_max=5, pcie_width=16, pcie_width_max=16,
-                      throttle_reasons=gpu.THROTTLE_GPU_IDLE)
+                      throttle_reasons=nvml_constants.THROTTLE_GPU_IDLE)
     assert [e.message for e in pcie_link_events(busy)] == ["PCIe link at gen 3 of 5"]
     assert pcie_link_events(idle) == []     # an idle GPU saves power at gen 1
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from herdbook.agent.gpu import FakeNvml
+from herdbook.agent.fake_nvml import FakeNvml
 from herdbook.agent.gpu_checks import HealthMonitor
 from herdbook.events.health_report import CheckResult, GpuEvent, HealthReport, NodeHealthChanged
 from herdbook.events.node import NodeDown

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from herdbook.agent import gpu
+from herdbook.agent import fake_nvml, gpu
 from herdbook.agent.gpu_checks import HealthMonitor
 from herdbook.agent.kmsg import (
     FileSource,
@@ -108,9 +108,9 @@ def test_a_bad_bus_id_is_a_value_error() -> None:
 
 
 def test_the_fake_backend_maps_bus_ids_to_gpu_indexes() -> None:
-    nvml = gpu.FakeNvml(count=4, seed="n")
+    nvml = fake_nvml.FakeNvml(count=4, seed="n")
     ids = gpu.bus_ids(nvml)
-    assert ids == {normalise_bus_id(gpu.fake_bus_id(i)): i for i in range(4)}
+    assert ids == {normalise_bus_id(fake_nvml.fake_bus_id(i)): i for i in range(4)}
     assert len(set(ids)) == 4
     assert gpu.bus_ids(None) == {}
 
@@ -129,13 +129,13 @@ class ListSource:
 
 
 def kernel_line(index: int, xid: int) -> str:
-    bus = normalise_bus_id(gpu.fake_bus_id(index))
+    bus = normalise_bus_id(fake_nvml.fake_bus_id(index))
     return f"6,{index},{xid},-;NVRM: Xid (PCI:{bus}): {xid}, pid=1, name=x, something"
 
 
 def test_a_kernel_xid_names_the_gpu_by_its_bus_id() -> None:
     source = ListSource()
-    log = KernelLog(source, lambda: gpu.bus_ids(gpu.FakeNvml(count=8, seed="n")),
+    log = KernelLog(source, lambda: gpu.bus_ids(fake_nvml.FakeNvml(count=8, seed="n")),
                     XidMerger(clock=FakeClock()))
     source.lines = [kernel_line(5, 79), "unrelated",
                     "NVRM: Xid (PCI:0000:ee:00): 13, not one of ours"]
@@ -146,7 +146,7 @@ def test_a_kernel_xid_names_the_gpu_by_its_bus_id() -> None:
 
 
 def test_an_xid_seen_by_nvml_and_the_kernel_in_one_report_is_reported_once() -> None:
-    nvml = gpu.FakeNvml(count=2, seed="n")
+    nvml = fake_nvml.FakeNvml(count=2, seed="n")
     monitor = HealthMonitor(nvml, clock=FakeClock())
     source = ListSource()
     monitor.kernel_log = kernel = KernelLog(source, lambda: gpu.bus_ids(nvml), XidMerger(clock=FakeClock()))

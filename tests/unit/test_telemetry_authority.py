@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from herdbook.agent.gpu import FakeNvml
+from herdbook.agent.fake_nvml import FakeNvml
 from herdbook.agent.telemetry_sampler import sample
 from herdbook.events.authority import (
     FAMILIES,

@@ -13,9 +13,9 @@ import msgspec
 import pynvml
 import pytest
 
-from herdbook.agent import gpu
+from herdbook.agent import fake_nvml, gpu, nvml_constants
 from herdbook.agent import telemetry_sampler as telemetry
-from herdbook.agent.gpu import FakeNvml, FakeNvmlError
+from herdbook.agent.fake_nvml import FakeNvml, FakeNvmlError
 from herdbook.agent.telemetry_sampler import Reader, sample
 from herdbook.events.codec import encode
 from herdbook.events.telemetry import GpuReading
@@ -36,7 +36,7 @@ def test_every_field_of_a_normal_gpu_is_read() -> None:
         missing = [name for name in FIELDS if getattr(reading, name) in (None, "")]
         assert missing == [], f"GPU {reading.index} lacks {missing}"
     first = t.gpus[0]
-    assert first.pci_bus_id == gpu.fake_bus_id(0) and first.uuid.startswith("GPU-")
+    assert first.pci_bus_id == fake_nvml.fake_bus_id(0) and first.uuid.startswith("GPU-")
     assert 30 <= first.temperature_c <= 50 and 0 < first.power_w < first.power_limit_w == 700
     assert first.fb_total_mib == 81920 and 0 < first.fb_used_mib < first.fb_total_mib
     assert (first.pcie_gen, first.pcie_width) == (first.pcie_gen_max, first.pcie_width_max)
@@ -76,7 +76,7 @@ def test_no_handle_is_a_gpu_with_its_index_only_and_no_count_is_no_gpu() -> None
     class Broken(FakeNvml):
         def nvmlDeviceGetHandleByIndex(self, index: int) -> Any:
             if index == 1:
-                raise FakeNvmlError(gpu.NVML_ERROR_GPU_IS_LOST)
+                raise FakeNvmlError(nvml_constants.NVML_ERROR_GPU_IS_LOST)
             return super().nvmlDeviceGetHandleByIndex(index)
 
     t = take(Broken(count=2, seed="n1"))
@@ -85,7 +85,7 @@ def test_no_handle_is_a_gpu_with_its_index_only_and_no_count_is_no_gpu() -> None
 
     class Uncountable(FakeNvml):
         def nvmlDeviceGetCount(self) -> int:
-            raise FakeNvmlError(gpu.NVML_ERROR_UNKNOWN)
+            raise FakeNvmlError(nvml_constants.NVML_ERROR_UNKNOWN)
 
     assert take(Uncountable(count=2)).gpus == ()
 
@@ -169,10 +169,10 @@ def test_the_fake_mirrors_pynvml_names_and_codes() -> None:
                   "NVML_CLOCK_MEM", "NVML_AGGREGATE_ECC", "NVML_VOLATILE_ECC",
                   "NVML_FEATURE_ENABLED", "NVML_TEMPERATURE_GPU",
                   "NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR"):
-        assert getattr(gpu, const) == getattr(pynvml, const), const
-    for bit, _ in gpu.THROTTLE_REASONS:
+        assert getattr(nvml_constants, const) == getattr(pynvml, const), const
+    for bit, _ in nvml_constants.THROTTLE_REASONS:
         assert bit & pynvml.nvmlClocksThrottleReasonAll == bit
-    err = FakeNvmlError(gpu.NVML_ERROR_NOT_SUPPORTED)
+    err = FakeNvmlError(nvml_constants.NVML_ERROR_NOT_SUPPORTED)
     assert (err.value, str(err)) == (pynvml.NVML_ERROR_NOT_SUPPORTED,
                                      str(pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)))
     assert FakeNvml.NVMLError is FakeNvmlError
