@@ -9,13 +9,16 @@ what it decided is in ``world.store.appended``, stamped with the clock's time an
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from datetime import UTC, datetime
 from itertools import count
 from typing import Any
 
+from herdbook.config import Config
 from herdbook.events.node import GpuInfo, NodeApproved, NodeBootChecked, NodeInfo, NodeRegistered
 from herdbook.reactors.decide_runner import ATTEMPTS, Context, DecideRunner
+from herdbook.reactors.sweeper import Sweeper
 from tests.fakes import FakeClock, FakeProjector, FakeStore
 
 T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
@@ -55,3 +58,28 @@ class World:
 
     def names(self) -> list[str]:
         return [e.event_name for e, _ in self.store.appended]
+
+
+class SweeperWorld(World):
+    """The liveness sweeper over the one runner (tests/unit/test_sweeper_*.py), with no
+    NATS: heartbeats go to ``sweeper.accept``; ``at(t)`` moves the clock to ``t`` seconds,
+    sweeps and lets the appends run."""
+
+    def __init__(self, config: Config, *, follow_the_view: bool = True, nc: Any = None) -> None:
+        super().__init__()
+        self.nc = nc
+        self.sweeper = Sweeper(nc, self.store, self.projector, config,  # type: ignore[arg-type]
+                               clock=self.clock, runner=self.runner)
+        if follow_the_view:   # as start() does: the view's changes reach the sweeper
+            self.projector.nodes.subscribe(self.sweeper._on_view_change)
+
+    def ready(self, node_id: str = "n1", boot_id: str = "b", **info: Any) -> None:
+        """A node registered and boot-checked: its silence is timed from now."""
+        self.store.fold(NodeRegistered(node_id=node_id, boot_id=boot_id, info=NodeInfo(**info)))
+        self.store.fold(NodeBootChecked(node_id=node_id, boot_id=boot_id, passed=True))
+
+    async def at(self, t: float) -> None:
+        self.clock.seconds = t
+        self.sweeper.sweep()
+        for _ in range(5):
+            await asyncio.sleep(0)

@@ -4,46 +4,20 @@ appended events."""
 
 from __future__ import annotations
 
-import asyncio
-
 from herdbook.events.node import (
-    NodeBootChecked,
     NodeCordoned,
     NodeDegraded,
-    NodeInfo,
-    NodeRegistered,
 )
 from herdbook.events.states import Lifecycle
 from herdbook.reactors import liveness
 from herdbook.reactors.deadlines import Deadlines
-from herdbook.reactors.decide_runner import DecideRunner
-from herdbook.reactors.sweeper import Sweeper
-from tests.fakes import FakeClock, FakeProjector, FakeStore
 from tests.unit.test_sweeper_heap import CONFIG
+from tests.world import SweeperWorld
 
 
-class World:
+class World(SweeperWorld):
     def __init__(self) -> None:
-        self.clock = FakeClock()
-        self.projector = FakeProjector()
-        self.store = FakeStore(self.projector)
-        self.sweeper = Sweeper(None, self.store, self.projector, CONFIG,  # type: ignore[arg-type]
-                               clock=self.clock,
-                               runner=DecideRunner(self.store, self.projector, self.clock))  # type: ignore[arg-type]
-        self.projector.nodes.subscribe(self.sweeper._on_view_change)
-
-    def ready(self, node_id: str = "n1") -> None:
-        self.store.fold(NodeRegistered(node_id=node_id, boot_id="b", info=NodeInfo()))
-        self.store.fold(NodeBootChecked(node_id=node_id, boot_id="b", passed=True))
-
-    async def at(self, t: float) -> None:
-        self.clock.advance(t - self.clock.seconds)
-        self.sweeper.sweep()
-        for _ in range(5):
-            await asyncio.sleep(0)
-
-    def names(self) -> list[str]:
-        return [e.event_name for e, _ in self.store.appended]
+        super().__init__(CONFIG)
 
 
 async def test_a_silent_node_is_declared_degraded_stamped_with_the_clock() -> None:

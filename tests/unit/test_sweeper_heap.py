@@ -3,7 +3,6 @@ injected clock, and ``observe`` / ``sweep`` called directly."""
 
 from __future__ import annotations
 
-import asyncio
 import random
 
 import pytest
@@ -14,34 +13,23 @@ from herdbook.events.node import (
     NodeBootChecked,
     NodeDegraded,
     NodeDown,
-    NodeInfo,
     NodeRecovered,
-    NodeRegistered,
 )
 from herdbook.events.states import Lifecycle, NodeClass
 from herdbook.projector.node_fold import apply
 from herdbook.projector.node_view import NodeView
-from herdbook.reactors.decide_runner import DecideRunner
 from herdbook.reactors.heartbeats import Admission
-from herdbook.reactors.sweeper import Sweeper
-from tests.fakes import FakeClock, FakeProjector, FakeStore
+from tests.world import SweeperWorld
 
 CONFIG = parse_config(b"lifecycle: {heartbeat_timeout: 30s}")  # grace standard 60s
 
 
-class World:
+class World(SweeperWorld):
     def __init__(self) -> None:
-        self.clock = FakeClock()
-        self.projector = FakeProjector()
-        self.store = FakeStore(self.projector)
-        self.sweeper = Sweeper(None, self.store, self.projector, CONFIG,  # type: ignore[arg-type]
-                               clock=self.clock,
-                               runner=DecideRunner(self.store, self.projector, self.clock))  # type: ignore[arg-type]
+        super().__init__(CONFIG, follow_the_view=False)
 
     def register(self, node_id: str, node_class: NodeClass = NodeClass.STANDARD) -> NodeView:
-        self.store.fold(NodeRegistered(node_id=node_id, boot_id="boot-a",
-                                       info=NodeInfo(node_class=node_class)))
-        self.store.fold(NodeBootChecked(node_id=node_id, boot_id="boot-a", passed=True))
+        self.ready(node_id, "boot-a", node_class=node_class)
         return self.projector.nodes[node_id]
 
     def heartbeat(self, node_id: str, seq: int, boot_id: str = "boot-a") -> bool:
@@ -50,10 +38,7 @@ class World:
 
     async def tick(self, to: float) -> None:
         """Move the clock, sweep, and let the append tasks run."""
-        self.clock.seconds = to
-        self.sweeper.sweep()
-        for _ in range(5):
-            await asyncio.sleep(0)
+        await self.at(to)
 
 
 @pytest.fixture

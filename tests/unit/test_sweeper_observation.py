@@ -14,18 +14,16 @@ import pytest
 from herdbook.events.codec import encode
 from herdbook.events.heartbeat import Heartbeat
 from herdbook.events.node import (
-    NodeBootChecked,
     NodeBootStarted,
     NodeDegraded,
     NodeInfo,
     NodeRegistered,
 )
 from herdbook.events.states import Lifecycle
-from herdbook.reactors.decide_runner import DecideRunner
 from herdbook.reactors.heartbeats import Admission
 from herdbook.reactors.sweeper import JUMP_FLOOR, Sweeper
-from tests.fakes import FakeClock
-from tests.unit.test_sweeper_heap import CONFIG, FakeProjector, FakeStore
+from tests.unit.test_sweeper_heap import CONFIG
+from tests.world import SweeperWorld
 
 TIMEOUT, GRACE = 30.0, 60.0       # CONFIG: heartbeat_timeout 30s, standard grace 60s
 INTERVAL = 0.2                    # lifecycle.sweep_interval
@@ -38,27 +36,20 @@ class FakeNats:
         self.is_connected = True
 
 
-class Fleet:
+class Fleet(SweeperWorld):
     """A sweeper over a fleet whose agents heartbeat every 10s, and a loop turned by
     hand: ``run`` wakes the sweeper every sweep interval, as its loop does."""
 
     def __init__(self, start: float = 0.0) -> None:
-        self.clock = FakeClock()
+        super().__init__(CONFIG, follow_the_view=False, nc=FakeNats())
         self.clock.seconds = start
-        self.nc = FakeNats()
-        self.projector = FakeProjector()
-        self.store = FakeStore(self.projector)
-        self.sweeper = Sweeper(self.nc, self.store, self.projector, CONFIG,  # type: ignore[arg-type]
-                               clock=self.clock,
-                               runner=DecideRunner(self.store, self.projector, self.clock))  # type: ignore[arg-type]
         self.seq: dict[str, int] = {}
         self.beating: set[str] = set()
         self.last_beat: dict[str, float] = {}
 
     def register(self, *node_ids: str) -> None:
         for node_id in node_ids:
-            self.store.fold(NodeRegistered(node_id=node_id, boot_id="boot-a", info=NodeInfo()))
-            self.store.fold(NodeBootChecked(node_id=node_id, boot_id="boot-a", passed=True))
+            self.ready(node_id, "boot-a")
 
     def heartbeat(self, node_id: str) -> None:
         self.seq[node_id] = self.seq.get(node_id, 0) + 1

@@ -4,29 +4,18 @@ over is observed for one heartbeat timeout before anything in it is declared."""
 
 from __future__ import annotations
 
-import asyncio
-
 from herdbook.config import parse_config
 from herdbook.events.hb_shards import shard_of
 from herdbook.events.heartbeat import Heartbeat
-from herdbook.events.node import NodeBootChecked, NodeInfo, NodeRegistered
-from herdbook.reactors.decide_runner import DecideRunner
-from herdbook.reactors.sweeper import Sweeper
-from tests.fakes import FakeClock, FakeProjector, FakeStore
+from tests.world import SweeperWorld
 
 CONFIG = parse_config(b"lifecycle: {heartbeat_timeout: 30s, liveness_shards: 2}")
 A, B = "node-1", "node-0"      # shard_of: 1 and 0 (checked below)
 
 
-class World:
+class World(SweeperWorld):
     def __init__(self) -> None:
-        self.clock = FakeClock()
-        self.projector = FakeProjector()
-        self.store = FakeStore(self.projector)
-        self.sweeper = Sweeper(None, self.store, self.projector, CONFIG,  # type: ignore[arg-type]
-                               clock=self.clock,
-                               runner=DecideRunner(self.store, self.projector, self.clock))  # type: ignore[arg-type]
-        self.projector.nodes.subscribe(self.sweeper._on_view_change)
+        super().__init__(CONFIG)
 
     def take(self, shard: int, stored: dict[str, float] | None = None) -> None:
         """What ``Sweeper.take`` does, without NATS: the shard's heartbeats read (live,
@@ -37,15 +26,8 @@ class World:
             self.sweeper.accept(Heartbeat(node_id=node_id, boot_id="b", seq=1), at)
         self.sweeper.observe_shard(shard)
 
-    def ready(self, node_id: str) -> None:
-        self.store.fold(NodeRegistered(node_id=node_id, boot_id="b", info=NodeInfo()))
-        self.store.fold(NodeBootChecked(node_id=node_id, boot_id="b", passed=True))
-
-    async def at(self, t: float) -> list[str]:
-        self.clock.advance(t - self.clock.seconds)
-        self.sweeper.sweep()
-        for _ in range(5):
-            await asyncio.sleep(0)
+    async def at(self, t: float) -> list[str]:  # type: ignore[override]
+        await super().at(t)
         return [f"{e.event_name}:{e.node_id}"  # type: ignore[attr-defined]
                 for e, _ in self.store.appended]
 
