@@ -9,13 +9,12 @@ import asyncio
 import logging
 import socket
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from nats.aio.client import Client as NATS
 
 from herdbook.agent import boot, fake_nvml, gpu, kmsg, telemetry_sampler, wipe
+from herdbook.agent.agent_options import AgentOptions as AgentOptions  # imported with Agent
 from herdbook.agent.alloc_follow import AllocationFollower
 from herdbook.agent.connection import append_until_stored, connect_until_reached
 from herdbook.agent.executor import Executor
@@ -33,10 +32,10 @@ from herdbook.agent.protocol import NodeProtocol
 from herdbook.agent.registration import register, remember_info
 from herdbook.agent.reports import NodeReports
 from herdbook.agent.state import AgentState
+from herdbook.agent.task_loops import cancel_until_done, every
 from herdbook.agent.workload_logs import LogServer
 from herdbook.agent.workload_state import STATE_FILE
 from herdbook.clock import SYSTEM_CLOCK
-from herdbook.credentials import NatsAuth
 from herdbook.events.alloc import AllocEvent
 from herdbook.events.authority import Unvouched, bind_event
 from herdbook.events.base import Event
@@ -59,59 +58,6 @@ from herdbook.projector.alloc_view import AllocView
 from herdbook.signals import stop_on_signals, stopped_by_signal
 
 log = logging.getLogger(__name__)
-
-
-def default_node_id() -> str:
-    host = socket.gethostname().split(".")[0]
-    return "".join(c if c.isalnum() or c in "-_" else "-" for c in host)[:128] or "node"
-
-
-@dataclass
-class AgentOptions:
-    server: str = "nats://127.0.0.1:4222"
-    node_id: str = field(default_factory=default_node_id)
-    state_dir: str = "./.herd-agent"
-    labels: dict[str, str] = field(default_factory=dict)
-    node_class: NodeClass = NodeClass.STANDARD
-    heartbeat_interval: float | None = None
-    """None: a third of the control plane's heartbeat timeout for this node's class
-    (``agent.liveness``)."""
-    info_interval: float = 60.0
-    resource_interval: float = 30.0
-    fake_gpus: int | None = None
-    instance_id: str | None = None
-    boot_retry_interval: float = 10.0
-    boot_attempts: int = 3
-    health_interval: float = 60.0
-    fake_allocs: int = 0
-    """Running allocations the heartbeat reports on top of the executor's (tests, demo)."""
-    state_file: str | None = None
-    """Where the executor keeps its workloads [default: <state_dir>/agent-state.json]."""
-    fingerprint_interval: float = 6 * 3600.0
-    """The conformance fingerprint is recomputed this often (and on request)."""
-    wipe_config: str | None = None
-    """YAML with the wipe steps of a sensitive node (default: the real ones, or fakes
-    with --fake-gpus)."""
-    auth: NatsAuth | None = None
-    """User and password (or a creds file) and TLS towards NATS."""
-    resync_interval: float = 300.0
-    """A catch-up read of this node's allocation events at least this often, on top of
-    the ones after every event and reconnect."""
-    kmsg_source: str = "off"
-    """Where XIDs of the kernel log come from (``agent.kmsg``): /dev/kmsg, file:PATH,
-    journalctl or off (``herd agent`` defaults to /dev/kmsg without --fake-gpus)."""
-    kmsg_poll_interval: float = 0.25
-    telemetry_interval: float | None = 15.0
-    """Between per-GPU telemetry samples on ``herd.gpu.<node>`` (``agent.telemetry``);
-    None: off. A node without GPUs publishes none."""
-    ib_sysfs: str = "/sys/class/infiniband"
-    """Where the InfiniBand ports are read (``agent.infiniband``); ``off``, or a path that
-    does not exist (a node without InfiniBand), turns the check off."""
-    expected_gpus: int | None = None
-    """The node's GPU count; fewer is a ``gpu_count`` fault. None: the count it registered
-    with (the sentinel), once registered."""
-    throttle_window: float = 300.0
-    """How long HW throttling must last to be a fault (``agent.deep_checks``)."""
 
 
 class Agent:
@@ -434,41 +380,6 @@ class Agent:
         await self._append(store, NodeInfoUpdated(node_id=self.node_id, info=info,
                                                   actor=self.actor))
         remember_info(self.state, self.node_id, info)
-
-
-async def cancel_until_done(tasks: list[asyncio.Task[Any]], again: float = 0.5) -> None:
-    """Cancel ``tasks`` and wait until each has ended, cancelling again every ``again``
-    seconds one still running. On Python 3.11 ``asyncio.wait_for`` (in nats-py's requests,
-    in loops here) returns what it waited for when a cancel lands just as that completes:
-    the cancel is lost, the loop around it runs on, and an agent waiting for it never
-    stopped (seen under load). The agent's tasks have nothing to finish once cancelled."""
-    for task in tasks:
-        task.cancel()
-    pending = set(tasks)
-    while pending:
-        _, pending = await asyncio.wait(pending, timeout=again)
-        for task in pending:
-            log.debug("task %s did not stop when cancelled: cancelling it again",
-                      task.get_name())
-            task.cancel()
-
-
-async def every(interval: float | Callable[[], float], fn: Callable[[], Awaitable[Any]],
-                first: bool = True) -> None:
-    """Call ``fn`` every ``interval`` seconds (from one start to the next; a callable is
-    asked each time); a failed call is logged and the next one comes on time."""
-    seconds = interval if callable(interval) else lambda: interval
-    if not first:
-        await asyncio.sleep(seconds())
-    while True:
-        started = time.monotonic()
-        try:
-            await fn()
-        except asyncio.CancelledError:
-            raise
-        except Exception as err:  # noqa: BLE001 - one failed tick is not fatal
-            log.warning("%s failed: %s", getattr(fn, "__name__", "task"), err)
-        await asyncio.sleep(max(0.0, seconds() - (time.monotonic() - started)))
 
 
 async def run_agent(options: AgentOptions) -> None:

@@ -110,7 +110,8 @@ def agent(
     client.check_server(str(ctx.obj["server"]))
     import asyncio
 
-    from herdbook.agent.main import AgentOptions, default_node_id, run_agent
+    from herdbook.agent.agent_options import default_node_id
+    from herdbook.agent.main import AgentOptions, run_agent
 
     try:
         cls = NodeClass(node_class)
@@ -231,7 +232,7 @@ def sample(
     import msgspec
 
     from herdbook.agent import fake_nvml, gpu, telemetry_sampler
-    from herdbook.agent.main import default_node_id
+    from herdbook.agent.agent_options import default_node_id
     nid = client.check_id(node_id or default_node_id())
     nvml = fake_nvml.FakeNvml(count=fake_gpus, seed=nid) if fake_gpus is not None else gpu.real_nvml()
     if nvml is None:

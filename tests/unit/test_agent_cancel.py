@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from herdbook.agent.main import cancel_until_done
+from herdbook.agent.task_loops import cancel_until_done
 
 
 async def swallowing_loop(ticks: list[int]) -> None:
