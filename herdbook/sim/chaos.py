@@ -19,20 +19,20 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from herdbook.control.errors import StartupError
 from herdbook.durations import Duration
 from herdbook.events.faults import Fault
 from herdbook.sim.detections import latency_summary
 from herdbook.sim.node_control import SimError
 from herdbook.sim.scenario import FleetGroup
-from herdbook.sim.world import CONTROL_NODE_ID, World, prepare_data_dir, remove_data_dir
+from herdbook.sim.world import CONTROL_NODE_ID, World
+from herdbook.sim.world_run import run_world
 
 ChaosKind = Literal["xid", "ecc_dbe", "partition", "stop"]
 """What ``herd sim chaos`` injects: two GPU faults (``events.faults.Fault``) and two
 liveness failures. ``ecc-dbe``, the spelling before issue 30, is still read (``--mix``)."""
 CHAOS_KINDS: tuple[ChaosKind, ...] = get_args(ChaosKind)
 LIVENESS_KINDS = frozenset({"partition", "stop"})
-EXIT_OK, EXIT_FAILED, EXIT_NOT_STARTED = 0, 1, 3
+EXIT_OK, EXIT_FAILED = 0, 1
 
 
 def parse_mix(text: str) -> dict[str, float]:
@@ -148,24 +148,15 @@ async def run_chaos(options: ChaosOptions, *, data_dir: str | Path | None = None
                        heartbeat_interval=Duration(options.heartbeat_interval),
                        health_interval=Duration(max(options.duration, 60.0)),
                        lightweight=options.lightweight)
-    path, temporary = prepare_data_dir(data_dir)
-    began = time.monotonic()
-    world = World(chaos_config(options), [group], path)
-    try:
-        try:
-            await world.start()
-        except (StartupError, OSError) as err:
-            result.exit_code = EXIT_NOT_STARTED
-            result.failure = f"the simulated control plane did not start: {err}"
-            return result
-        result.startup_s = round(time.monotonic() - began, 3)
+    async def body(world: World) -> bool:
+        started = time.monotonic()
         ready_timeout = 30.0 + options.nodes / 20.0
         if not await _until(lambda: _ready(world) == len(world.fleet_ids), ready_timeout):
             result.exit_code = EXIT_FAILED
             result.failure = (f"only {_ready(world)}/{len(world.fleet_ids)} nodes READY "
                               f"after {ready_timeout:g}s")
-            return result
-        result.ready_s = round(time.monotonic() - began - result.startup_s, 3)
+            return False
+        result.ready_s = round(time.monotonic() - started, 3)
         say(f"{len(world.fleet_ids)} nodes READY in {result.ready_s:.1f}s; injecting for "
             f"{options.duration:g}s")
         plan = plan_failures(random.Random(seed), world.fleet_ids, options.rate,
@@ -177,14 +168,9 @@ async def run_chaos(options: ChaosOptions, *, data_dir: str | Path | None = None
         settle = options.heartbeat_timeout + 3.0
         await _until(lambda: not world.detections.pending(), settle)
         _summarize(world, result)
-        result.loop_lag = world.loop_lag.summary()
-        result.control_plane = await world.report_status()
-    finally:
-        await world.stop()
-        result.duration_s = round(time.monotonic() - began, 3)
-        if temporary:
-            remove_data_dir(path)
-    return result
+        return True
+
+    return await run_world(result, chaos_config(options), [group], data_dir, body)
 
 
 def _ready(world: World) -> int:

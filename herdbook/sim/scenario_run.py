@@ -17,7 +17,6 @@ from typing import Any
 
 import msgspec
 
-from herdbook.control.errors import StartupError
 from herdbook.sim import checks
 from herdbook.sim.node_control import SimError
 from herdbook.sim.scenario import (
@@ -29,9 +28,10 @@ from herdbook.sim.scenario import (
     Scenario,
     Start,
 )
-from herdbook.sim.world import World, prepare_data_dir, remove_data_dir
+from herdbook.sim.world import World
+from herdbook.sim.world_run import run_world
 
-EXIT_OK, EXIT_FAILED, EXIT_BAD_SCENARIO, EXIT_NOT_STARTED = 0, 1, 2, 3
+EXIT_OK, EXIT_FAILED, EXIT_BAD_SCENARIO = 0, 1, 2
 
 
 @dataclass
@@ -245,26 +245,10 @@ async def run_scenario(scenario: Scenario, *, source: str = "", data_dir: str | 
     result.steps = [StepResult(step=i + 1, action=step.action()[0],
                                args=to_builtins(step.action()[1]))
                     for i, step in enumerate(scenario.timeline)]
-    path, temporary = prepare_data_dir(data_dir)
-    result.data_dir = None if temporary else str(path)
-    began = time.monotonic()
-    try:
-        # bootstrap refuses a health policy that does not load before anything starts
-        world = World(scenario.config, scenario.fleet, path)
-    except StartupError as err:
-        if temporary:
-            remove_data_dir(path)
-        result.exit_code = EXIT_NOT_STARTED
-        result.failure = f"the simulated control plane did not start: {err}"
-        return result
-    try:
-        try:
-            await world.start()
-        except (StartupError, OSError) as err:
-            result.exit_code = EXIT_NOT_STARTED
-            result.failure = f"the simulated control plane did not start: {err}"
-            return result
-        result.startup_s = round(time.monotonic() - began, 3)
+    # prepare_data_dir keeps a given directory (and its streams, for a look afterwards)
+    result.data_dir = None if data_dir is None else str(Path(data_dir))
+
+    async def body(world: World) -> bool:
         if on_started is not None:
             on_started(world)
         run = ScenarioRun(scenario, world, random.Random(seed), on_step)
@@ -279,11 +263,6 @@ async def run_scenario(scenario: Scenario, *, source: str = "", data_dir: str | 
                              for i in world.detections.injections]
         if world.fleet is not None:
             result.fleet = world.fleet.stats()
-        result.loop_lag = world.loop_lag.summary()
-        result.control_plane = await world.report_status()
-    finally:
-        await world.stop()
-        result.duration_s = round(time.monotonic() - began, 3)
-        if temporary:
-            remove_data_dir(path)
-    return result
+        return True
+
+    return await run_world(result, scenario.config, scenario.fleet, data_dir, body)

@@ -44,16 +44,7 @@ class Allowed:
     why: str
 
 
-ALLOWED = [
-    # TEMPORARY (issue 32): `herd sim`'s start, report and stop of a world are copies
-    # in chaos.py and scenario_run.py; they become one run_world in sim/.
-    Allowed("herdbook/sim/chaos.py", "herdbook/sim/scenario_run.py",
-            "the simulated control plane did not start",
-            "TEMPORARY: `herd sim`'s start of a world, to become one run_world"),
-    Allowed("herdbook/sim/chaos.py", "herdbook/sim/scenario_run.py",
-            "result.loop_lag = world.loop_lag.summary()",
-            "TEMPORARY: `herd sim`'s report and stop of a world, to become one run_world"),
-]
+ALLOWED: list[Allowed] = []
 
 
 @dataclass(frozen=True)

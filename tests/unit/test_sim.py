@@ -4,6 +4,8 @@ detection tracker (no server)."""
 from __future__ import annotations
 
 import random
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +20,8 @@ from herdbook.sim.chaos import parse_mix, plan_failures
 from herdbook.sim.detections import Detections, percentile
 from herdbook.sim.scenario import Check, group_ids
 from herdbook.sim.scenario_file import ScenarioError, parse_scenario
+from herdbook.sim.scenario_run import SimResult
+from herdbook.sim.world_run import run_world
 
 BASE = "name: t\nfleet: [{count: 3, prefix: n}]\ntimeline:\n"
 
@@ -213,3 +217,25 @@ def test_percentile_is_nearest_rank() -> None:
     assert percentile(values, 99) == 99.0
     assert percentile([3.0], 99) == 3.0
     assert percentile([1.0, 2.0], 50) == 1.0
+
+
+
+async def test_a_world_that_does_not_start_is_reported_and_its_data_dir_removed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`herd sim` (chaos and scenario alike, through run_world): a world that does not
+    start (here bootstrap refuses its health policy) is exit 3 with one line, never a
+    traceback; the mode's body never runs; a temporary data dir goes, a given one stays."""
+    bad = {"health": {"policy": str(tmp_path / "missing.toml")}}
+    given = tmp_path / "run"
+    result = await run_world(SimResult(scenario="bad", source="", seed=1), bad, [], given,
+                             lambda world: pytest.fail("the body ran"))
+    assert result.exit_code == 3 and result.startup_s == 0.0
+    assert result.failure is not None and "\n" not in result.failure
+    assert result.failure.startswith("the simulated control plane did not start: ")
+    assert given.is_dir()
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
+    again = await run_world(SimResult(scenario="bad", source="", seed=1), bad, [], None,
+                            lambda world: pytest.fail("the body ran"))
+    assert again.exit_code == 3 and list(temporary.iterdir()) == []
