@@ -18,7 +18,7 @@ from herdbook.clock import Clock
 from herdbook.control.errors import StartupError
 from herdbook.credentials import CredentialsError, NatsAuth, redact
 from herdbook.events import nats_private
-from herdbook.events.backlog_reader import sid_routes
+from herdbook.events.narrow_parser import sid_routes
 from herdbook.events.streams import all_streams
 from herdbook.nats_connection import connection_callbacks, quiet_errors, server_list
 from herdbook.natsd.embedded import EmbeddedNats, NatsServerError

@@ -1,6 +1,6 @@
 /* Cutting a run of JetStream deliveries out of a NATS read buffer, in C.
 
-   The same function as herdbook/events/backlog_reader.py's _cut_py, frame for frame
+   The same function as herdbook/events/narrow_parser.py's _cut_py, frame for frame
    (tests/unit/test_frames_c.py compares the two over generated buffers): at ``pos``,
    while the buffer holds a whole delivery of one consumer to one inbox
 

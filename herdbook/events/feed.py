@@ -10,7 +10,7 @@ measured this shape at ~119k msg/s.
 The deliveries skip nats-py's per-message work (where ``nats_private`` finds nats-py's
 private parts as expected; else the subscription's callback takes every delivery, as a
 ``Msg``): the feed's inbox is routed by sid through
-the client's narrow parser (``backlog_reader.sid_routes``, shared with the backlog reader),
+the client's narrow parser (``narrow_parser.sid_routes``, shared with the backlog reader),
 which hands over each frame whole without parsing a stored message's headers (nats-py
 parses them character by character, the largest client cost of a live delivery). The
 route only queues a ``Msg``; one task per feed calls the callback in order, so a slow
@@ -42,7 +42,7 @@ from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from herdbook.events import nats_private
-from herdbook.events.backlog_reader import Route, sid_routes
+from herdbook.events.narrow_parser import Route, sid_routes
 
 log = logging.getLogger(__name__)
 

@@ -53,7 +53,7 @@ except ImportError:   # pragma: no cover - depends on the installed nats-py
     AWAITING_CONTROL_LINE = 1
 
 ParserBase: type[Any] = Parser if Parser is not None else object
-"""What the narrow parser (``backlog_reader._NarrowParser``) extends: nats-py's parser."""
+"""What the narrow parser (``narrow_parser._NarrowParser``) extends: nats-py's parser."""
 
 _verdict: bool | None = None
 """Whether this process uses the private parts: decided once."""
@@ -204,7 +204,7 @@ async def self_check(nc: NATS, sid_routes: Callable[[NATS], dict[int, Any]],
                      timeout: float = 5.0) -> bool:
     """On a live connection, before the projector or a writer uses it: a frame with
     headers to an inbox routed by sid (``sid_routes``: the narrow parser's table,
-    ``backlog_reader.sid_routes``) reaches its route as raw bytes, a frame to a plain
+    ``narrow_parser.sid_routes``) reaches its route as raw bytes, a frame to a plain
     subscription reaches nats-py's ``Msg``, both written with ``_send_command``. Decides
     ``enabled`` for the process; a failure is one WARNING and the public path."""
     if not enabled():

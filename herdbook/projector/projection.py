@@ -40,13 +40,14 @@ from nats.aio.msg import Msg
 
 from herdbook.events.alloc import AllocEvent
 from herdbook.events.authority import Unvouched, bind_event
-from herdbook.events.backlog_reader import BacklogReader, Frames
+from herdbook.events.backlog_reader import BacklogReader
 from herdbook.events.codec import AnyEvent
 from herdbook.events.deadletters import DeadLetters
 from herdbook.events.eval_events import EvalEvent
 from herdbook.events.feed import StreamFeed, stream_seq
 from herdbook.events.instance import InstanceEvent
 from herdbook.events.job_events import JobEvent
+from herdbook.events.narrow_parser import Frames
 from herdbook.events.node import NodeEvent
 from herdbook.events.pool import PoolScaled
 from herdbook.events.subjects import EVENTS_STREAM

@@ -10,7 +10,7 @@ import nats
 import pytest
 
 from herdbook.control.nats_parts import ensure_streams
-from herdbook.events import backlog_reader
+from herdbook.events import narrow_parser
 from herdbook.events.backlog_reader import BacklogReader, Frames
 from herdbook.events.codec import encode
 from herdbook.events.node import NodeRegistered
@@ -22,7 +22,7 @@ from tests.conftest import compiled_cut, settle
 @pytest.fixture(autouse=True, params=["compiled cut", "python cut"])
 def cut(request, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     if request.param == "python cut":
-        monkeypatch.setattr(backlog_reader, "_c_cut", None)
+        monkeypatch.setattr(narrow_parser, "_c_cut", None)
     else:
         compiled_cut()   # skipped where it cannot be built here, failed where it did not build
 

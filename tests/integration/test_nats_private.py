@@ -17,8 +17,8 @@ from nats.protocol.parser import Parser
 
 from herdbook.events import nats_private
 from herdbook.events.alloc import AllocPlaced
-from herdbook.events.backlog_reader import _NarrowParser, sid_routes
 from herdbook.events.codec import encode
+from herdbook.events.narrow_parser import _NarrowParser, sid_routes
 from herdbook.events.node import NodeCordoned, NodeDegraded, NodeRecovered, NodeRegistered
 from herdbook.events.store import EventStore, subject_of
 from herdbook.projector.projection import ProjectorRunner

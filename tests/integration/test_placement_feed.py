@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
-from herdbook.events.backlog_reader import sid_routes
 from herdbook.events.feed import StreamFeed
+from herdbook.events.narrow_parser import sid_routes
 from herdbook.events.node import NodeRegistered
 from herdbook.events.store import EventStore
 from herdbook.events.subjects import EVENTS_STREAM

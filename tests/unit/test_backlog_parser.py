@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from nats.protocol.parser import Parser
 
-from herdbook.events.backlog_reader import sid_routes
+from herdbook.events.narrow_parser import sid_routes
 
 
 class _FakeClient:
@@ -102,7 +102,7 @@ BATCHED = (
 @settings(max_examples=300, deadline=None)
 @given(cuts=st.lists(st.integers(0, len(BATCHED)), max_size=10))
 def test_runs_of_deliveries_go_to_the_batch_the_rest_in_order(cuts: list[int]) -> None:
-    from herdbook.events.backlog_reader import _batches, run_of
+    from herdbook.events.narrow_parser import run_of, sid_batches
 
     client = _FakeClient()
     log: list[tuple[Any, ...]] = []
@@ -117,7 +117,7 @@ def test_runs_of_deliveries_go_to_the_batch_the_rest_in_order(cuts: list[int]) -
 
     async def feed() -> None:
         sid_routes(client)[7] = route  # type: ignore[arg-type]
-        _batches(client)[7] = run_of(7, "HERD_EVENTS", "c", batch)  # type: ignore[arg-type]
+        sid_batches(client)[7] = run_of(7, "HERD_EVENTS", "c", batch)  # type: ignore[arg-type]
         bounds = [0, *sorted(cuts), len(BATCHED)]
         for start, end in zip(bounds, bounds[1:], strict=False):
             await client._ps.parse(BATCHED[start:end])

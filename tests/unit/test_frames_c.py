@@ -1,5 +1,5 @@
 """The compiled cut (``herdbook.events._frames``, optional) gives exactly the frames, the
-pending count and the end the Python one gives (``backlog_reader._cut_py``), for any
+pending count and the end the Python one gives (``narrow_parser._cut_py``), for any
 buffer: whole runs, runs cut short anywhere, other sids, consumers and statuses, bodies
 and headers holding anything (CR LF, "HMSG "), sequences that go back, numbers of every
 length it takes; it only reads inside the buffer."""
@@ -9,8 +9,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from herdbook.events import backlog_reader
-from herdbook.events.backlog_reader import _cut_py, run_of
+from herdbook.events import narrow_parser
+from herdbook.events.narrow_parser import _cut_py, run_of
 from tests.conftest import compiled_cut
 
 compiled_cut()   # tests/conftest.py builds it where there is a compiler (else skip, and say why)
@@ -78,5 +78,5 @@ def test_a_long_number_ends_the_compiled_run_and_goes_frame_by_frame() -> None:
 def test_the_reader_cuts_with_the_compiled_one_when_it_is_there() -> None:
     buf = bytearray(b"MSG s %d $JS.ACK.%s.%s.1.5.1.1.3 2\r\nok\r\n" % (
         SID, STREAM.encode(), CONSUMER.encode()))
-    assert backlog_reader._c_cut is frames_c.cut
-    assert backlog_reader._cut(buf, 0, RUN) == ([(b"s", 5, bytearray(b"ok"))], 3, len(buf))
+    assert narrow_parser._c_cut is frames_c.cut
+    assert narrow_parser._cut(buf, 0, RUN) == ([(b"s", 5, bytearray(b"ok"))], 3, len(buf))
