@@ -45,7 +45,7 @@ import nats
 from nats.aio.client import Client as NATS
 
 from benchmarks.common import cpu_seconds, free_port, machine, rss_mb, start_server, stop_server
-from herdbook.agent.gpu import FakeNvml
+from herdbook.agent.fake_nvml import FakeNvml
 from herdbook.agent.telemetry_sampler import sample
 from herdbook.clock import SYSTEM_CLOCK
 from herdbook.config import parse_config

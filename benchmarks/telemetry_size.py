@@ -15,7 +15,7 @@ import statistics
 import tempfile
 import uuid
 
-from herdbook.agent.gpu import FakeNvml
+from herdbook.agent.fake_nvml import FakeNvml
 from herdbook.agent.main import Agent, AgentOptions
 from herdbook.agent.telemetry_sampler import sample
 from herdbook.events.alloc import AllocCompleted, AllocPlaced, AllocRunning

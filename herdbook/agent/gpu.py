@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from herdbook.agent.fake_nvml import FakeNvml as FakeNvml  # noqa: F401 - benchmarks/' old path
 from herdbook.agent.nvml_constants import NVML_TEMPERATURE_GPU
 from herdbook.events.node import GpuInfo
 
