@@ -37,6 +37,7 @@ from herdbook.events.heartbeat import Heartbeat
 from herdbook.events.subjects import CLOCK_PROBE_SUBJECT, HEARTBEATS_STREAM, ID_PATTERN
 from herdbook.projector.node_view import NodeView
 from herdbook.reactors.heartbeats import Admission, AgentConflict, NodeBeat, is_newer, judge
+from herdbook.reactors.seen_column import SeenColumn
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +144,10 @@ class HeartbeatIntake:
         self.clock = clock
         self.on_counted = on_counted
         self.beats: dict[str, NodeBeat] = {}   # known nodes only
+        self.seen = SeenColumn()
+        """Each ``beats`` entry's ``last_seen`` once a boot's heartbeat counted, side by
+        side for ``/v1/fleet`` (``reactors.seen_column``)."""
+        self._seen_slots, self._seen_times = self.seen.slots, self.seen.times
         self.accepted = 0
         self.replays_dropped = 0
         self.unknown_dropped = 0        # heartbeats of nodes not in the view
@@ -271,6 +276,8 @@ class HeartbeatIntake:
             return verdict
         self.accepted += 1
         beat = self.beats[node_id] = record(beat, hb, observed)
+        slot = self._seen_slots.get(node_id)     # inlined SeenColumn.set: the hot path
+        self._seen_times[self.seen.add(node_id) if slot is None else slot] = beat.last_seen
         conflict = self.conflicts.get(node_id)
         if conflict is not None and conflict.boot_id == hb.boot_id:
             del self.conflicts[node_id]    # that boot counts now: it was announced
@@ -328,6 +335,7 @@ class HeartbeatIntake:
     def forget(self, node_id: str) -> None:
         """The node left the view (deleted): nothing of it is kept."""
         self.beats.pop(node_id, None)
+        self.seen.drop(node_id)
         self.unannounced.pop(node_id, None)
         self.conflicts.pop(node_id, None)
         self._shard_of.pop(node_id, None)

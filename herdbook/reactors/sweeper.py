@@ -44,6 +44,7 @@ from herdbook.reactors.declarations import APPEND_RETRY_MAX, Declarations
 from herdbook.reactors.heartbeat_intake import HeartbeatIntake, check_mapping
 from herdbook.reactors.heartbeats import Admission, NodeBeat
 from herdbook.reactors.notifier import has_drain_status
+from herdbook.reactors.seen_column import SeenColumn
 from herdbook.reactors.sweeper_shards import ShardSweeping
 
 log = logging.getLogger(__name__)
@@ -144,6 +145,11 @@ class Sweeper(ShardSweeping):
     @property
     def beats(self) -> dict[str, NodeBeat]:
         return self.intake.beats
+
+    @property
+    def seen(self) -> SeenColumn:
+        """The heartbeat times side by side (``/v1/fleet``'s ages)."""
+        return self.intake.seen
 
     def accept(self, hb: Heartbeat, observed: float) -> Admission:
         return self.intake.accept(hb, observed)

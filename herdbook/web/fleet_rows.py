@@ -11,7 +11,8 @@ sample object is the cache key), the rest of a row once per view position.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from operator import itemgetter
+from itertools import compress, count
+from operator import is_not, itemgetter
 from typing import Any, Protocol, TypeVar
 
 import msgspec
@@ -65,16 +66,24 @@ class LatestSample(Protocol):
     def telemetry(self) -> GpuTelemetry: ...
 
 
-class Beat(Protocol):
-    """A node's heartbeat record as the intake holds it (``reactors.heartbeats.NodeBeat``,
-    updated in place): when it last arrived on the control plane's monotonic clock, and
-    its boot ("" before the node's first heartbeat: no age yet)."""
+def _picker(order: list[int]) -> Callable[[Sequence[float]], Sequence[float]]:
+    """``itemgetter``'s pick for fewer than two items (it returns one item bare)."""
+    return lambda times: tuple(times[i] for i in order)
+
+
+class SeenTimes(Protocol):
+    """The heartbeat times side by side (``reactors.seen_column.SeenColumn``, written by
+    the intake): ``times[slots[node]]`` on the control plane's monotonic clock, NaN
+    before the node's first counted heartbeat; ``generation`` changes with the slots."""
 
     @property
-    def last_seen(self) -> float: ...
+    def times(self) -> Sequence[float]: ...
 
     @property
-    def boot_id(self) -> str: ...
+    def slots(self) -> Mapping[str, int]: ...
+
+    @property
+    def generation(self) -> int: ...
 
 
 def gpu_numbers(sample: LatestSample | None) -> tuple[float | None, float | None]:
@@ -92,6 +101,7 @@ def gpu_numbers(sample: LatestSample | None) -> tuple[float | None, float | None
 _encode = msgspec.json.encode
 _COLUMNS_JSON = _encode(FLEET_COLUMNS)
 _NULL = b"null"
+_ZERO = _encode(0.0)
 V = TypeVar("V")
 
 
@@ -131,23 +141,8 @@ class _InRowOrder:
         return self._pick(values)
 
 
-class _Row:
-    """One node's cached parts: its event-log columns as JSON (``[...,`` up to the live
-    columns) valid for ``view`` and ``count``, and its GPU numbers (``t,u],``) for
-    ``sample``."""
-
-    __slots__ = ("count", "gpus", "head", "id", "sample", "view")
-
-    def __init__(self, node_id: str) -> None:
-        self.id = node_id
-        self.view: NodeView | None = None
-        self.count = -1
-        self.head = b""
-        self.sample: LatestSample | None = None
-        self.gpus = b""
-
-
-_NO_SAMPLE = b"," + _encode(gpu_numbers(None))[1:] + b","
+_NO_SAMPLE = b"," + _encode(gpu_numbers(None))[1:]
+_END = b"]}"
 
 
 class FleetJson:
@@ -160,85 +155,134 @@ class FleetJson:
     Struct replaced on every change, so identity says whether it changed, and it is
     looked at only when the view has folded something since the last request; the GPU
     numbers once per telemetry sample (the sample object is the key); the rows are
-    re-sorted only when membership changes (and made in id order, so a request walks
-    them through memory in order). A request reads the heartbeat ages and samples
-    in their tables' own order (``_InRowOrder``), writes each age (each distinct
+    re-sorted only when membership changes. A request reads the heartbeat ages and
+    samples in their tables' own order (``_InRowOrder``), writes each age (each distinct
     rounded age encoded once), and joins the cached parts once: no per-row
-    concatenation (at 100k nodes each copy of 30 MB of rows costs more than it
-    writes) and no per-row lookups by id."""
+    concatenation and no per-row lookups by id.
+
+    Why segments (issue 32 item 3, linear at 100k): the bytes between two heartbeat ages
+    (one row's GPU numbers and the next row's event-log part, ``t,u],[...,``) are one
+    cached bytes object, rebuilt only when either input changes. A request touches one
+    object per node (no per-row record, no separate head and tail) and lays segments and
+    ages into the join's list by slice assignment, in C: at 100k nodes every per-node
+    object a request touches is a cache miss the 1k fleet does not pay."""
 
     def __init__(self) -> None:
-        self._rows: list[_Row] = []
         self._ids: list[str] = []
-        self._by_id: dict[str, _Row] = {}
+        self._views: list[NodeView | None] = []
+        self._counts: list[int] = []
+        self._heads: list[bytes] = []
+        self._gpus: list[bytes] = []
+        self._samples: list[LatestSample | None] = []
+        self._segs: list[bytes] = [_END]
         self._seen = -1
-        self._beats = _InRowOrder()
-        self._samples = _InRowOrder()
-        self._ages: dict[float, bytes] = {}
+        self._slot_gen = -1
+        self._slot_ids: list[str] | None = None
+        self._unseen: list[int] = []
+        self._pick_times: Callable[[Sequence[float]], Sequence[float]] = lambda t: ()
+        self._sample_order = _InRowOrder()
+        self._ages: dict[int, bytes] = {}
         self.built = 0
         """Rows whose event-log part was encoded (a test reads it: one per changed view)."""
 
+    def _seg(self, i: int) -> bytes:
+        """The bytes before row ``i``'s age: row ``i - 1``'s GPU numbers (``,t,u]``) and a
+        comma, then row ``i``'s event-log part; for ``i == len``, the last row's GPU
+        numbers and the reply's end."""
+        head = self._heads[i] if i < len(self._heads) else _END
+        return head if i == 0 else self._gpus[i - 1] + (b"," + head if head is not _END
+                                                         else head)
+
     def _refresh(self, nodes: Mapping[str, NodeView], counts: Mapping[str, int]) -> None:
         """After a fold: membership (re-sorted only when it changed) and changed views."""
-        by_id = self._by_id
-        if nodes.keys() != by_id.keys():
+        if len(nodes) != len(self._ids) or nodes.keys() != set(self._ids):
+            old = dict(zip(self._ids, zip(self._views, self._counts, self._heads,
+                                          self._samples, self._gpus, strict=True),
+                           strict=True))
             self._ids = sorted(nodes)
-            self._rows = [by_id.get(k) or _Row(k) for k in self._ids]
-            self._by_id = {row.id: row for row in self._rows}
-        for row in self._rows:
-            view = nodes[row.id]
-            count = counts.get(row.id, 0)
-            if row.view is not view or row.count != count:
-                row.view, row.count = view, count
-                row.head = _encode(static_row(view, counts))[:-1] + b","
+            kept = [old.get(k, (None, -1, b"", None, _NO_SAMPLE)) for k in self._ids]
+            self._views = [k[0] for k in kept]
+            self._counts = [k[1] for k in kept]
+            self._heads = [k[2] for k in kept]
+            self._samples = [k[3] for k in kept]
+            self._gpus = [k[4] for k in kept]
+            self._segs = []
+        views, counts_now, heads = self._views, self._counts, self._heads
+        changed: list[int] = []
+        for i, node_id in enumerate(self._ids):
+            view = nodes[node_id]
+            count = counts.get(node_id, 0)
+            if views[i] is not view or counts_now[i] != count:
+                views[i], counts_now[i] = view, count
+                heads[i] = _encode(static_row(view, counts))[:-1] + b","
                 self.built += 1
+                changed.append(i)
+        if not self._segs:
+            self._segs = [self._seg(i) for i in range(len(self._ids) + 1)]
+        else:
+            for i in changed:
+                self._segs[i] = self._seg(i)
 
-    def _age_parts(self, beats: Mapping[str, Beat], now: float) -> list[bytes]:
-        """Each heartbeat's age as JSON, in the table's order: ``max(0, now - last_seen)``
-        rounded to 0.1 s (``null`` before a node's first heartbeat). Ages repeat across
-        the fleet (a tenth of a second apart over a heartbeat interval), so each distinct
-        one is encoded once."""
+    def _age_parts(self, seen: SeenTimes, now: float) -> list[bytes]:
+        """Each row's heartbeat age as JSON: ``max(0, now - seen)`` rounded to 0.1 s
+        (``null`` before a node's first heartbeat). The times are read from one array in
+        a slot order rebuilt only when the slots change; ages repeat across the fleet (a
+        tenth of a second apart over a heartbeat interval), so each distinct one is
+        encoded once, keyed by its count of tenths."""
+        if seen.generation != self._slot_gen or self._slot_ids is not self._ids:
+            self._slot_gen, self._slot_ids = seen.generation, self._ids
+            slots = seen.slots
+            order = [slots.get(k, -1) for k in self._ids]
+            self._unseen = [i for i, s in enumerate(order) if s < 0]
+            order = [max(s, 0) for s in order]
+            self._pick_times = itemgetter(*order) if len(order) > 1 else _picker(order)
+        if not seen.times:                       # no node has a slot (missing ones read 0)
+            return [_NULL] * len(self._ids)
         ages = self._ages
         if len(ages) > 100_000:                  # a bound, not expected: ages repeat
             ages.clear()
         out: list[bytes] = []
         append = out.append
-        for beat in beats.values():
-            if not beat.boot_id:
-                append(_NULL)
-                continue
-            age = now - beat.last_seen
-            age = round(age, 1) if age > 0 else 0.0
-            part = ages.get(age)
-            if part is None:
-                part = ages[age] = _encode(age)
-            append(part)
+        get = ages.get
+        for t in self._pick_times(seen.times) if self._ids else ():
+            age = now - t
+            if age > 0:
+                tenths = int(age * 10.0 + 0.5)
+                part = get(tenths)
+                if part is None:
+                    part = ages[tenths] = _encode(tenths / 10)
+                append(part)
+            else:                                # 0, or NaN: no heartbeat yet
+                append(_ZERO if age == age else _NULL)
+        for i in self._unseen:
+            out[i] = _NULL
         return out
 
+    def _take_samples(self, samples: Sequence[LatestSample | None]) -> None:
+        """GPU numbers for the rows whose sample is not the one their segment holds
+        (compared by identity in C; a Python step only per changed row)."""
+        old = self._samples
+        segs, gpus = self._segs, self._gpus
+        for i in compress(count(), map(is_not, samples, old)):
+            sample = old[i] = samples[i]
+            gpus[i] = _NO_SAMPLE if sample is None else b"," + _encode(gpu_numbers(sample))[1:]
+            segs[i + 1] = self._seg(i + 1)
+
     def reply(self, nodes: Mapping[str, NodeView], allocs: Callable[[], Iterable[AllocView]],
-              folded_seq: int, committed_seq: int, beats: Mapping[str, Beat], now: float,
+              folded_seq: int, committed_seq: int, seen: SeenTimes, now: float,
               telemetry: Mapping[str, LatestSample]) -> bytes:
-        """The whole reply: ``{"version", "columns", "rows"}`` in id order. ``beats``:
-        the heartbeat records by node id, ``now`` on their monotonic clock;
+        """The whole reply: ``{"version", "columns", "rows"}`` in id order. ``seen``:
+        the heartbeat times, ``now`` on their monotonic clock;
         ``telemetry``: each node's latest sample."""
         if folded_seq != self._seen:
             self._refresh(nodes, live_allocs(allocs()))
             self._seen = folded_seq
-        ages = self._beats.values(beats, self._ids, _NULL, self._age_parts(beats, now))
-        samples = self._samples.values(telemetry, self._ids, None,
-                                       list[LatestSample | None](telemetry.values()))
-        parts: list[bytes] = [b'{"version":' + _encode(committed_seq) + b',"columns":'
-                              + _COLUMNS_JSON + b',"rows":[']
-        append = parts.append
-        for row, age, sample in zip(self._rows, ages, samples, strict=True):
-            if sample is not row.sample or not row.gpus:
-                row.sample = sample
-                row.gpus = _NO_SAMPLE if sample is None else (
-                    b"," + _encode(gpu_numbers(sample))[1:] + b",")
-            append(row.head)
-            append(age)
-            append(row.gpus)
-        if len(parts) > 1:
-            parts[-1] = parts[-1][:-1]          # the last row's comma
-        append(b"]}")
+        ages = self._age_parts(seen, now)
+        self._take_samples(self._sample_order.values(
+            telemetry, self._ids, None, list[LatestSample | None](telemetry.values())))
+        parts: list[bytes] = [b""] * (2 * len(self._ids) + 2)
+        parts[0] = (b'{"version":' + _encode(committed_seq) + b',"columns":'
+                    + _COLUMNS_JSON + b',"rows":[')
+        parts[1::2] = self._segs
+        parts[2::2] = ages
         return b"".join(parts)

@@ -48,7 +48,7 @@ from herdbook.web.auth import (
     same_origin,
 )
 from herdbook.web.client_errors import ClientErrorLog
-from herdbook.web.fleet_rows import Beat, FleetJson
+from herdbook.web.fleet_rows import FleetJson, SeenTimes
 from herdbook.web.openapi import document
 from herdbook.web.own_paths import server_paths
 from herdbook.web.query import query_body
@@ -73,12 +73,12 @@ PRINCIPAL = web.RequestKey("principal", Principal)
 
 class Heartbeats(Protocol):
     """``reactors.sweeper.Sweeper``: seconds since a node's last heartbeat, or None; its
-    heartbeat records and clock (``/v1/fleet`` reads every age in one pass)."""
+    heartbeat times side by side and clock (``/v1/fleet`` reads every age in one pass)."""
 
     def heartbeat_age(self, node_id: str) -> float | None: ...
 
     @property
-    def beats(self) -> Mapping[str, Beat]: ...
+    def seen(self) -> SeenTimes: ...
 
     @property
     def clock(self) -> Clock: ...
@@ -303,7 +303,7 @@ class WebServer:
         beats = self.heartbeats
         return self._fleet.reply(getattr(nodes, "rows", nodes), projector.allocs.values,
                                  projector.folded_seq, projector.committed_seq,
-                                 beats.beats, beats.clock.monotonic(),
+                                 beats.seen, beats.clock.monotonic(),
                                  self.api.gpus.telemetry.latest)
 
     async def _fleet_reply(self, request: web.Request) -> web.Response:

@@ -15,7 +15,7 @@ from herdbook.events.alloc import AllocStatus
 from herdbook.events.telemetry import GpuReading, GpuTelemetry
 from herdbook.projector.alloc_view import AllocView
 from herdbook.projector.node_view import NodeView
-from herdbook.reactors.heartbeats import NodeBeat
+from herdbook.reactors.seen_column import SeenColumn
 from herdbook.reactors.telemetry_intake import Sample
 from herdbook.web.fleet_rows import FLEET_COLUMNS, FleetJson, gpu_numbers, static_row
 from tests.unit.test_web_fleet import view
@@ -37,14 +37,14 @@ class Reads:
         self.nodes = nodes
         self.allocs: list[AllocView] = []
         self.samples: dict[str, Sample] = {}
-        self.beats: dict[str, NodeBeat] = {}
+        self.seen = SeenColumn()
         self.now = 1000.0
         self.seq = 1
         self.cache = FleetJson()
 
     def reply(self) -> dict[str, Any]:
         body = self.cache.reply(self.nodes, lambda: self.allocs, self.seq, self.seq - 1,
-                                self.beats, self.now, self.samples)
+                                self.seen, self.now, self.samples)
         decoded: dict[str, Any] = msgspec.json.decode(body)
         return decoded
 
@@ -52,7 +52,7 @@ class Reads:
 def test_the_reply_is_the_rows_json_in_id_order_with_the_live_columns() -> None:
     nodes = fleet(3)
     reads = Reads(dict(reversed(nodes.items())))
-    reads.beats["n0001"] = NodeBeat(last_seen=reads.now - 2.345, boot_id="b", seq=1)
+    reads.seen.set("n0001", reads.now - 2.345)
     reads.samples["n0002"] = sample("n0002", 71.0)
     reads.allocs = [AllocView(id="a", job_id="j", node_id="n0000", eval_id="e", index=0,
                               command=["x"], status=AllocStatus.RUNNING)]
@@ -118,24 +118,49 @@ class Counted(dict[str, Any]):
 
 def test_live_columns_are_read_in_the_tables_order_without_a_lookup_per_node() -> None:
     reads = Reads(fleet(4))
-    beats = Counted()                       # in an order of their own, one node missing
+    seen = reads.seen                       # slots in an order of their own, one node missing
     for node_id, age in (("n0003", 1.04), ("n0000", 0.0), ("n0001", 7.25)):
-        beats[node_id] = NodeBeat(last_seen=reads.now - age, boot_id="b", seq=1)
-    beats["n0001"].boot_id = ""             # known, never heartbeated: no age yet
+        seen.set(node_id, reads.now - age)
+    seen.times[seen.slots["n0001"]] = float("nan")   # a slot, no heartbeat yet: no age
+    seen.slots = Counted(seen.slots)        # type: ignore[misc]
     samples = Counted(n0002=sample("n0002", 61.0))
-    reads.beats, reads.samples = beats, samples   # type: ignore[assignment]
+    reads.samples = samples
     Counted.lookups = 0
     rows = reads.reply()["rows"]
     assert [r[FLEET_COLUMNS.index("last_heartbeat_age")] for r in rows] == [0.0, None, None, 1.0]
     assert [r[-2] for r in rows] == [None, None, 61.0, None]
-    assert Counted.lookups == 0             # was one per node and table (0.1 -> 1.1 µs at 100k)
-    beats["n0001"].boot_id, beats["n0001"].last_seen = "b", reads.now - 0.5   # in place
-    beats["n0002"] = NodeBeat(last_seen=reads.now - 3.0, boot_id="b", seq=1)   # a new key
-    del samples["n0002"]
-    samples["n0000"] = sample("n0000", 44.0)
+    assert Counted.lookups == 4             # the slots' order, once (not per request)
+    seen.set("n0001", reads.now - 0.5)      # in place: the same slot
     reads.now += 0.26
     Counted.lookups = 0
     rows = reads.reply()["rows"]
-    assert [r[FLEET_COLUMNS.index("last_heartbeat_age")] for r in rows] == [0.3, 0.8, 3.3, 1.3]
+    assert Counted.lookups == 0             # was one per node and table (0.1 -> 1.1 µs at 100k)
+    assert [r[FLEET_COLUMNS.index("last_heartbeat_age")] for r in rows] == [0.3, 0.8, None, 1.3]
+    seen.set("n0002", reads.now - 3.0)      # a new slot: the order is rebuilt
+    del samples["n0002"]
+    samples["n0000"] = sample("n0000", 44.0)
+    rows = reads.reply()["rows"]
+    assert [r[FLEET_COLUMNS.index("last_heartbeat_age")] for r in rows] == [0.3, 0.8, 3.0, 1.3]
     assert [r[-2] for r in rows] == [44.0, None, None, None]
-    assert Counted.lookups == 0
+
+
+def test_a_changed_input_changes_only_its_segment() -> None:
+    """Each cached segment (a row's GPU numbers, the next row's event-log part) is rebuilt
+    when either input changes, and the reply matches the rows encoded from scratch."""
+    reads = Reads(fleet(3))
+    for k in reads.nodes:
+        reads.samples[k] = sample(k, 50.0)
+        reads.seen.set(k, reads.now - 1.0)
+    reads.reply()
+    reads.samples["n0000"] = sample("n0000", 77.0)       # row 0's tail, row 1's segment
+    reads.nodes["n0001"] = replace(reads.nodes["n0001"], last_event="node.cordoned")
+    reads.samples["n0002"] = sample("n0002", 33.0)       # the last row: the reply's end
+    reads.seq += 1
+    rows = reads.reply()["rows"]
+    expected = [msgspec.json.decode(msgspec.json.encode(
+        [*static_row(reads.nodes[k], {}), 1.0, *gpu_numbers(reads.samples[k])]))
+        for k in sorted(reads.nodes)]
+    assert rows == expected
+    reads.seen.drop("n0001")                              # forgotten: no age
+    assert [r[FLEET_COLUMNS.index("last_heartbeat_age")] for r in reads.reply()["rows"]] \
+        == [1.0, None, 1.0]
