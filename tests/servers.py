@@ -19,9 +19,11 @@ from herdbook.natsd.embedded import EmbeddedNats
 from tests.conftest import free_port
 
 
-@pytest.fixture
-def nats_server(tmp_path: Path) -> Iterator[EmbeddedNats]:
-    server = EmbeddedNats(tmp_path / "nats", port=free_port())
+@contextlib.contextmanager
+def started_nats(tmp_path: Path, **options: Any) -> Iterator[EmbeddedNats]:
+    """A nats-server of ours on a free port under ``tmp_path``, stopped on leaving;
+    ``options`` as EmbeddedNats takes them (e.g. ``liveness_shards``)."""
+    server = EmbeddedNats(tmp_path / "nats", port=free_port(), **options)
     server.start()
     try:
         yield server
@@ -29,18 +31,31 @@ def nats_server(tmp_path: Path) -> Iterator[EmbeddedNats]:
         server.stop()
 
 
-@pytest.fixture
-async def nc(nats_server: EmbeddedNats) -> AsyncIterator[object]:
+@contextlib.asynccontextmanager
+async def client_with_streams(url: str) -> AsyncIterator[Any]:
+    """A nats-py client of ``url`` whose server has herdbook's streams, closed on leaving."""
     import nats
 
     from herdbook.control.nats_parts import ensure_streams
 
-    client = await nats.connect(nats_server.url)
+    client = await nats.connect(url)
     await ensure_streams(client, 1, 3600.0)
     try:
         yield client
     finally:
         await client.close()
+
+
+@pytest.fixture
+def nats_server(tmp_path: Path) -> Iterator[EmbeddedNats]:
+    with started_nats(tmp_path) as server:
+        yield server
+
+
+@pytest.fixture
+async def nc(nats_server: EmbeddedNats) -> AsyncIterator[object]:
+    async with client_with_streams(nats_server.url) as client:
+        yield client
 
 
 @pytest.fixture

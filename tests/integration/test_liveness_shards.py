@@ -9,37 +9,27 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-import nats
 import pytest
 
-from herdbook.control.nats_parts import ensure_streams
 from herdbook.events.authority import bind_node_report
 from herdbook.events.hb_shards import shard_of
 from herdbook.natsd.embedded import EmbeddedNats
 from herdbook.reactors.heartbeat_intake import MappingMissing, check_mapping
-from tests.conftest import free_port
+from tests.servers import client_with_streams, started_nats
 
 SHARDS = 2
 
 
 @pytest.fixture
 def sharded_server(tmp_path: Path) -> Iterator[EmbeddedNats]:
-    server = EmbeddedNats(tmp_path / "nats", port=free_port(), liveness_shards=SHARDS)
-    server.start()
-    try:
+    with started_nats(tmp_path, liveness_shards=SHARDS) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture
 async def snc(sharded_server: EmbeddedNats) -> AsyncIterator[Any]:
-    client = await nats.connect(sharded_server.url)
-    await ensure_streams(client, 1, 3600.0)
-    try:
+    async with client_with_streams(sharded_server.url) as client:
         yield client
-    finally:
-        await client.close()
 
 
 async def test_the_server_partitions_heartbeats_as_shard_of_says(snc: Any) -> None:
