@@ -76,10 +76,17 @@ class AllocationFollower:
             while not watcher.done():
                 if self._awaiting:
                     self._resync.set()
+                # Wake on a poke, on the interval, or when the executor ends: a stop that
+                # sets the executor's end and pokes once must not find the poke cleared
+                # below before the executor's task has run, and then wait a whole interval.
+                poked = asyncio.ensure_future(self._resync.wait())
                 try:
-                    await asyncio.wait_for(self._resync.wait(), self.resync_interval)
-                except TimeoutError:
-                    pass
+                    await asyncio.wait([poked, watcher], timeout=self.resync_interval,
+                                       return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    poked.cancel()
+                if watcher.done():
+                    break
                 self._resync.clear()
                 await self._catch_up(nc)
                 if self._awaiting:
