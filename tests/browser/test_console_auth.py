@@ -75,3 +75,14 @@ def test_a_read_only_token_reads_but_its_cordon_is_refused_clearly(
         "fetch('/v1/nodes/cp-1', {headers: {Authorization: 'Bearer ' + arguments[0]}})"
         ".then(r => r.json()).then(n => done(n.intent));", token)
     assert node == "ELIGIBLE"                                # nothing appended
+
+    # an allocation's output is not a read (it may hold secrets): the logs view says so
+    console.open("jobs")
+    shown = console.driver.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        "const box = document.createElement('div'); document.querySelector('#main').append(box);"
+        "import('/console/jobs.js').then(m => m.showLogs(box, 'a-1'))"
+        ".then(() => done(box.dataset.state + ' ' + box.querySelector('#logs-text').textContent),"
+        "      err => done('threw ' + err));")
+    assert shown.startswith("refused logs refused (403 forbidden):"), shown
+    assert "may only read" in shown and "needs an operator token" in shown, shown

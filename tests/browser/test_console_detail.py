@@ -29,7 +29,7 @@ resources: {cpu: 0.01, memory_mb: 1, gpus: 64}
 QUICK = """\
 id: quick
 count: 1
-command: ["true"]
+command: ["sh", "-c", "for i in $(seq 1 300); do echo quick line $i; done"]
 resources: {cpu: 0.01, memory_mb: 1, gpus: 0}
 requeue: {policy: never}
 """
@@ -80,6 +80,9 @@ def test_a_blocked_job_says_why_and_a_finished_one_is_complete(detail: Console) 
     why = detail.wait_js("return document.querySelector('#why')?.textContent", what="the reason")
     assert "resources exhausted (gpus): 1 node(s)" in why, why
     assert "needs 64 GPU(s)" in why and "blocked evaluation" in why, why
+    # the API's largest_free and reasons, not only the counts
+    assert "largest free on a node that passes the constraints: gpus 4 on 1 node(s)" in why, why
+    assert "scheduler: 64 GPUs asked; largest free: 4 on 1 node; short on 1 node" in why, why
     assert detail.js("return document.querySelector(\"#job-evals tr[data-status='blocked']\")")
     detail.screenshot("console-job.png")
     detail.open("job/quick")
@@ -89,6 +92,44 @@ def test_a_blocked_job_says_why_and_a_finished_one_is_complete(detail: Console) 
                     ".textContent")
     assert NODE in row, row
     assert detail.js("return document.querySelector('#why').textContent") == ""
+    assert detail.browser_errors() == []
+
+
+def logs(console: Console) -> dict[str, Any]:
+    shown: dict[str, Any] = console.js(
+        "const b = document.querySelector('#alloc-logs');"
+        "return {state: b.dataset.state, offset: b.dataset.offset, next: b.dataset.next,"
+        " text: document.querySelector('#logs-text').textContent,"
+        " status: document.querySelector('#logs-status').textContent,"
+        " more: document.querySelector('#logs-more').disabled, reads: window.herdLogs.reads};")
+    return shown
+
+
+def test_an_allocations_output_its_tail_then_more_then_newer(detail: Console) -> None:
+    detail.open("job/quick")
+    detail.wait_js("return document.querySelector('#job-phase')?.dataset.phase === 'complete'",
+                   timeout=30, what="quick complete")
+    assert detail.js("return document.querySelector('#alloc-logs').hidden") is True
+    detail.driver.find_element("css selector", "#job-allocs button[data-logs]").click()
+    detail.wait_js("return document.querySelector('#alloc-logs')?.dataset.state === 'shown'",
+                   what="the output shown")
+    tail = logs(detail)
+    lines = tail["text"].splitlines()
+    assert lines == [f"quick line {i}" for i in range(201, 301)], lines[:3]    # the last 100
+    assert int(tail["offset"]) > 0 and "earlier bytes not shown" in tail["status"], tail
+    assert tail["more"] is False
+    detail.driver.find_element("id", "logs-more").click()
+    detail.wait_js("return document.querySelector('#alloc-logs').dataset.offset === '0'",
+                   what="the whole log")
+    whole = logs(detail)
+    assert whole["text"].splitlines() == [f"quick line {i}" for i in range(1, 301)]
+    assert whole["more"] is True and "from the start" in whole["status"], whole
+    # newer output: none after the job ended, and nothing shown twice
+    detail.driver.find_element("id", "logs-refresh").click()
+    detail.wait_js(f"return window.herdLogs.reads > {whole['reads']}", what="the refresh")
+    assert logs(detail)["text"] == whole["text"]
+    assert f"on {NODE}, ended" in detail.js("return document.querySelector('#logs-where')"
+                                            ".textContent")
     assert detail.browser_errors() == []
 
 

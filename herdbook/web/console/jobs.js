@@ -3,7 +3,9 @@
 // allocations counted by status; a job's page with its allocations (node, status, exit,
 // requeues, times), its evaluations and, while a slot waits, why: job.status's
 // `placement` (per constraint and resource, how many nodes ruled it out, from the
-// scheduler's own tests). The API offers no allocation logs yet: none are shown.
+// scheduler's own tests), and each allocation's output (alloc.logs, POST /v1/alloc/logs,
+// read from its node's agent as `herd alloc logs` does: the last lines, then more of
+// them or what was written since; not a read, so a read-only token is refused).
 
 import { $, api, esc, items, main, onLive, showError } from "./app.js";
 
@@ -70,6 +72,10 @@ export function whyText(p) {
     ...Object.entries(p.filtered).map(([why, n]) => `constraint ${why}: filtered ${n} node(s)`),
     ...Object.entries(p.exhausted).map(([what, n]) => `resources exhausted (${what}): ${n} node(s)`),
   ];
+  const largest = Object.entries(p.largest_free || {}).map(([what, l]) =>
+    `${what} ${l.free} on ${l.nodes} node(s)`);
+  if (largest.length) lines.push(`largest free on a node that passes the constraints: ${largest.join(", ")}`);
+  lines.push(...(p.reasons || []).map(r => `scheduler: ${r}`));
   if (!p.nodes_evaluated) lines.push("no compute node is registered.");
   return lines;
 }
@@ -81,8 +87,12 @@ export async function jobPage(id) {
       <div class="card"><h2>Spec</h2><div id="job-spec"></div></div>
       <div class="card"><h2>Evaluations</h2><div id="job-evals"></div></div>
     </div>
-    <div class="card"><h2>Allocations</h2><div id="job-allocs"></div>
-      <p class="muted">Allocation logs: <code>herd alloc logs ID</code> (the API's alloc.logs); not shown here yet.</p></div>`;
+    <div class="card"><h2>Allocations</h2><div id="job-allocs"></div></div>
+    <div class="card" id="alloc-logs" hidden></div>`;
+  $("#job-allocs").addEventListener("click", e => {
+    const alloc = e.target.closest("[data-logs]")?.dataset.logs;
+    if (alloc) showLogs($("#alloc-logs"), alloc).catch(showError);
+  });
   const draw = async () => {
     const [job, allocs] = await Promise.all([
       api(`/v1/jobs/${encodeURIComponent(id)}`),
@@ -117,13 +127,15 @@ export async function jobPage(id) {
       : `<p class="muted">none</p>`;
     $("#job-allocs").innerHTML = allocs.length ? `<table><tr><th>alloc</th><th>slot</th><th>node</th>` +
       `<th>status</th><th>desired</th><th>exit</th><th>requeues</th><th>created</th><th>started</th>` +
-      `<th>finished</th><th>reason</th></tr>` +
+      `<th>finished</th><th>reason</th><th>output</th></tr>` +
       allocs.sort((a, b) => (a.created_at || "").localeCompare(b.created_at || "")).reverse().map(a =>
         `<tr data-alloc="${esc(a.id)}" data-status="${esc(a.status)}"><td title="${esc(a.id)}">${esc(a.id.slice(0, 12))}</td>` +
         `<td>${a.index}</td><td>${link(`#/node/${encodeURIComponent(a.node_id)}`, a.node_id)}</td>` +
         `<td>${esc(a.status)}</td><td>${esc(a.desired)}</td><td>${esc(a.exit_code ?? "—")}</td>` +
         `<td>${a.requeue_count}</td><td>${time(a.created_at)}</td><td>${time(a.started_at)}</td>` +
-        `<td>${time(a.finished_at)}</td><td>${esc(a.status_reason)}</td></tr>`).join("") + `</table>`
+        `<td>${time(a.finished_at)}</td><td>${esc(a.status_reason)}</td>` +
+        `<td><button type="button" data-logs="${esc(a.id)}" aria-label="logs of allocation ${esc(a.id)}">logs</button></td></tr>`)
+        .join("") + `</table>`
       : `<p class="muted">none placed</p>`;
     probe.drawn += 1;
   };
@@ -135,4 +147,87 @@ export async function jobPage(id) {
     timer = setTimeout(() => draw().catch(showError), 300);
   });
   return () => { stop(); clearTimeout(timer); };
+}
+
+// -- an allocation's output ----------------------------------------------------------------
+// The last TAIL lines first; "more" asks for four times as many (up to the API's 10,000
+// lines / 128 KiB, as `herd alloc logs --tail N`); "refresh" appends what was written
+// after the last byte shown (the reply's next_offset, as `-f` polls), at most
+// REFRESH_PIECES replies of 128 KiB a press. The text is always set as text.
+const TAIL = 100;
+const MAX_TAIL = 10000;
+const REFRESH_PIECES = 8;
+
+const logsProbe = window.herdLogs = window.herdLogs || { reads: 0 };
+
+async function readLogs(body) {
+  logsProbe.reads += 1;
+  return api("/v1/alloc/logs", { method: "POST", body });
+}
+
+function logsRefusal(err) {
+  const why = err.status === 403 ? "; a workload's output may hold secrets: alloc.logs needs an operator token, not a read-only one" : "";
+  return `logs refused (${err.status ?? "?"} ${err.code ?? "error"}): ${err.message}${why}`;
+}
+
+export async function showLogs(box, allocId) {
+  const state = { id: allocId, tail: TAIL, piece: null };
+  box.hidden = false;
+  box.dataset.alloc = allocId;
+  box.innerHTML = `<h2>Output of allocation <span title="${esc(allocId)}">${esc(allocId.slice(0, 12))}</span> ` +
+    `<span class="muted" id="logs-where"></span></h2>
+    <div class="logs-bar"><button type="button" id="logs-more">more (earlier lines)</button>
+      <button type="button" id="logs-refresh">refresh (newer output)</button>
+      <button type="button" id="logs-close">close</button>
+      <span class="muted" id="logs-status" role="status"></span></div>
+    <pre class="logs" id="logs-text" tabindex="0" aria-label="allocation output"></pre>`;
+  const text = $("#logs-text", box);
+  const status = $("#logs-status", box);
+  const fail = err => {
+    if (!err.status) throw err;
+    box.dataset.state = "refused";
+    status.textContent = "";
+    text.textContent = logsRefusal(err);
+    text.classList.add("bad");
+  };
+  const told = () => {
+    const p = state.piece;
+    const earlier = p.offset > 0;
+    $("#logs-where", box).textContent = `on ${p.node_id}${p.running ? ", running: it may write more" : ", ended"}`;
+    status.textContent = `bytes ${p.offset}-${p.next_offset} of ${p.size}` +
+      (earlier ? (state.tail >= MAX_TAIL ? `; the first ${p.offset} bytes: herd alloc logs ${allocId.slice(0, 12)}`
+                                          : `; ${p.offset} earlier bytes not shown`) : "; from the start");
+    $("#logs-more", box).disabled = !earlier || state.tail >= MAX_TAIL;
+    box.dataset.state = "shown";
+    box.dataset.offset = String(p.offset);
+    box.dataset.next = String(p.next_offset);
+  };
+  const tail = async () => {
+    try {
+      state.piece = await readLogs({ id: allocId, tail: state.tail });
+    } catch (err) { fail(err); return; }
+    text.classList.remove("bad");
+    text.textContent = state.piece.data || "";
+    if (!state.piece.data) text.textContent = state.piece.running ? "(no output yet)" : "(no output)";
+    told();
+  };
+  $("#logs-more", box).addEventListener("click", () => {
+    state.tail = Math.min(MAX_TAIL, state.tail * 4);
+    tail().catch(showError);
+  });
+  $("#logs-refresh", box).addEventListener("click", async () => {
+    if (!state.piece) { await tail().catch(showError); return; }
+    try {
+      for (let i = 0; i < REFRESH_PIECES; i++) {
+        const p = await readLogs({ id: allocId, offset: state.piece.next_offset });
+        if (p.data) text.textContent = (state.piece.next_offset === state.piece.offset ? "" : text.textContent) + p.data;
+        state.piece = { ...p, offset: state.piece.offset };
+        if (p.next_offset >= p.size) break;
+      }
+    } catch (err) { fail(err); return; }
+    told();
+  });
+  $("#logs-close", box).addEventListener("click", () => { box.hidden = true; box.replaceChildren(); });
+  await tail();
+  text.focus();
 }
