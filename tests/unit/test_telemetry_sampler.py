@@ -5,6 +5,7 @@ and the readings are the same for the same seed."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -178,6 +179,22 @@ def test_the_fake_mirrors_pynvml_names_and_codes() -> None:
     assert FakeNvml.NVMLError is FakeNvmlError
 
 
+def test_every_nvml_call_of_the_agent_exists_in_pynvml_and_the_fake() -> None:
+    """Not only the sampler's: the boot check, the health monitor, the deeper checks and
+    the inventory call NVML too, by attribute (``nvml.nvmlDeviceGetCount()``) or by name
+    (``r.get("nvml...")``). A name pynvml lacks would fail only on a real GPU; one the
+    fake lacks, only in the tests that reach it."""
+    agent = Path(telemetry.__file__).parent
+    source = "".join(p.read_text() for p in sorted(agent.glob("*.py")))
+    called = (set(re.findall(r"\.(nvml[A-Z]\w*)\(", source))
+              | set(re.findall(r'"(nvml[A-Z]\w*)"', source)))
+    assert {"nvmlEventSetCreate", "nvmlDeviceRegisterEvents", "nvmlEventSetWait_v2",
+            "nvmlDeviceGetNvLinkErrorCounter", "nvmlDeviceGetRemappedRows"} <= called
+    for name in sorted(called):
+        assert callable(getattr(pynvml, name, None)), f"pynvml has no {name}"
+        assert callable(getattr(FakeNvml, name, None)), f"FakeNvml has no {name}"
+
+
 def test_eight_gpus_fit_well_under_a_max_payload() -> None:
     size = len(encode(take(FakeNvml(count=8, seed="gpu-0001"), "gpu-0001")))
     assert 4_000 < size < 16_000   # docs/gpus.md "Where telemetry flows" quotes ~7.3 KB
@@ -227,3 +244,19 @@ def test_herd_agent_passes_its_telemetry_interval(flag: list[str], interval: flo
                                 env={"HERD_SERVER": None, "HERD_CREDS": None})
     assert result.exit_code == 0, result.output
     assert [o.telemetry_interval for o in seen] == [interval]
+
+
+def test_the_nvml_probe_reports_every_call_and_the_floor_beside_the_sample(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks import nvml_probe
+
+    assert nvml_probe.main(["--fake-gpus", "2", "--rounds", "2"]) == 0
+    out = capsys.readouterr().out
+    head = json.loads(out[:out.rindex("}") + 1])
+    assert head["agent_calls_missing_from_this_nvml"] == []
+    assert head["calls"]["nvmlDeviceGetTemperature"] == "ok"
+    assert head["absent_readings"] == []
+    rows = [line for line in out.splitlines() if "ms CPU per call" in line]
+    assert [r.split("  ")[0] for r in rows] == [
+        "sample (herd agent, --telemetry-interval)", "floor: the same NVML calls, bare",
+        "health report (--health-interval)"]
