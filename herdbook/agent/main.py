@@ -131,7 +131,7 @@ class Agent:
             self.nc = await self.connect()
         self.reports.nc = self.nc
         await self.pace.refresh(self.nc)
-        store = self._store = EventStore(self.nc.jetstream(), direct=True)
+        store = self._store = EventStore(self.nc, direct=True)
         self.info = self.collect_info()
         self.reports.fingerprint = boot.fingerprint(self.nvml)
         self._remember_boot()

@@ -54,7 +54,7 @@ class Ports:
 
 
 def event_store(nc: NATS, storage_full: StorageFull | None) -> EventStore:
-    return EventStore(nc.jetstream(), storage_full=storage_full)
+    return EventStore(nc, storage_full=storage_full)
 
 
 def real_providers(site: ProviderSite) -> dict[str, Provider]:

@@ -3,9 +3,8 @@
 herdbook reads a backlog and a live feed through a narrow parser installed on the
 client (``backlog_reader``: a class swap of ``Client._ps``, other frames handed to
 ``Client._process_msg``, routes keyed by ``Subscription._id``) and writes a plan's atomic
-batch as one command (``Client._send_command``); the store reaches the client of a
-``JetStreamContext`` through ``_nc``. None of these is nats-py's API: a release may
-rename or change them. pyproject.toml pins the range they were tested on (nats-py
+batch as one command (``Client._send_command``). None of these is nats-py's API: a
+release may rename or change them. pyproject.toml pins the range they were tested on (nats-py
 2.16); outside it, or where a check fails, herdbook runs on the public client API:
 
 - the backlog reader and the live feed take their deliveries as ``Msg`` through a
@@ -19,8 +18,9 @@ routed by sid, one handed to nats-py, both sent with ``_send_command``) decide o
 process; a failure is one WARNING naming what was found and the public path is taken
 from then on. ``HERD_NATS_PRIVATE=off`` takes the public path on purpose (a test runs
 the projector both ways; an operator may, if a check passes and a new nats-py misbehaves
-all the same). ``JetStreamContext._nc`` has no public counterpart: it is checked with the
-rest and, if gone, ``client_of`` fails with one line naming the pinned range.
+all the same). Nothing private has no public fallback: the store and the feeds are
+handed the ``NATS`` client itself, never reach it through a ``JetStreamContext``'s
+``_nc``.
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ from typing import Any
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
-from nats.js import JetStreamContext
 
 log = logging.getLogger(__name__)
 
@@ -173,15 +172,6 @@ async def send_command(nc: NATS, data: bytes) -> None:
 def sid_of(sub: Subscription) -> int:
     """A subscription's sid (the number in its MSG frames)."""
     return sub._id
-
-
-def client_of(js: JetStreamContext) -> NATS:
-    """The client a ``JetStreamContext`` was made from (no public accessor)."""
-    nc = getattr(js, "_nc", None)
-    if not isinstance(nc, NATS):
-        raise RuntimeError(f"nats-py {nats_py_version()}: JetStreamContext has no client "
-                           f"(_nc); herdbook is tested on nats-py {TESTED}.x")
-    return nc
 
 
 def server_version(nc: NATS) -> str:

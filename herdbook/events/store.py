@@ -23,13 +23,13 @@ from typing import Any
 
 import nats.errors
 from msgspec.structs import replace
+from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy, Header
 from nats.js.errors import APIError, NotFoundError
 
 from herdbook.backoff import Backoff
-from herdbook.events import nats_private
 from herdbook.events.authority import Unvouched, bind_event
 from herdbook.events.base import Event
 from herdbook.events.batch import (
@@ -109,10 +109,13 @@ def log_appended(events: Sequence[Event]) -> None:
 
 
 class EventStore:
-    def __init__(self, js: JetStreamContext, stream: str = EVENTS_STREAM,
+    def __init__(self, nc: NATS, stream: str = EVENTS_STREAM,
                  timeout: float = 5.0, attempts: int = 4, *, direct: bool = False,
                  storage_full: Callable[[], str | None] | None = None) -> None:
-        self.js = js
+        """``nc``: the client itself, not a ``JetStreamContext``: an atomic batch and a
+        feed write and read on the client, which a context has no public way to name."""
+        self.nc = nc
+        self.js = nc.jetstream()
         self.storage_full = storage_full
         """Why NATS cannot store right now (its disk is full), or None: an append then
         fails at once instead of waiting for acknowledgements that will not come."""
@@ -283,7 +286,7 @@ class EventStore:
 
         async def send() -> int:
             async with self._batches:
-                ack = await publish_batch_framed(nats_private.client_of(self.js), messages, self.timeout)
+                ack = await publish_batch_framed(self.nc, messages, self.timeout)
             if ack.error is not None:
                 raise APIError(code=ack.error.code, err_code=ack.error.err_code,
                                description=ack.error.description)
@@ -378,15 +381,9 @@ class EventStore:
     async def subscribe(self, from_seq: int, cb: Callable[[Msg], Awaitable[None]],
                         subject: str = "herd.>") -> StreamFeed:
         """Callback-driven reading from ``from_seq`` (1 = the beginning), with backpressure."""
-        return await subscribe_from(self.js, self.stream, subject, from_seq, cb)
-
-
-async def subscribe_from(js: JetStreamContext, stream: str, subject: str, from_seq: int,
-                         cb: Callable[[Msg], Awaitable[None]]) -> StreamFeed:
-    """A started ``StreamFeed`` from ``from_seq`` (1 = the beginning); ``stop()`` ends it."""
-    feed = StreamFeed(nats_private.client_of(js), stream, subject, from_seq, cb)
-    await feed.start()
-    return feed
+        feed = StreamFeed(self.nc, self.stream, subject, from_seq, cb)
+        await feed.start()
+        return feed
 
 
 async def stream_last_seq(js: JetStreamContext, stream: str) -> int:

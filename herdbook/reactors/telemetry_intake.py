@@ -65,6 +65,15 @@ class TelemetryIntake:
         self.dead_letters = DeadLetters(nc, HEARTBEATS_STREAM, clock=clock.monotonic,
                                         logger=log)
         self._sub: Any = None
+        self._watchers: list[set[str]] = []
+
+    def watch(self) -> set[str]:
+        """A set the intake adds each node id to whose latest sample changed (accepted or
+        forgotten); the reader takes the ids out (``/v1/fleet``: only those rows' GPU
+        numbers are looked at, issue 32 item 3)."""
+        ids: set[str] = set()
+        self._watchers.append(ids)
+        return ids
 
     async def start(self) -> None:
         self._sub = await self.nc.subscribe(
@@ -115,6 +124,8 @@ class TelemetryIntake:
         if not live and old is not None and old.live:
             return False
         self.latest[node_id] = Sample(telemetry, received_at, live)
+        for ids in self._watchers:
+            ids.add(node_id)
         self.ring.add(telemetry, received_at)
         self.accepted += 1
         return True
@@ -123,6 +134,8 @@ class TelemetryIntake:
         """A projector listener: a node that left the view is forgotten."""
         if view is None:
             self.latest.pop(node_id, None)
+            for ids in self._watchers:
+                ids.add(node_id)
             self.ring.forget(node_id)
 
     def subscribe_to(self, nodes: Any) -> Callable[[], None]:

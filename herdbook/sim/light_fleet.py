@@ -112,7 +112,7 @@ class LightFleet:
 
     def __init__(self, nc: NATS) -> None:
         self.nc = nc
-        self.store = EventStore(nc.jetstream())
+        self.store = EventStore(nc)
         self.nodes: list[LightNode] = []
         self._task: asyncio.Task[None] | None = None
         self.heartbeats = 0

@@ -141,6 +141,13 @@ class _InRowOrder:
         return self._pick(values)
 
 
+class Followed(Protocol):
+    """A projector table (``projector.tables.Table``): tells its listeners of each change
+    as it folds it."""
+
+    def subscribe(self, listener: Callable[[str, Any, Any], None]) -> Callable[[], None]: ...
+
+
 _NO_SAMPLE = b"," + _encode(gpu_numbers(None))[1:]
 _END = b"]}"
 
@@ -165,7 +172,15 @@ class FleetJson:
     cached bytes object, rebuilt only when either input changes. A request touches one
     object per node (no per-row record, no separate head and tail) and lays segments and
     ages into the join's list by slice assignment, in C: at 100k nodes every per-node
-    object a request touches is a cache miss the 1k fleet does not pay."""
+    object a request touches is a cache miss the 1k fleet does not pay.
+
+    Why journals (``follow``, issue 32 item 3): without them a request after a fold
+    walks every row to find the changed views (``nodes[id]``, an identity test), and
+    every request lists the telemetry table to find the changed samples; at 100k nodes
+    each is a miss per node. Followed, the projector's tables and the telemetry intake
+    name the ids they changed as they change them (a set add), and a request visits only
+    those; a change of membership, a reloaded table or a removed allocation falls back
+    to the full walk."""
 
     def __init__(self) -> None:
         self._ids: list[str] = []
@@ -182,8 +197,72 @@ class FleetJson:
         self._pick_times: Callable[[Sequence[float]], Sequence[float]] = lambda t: ()
         self._sample_order = _InRowOrder()
         self._ages: dict[int, bytes] = {}
+        self._row_of: dict[str, int] = {}
+        self._rows_obj: object = None
+        self._folded: set[str] | None = None
+        """Followed: the node ids the projector folded since the last refresh."""
+        self._alloc_nodes: set[str] | None = set()
+        """Followed: the nodes of allocations changed since; None: one was removed."""
+        self._allocs_dirty = False
+        self._sampled: set[str] | None = None
+        """Followed: the node ids whose latest sample changed since the last request."""
+        self._samples_full = True
+        self._unfollow: list[Callable[[], None]] = []
         self.built = 0
         """Rows whose event-log part was encoded (a test reads it: one per changed view)."""
+
+    def follow(self, nodes: Followed, allocs: Followed, sampled: set[str]) -> None:
+        """Keep journals of what changes (``nodes``' and ``allocs``' listeners; ``sampled``
+        the telemetry intake's ``watch()``), so a request visits only changed rows."""
+        self.unfollow()
+        folded: set[str] = set()
+        self._folded, self._sampled = folded, sampled
+        self._unfollow = [nodes.subscribe(lambda key, _row, _event: folded.add(key)),
+                          allocs.subscribe(self._alloc_changed)]
+        self._seen = -1                           # one full walk first
+
+    def unfollow(self) -> None:
+        for unsubscribe in self._unfollow:
+            unsubscribe()
+        self._unfollow, self._folded, self._sampled = [], None, None
+
+    def _alloc_changed(self, _key: str, row: AllocView | None, _event: object) -> None:
+        self._allocs_dirty = True
+        if row is None:
+            self._alloc_nodes = None
+        elif self._alloc_nodes is not None:
+            self._alloc_nodes.add(row.node_id)
+
+    def _refresh_folded(self, nodes: Mapping[str, NodeView],
+                        allocs: Callable[[], Iterable[AllocView]]) -> bool:
+        """Followed: the rows of the nodes folded since (and of changed allocations'
+        nodes); False where only the full walk will do (membership, a reload)."""
+        folded = self._folded
+        if (folded is None or self._alloc_nodes is None or nodes is not self._rows_obj
+                or len(nodes) != len(self._ids)):
+            return False
+        ids = set(folded)
+        folded.clear()
+        counts: Mapping[str, int] | None = None
+        if self._allocs_dirty:
+            counts = live_allocs(allocs())
+            ids |= self._alloc_nodes
+            self._alloc_nodes, self._allocs_dirty = set(), False
+        views, counts_now, heads, row_of = self._views, self._counts, self._heads, self._row_of
+        for node_id in ids:
+            i = row_of.get(node_id)
+            view = nodes.get(node_id)
+            if (i is None) != (view is None):
+                return False                      # a node came or went: re-sort
+            if i is None or view is None:
+                continue
+            count = counts_now[i] if counts is None else counts.get(node_id, 0)
+            if views[i] is not view or counts_now[i] != count:
+                views[i], counts_now[i] = view, count
+                heads[i] = _encode(static_row(view, {node_id: count}))[:-1] + b","
+                self.built += 1
+                self._segs[i] = self._seg(i)
+        return True
 
     def _seg(self, i: int) -> bytes:
         """The bytes before row ``i``'s age: row ``i - 1``'s GPU numbers (``,t,u]``) and a
@@ -195,6 +274,10 @@ class FleetJson:
 
     def _refresh(self, nodes: Mapping[str, NodeView], counts: Mapping[str, int]) -> None:
         """After a fold: membership (re-sorted only when it changed) and changed views."""
+        if self._folded is not None:
+            self._folded.clear()
+        self._alloc_nodes, self._allocs_dirty = set(), False
+        self._rows_obj = nodes
         if len(nodes) != len(self._ids) or nodes.keys() != set(self._ids):
             old = dict(zip(self._ids, zip(self._views, self._counts, self._heads,
                                           self._samples, self._gpus, strict=True),
@@ -207,6 +290,8 @@ class FleetJson:
             self._samples = [k[3] for k in kept]
             self._gpus = [k[4] for k in kept]
             self._segs = []
+            self._row_of = {k: i for i, k in enumerate(self._ids)}
+            self._samples_full = True
         views, counts_now, heads = self._views, self._counts, self._heads
         changed: list[int] = []
         for i, node_id in enumerate(self._ids):
@@ -258,6 +343,26 @@ class FleetJson:
             out[i] = _NULL
         return out
 
+    def _take_sampled(self, telemetry: Mapping[str, LatestSample]) -> bool:
+        """Followed: the rows whose sample changed, by the intake's journal; False where
+        the full comparison is due (membership changed since)."""
+        sampled = self._sampled
+        if sampled is None or self._samples_full:
+            return False
+        row_of, old, segs, gpus = self._row_of, self._samples, self._segs, self._gpus
+        for node_id in sampled:
+            i = row_of.get(node_id)
+            if i is None:
+                continue
+            sample = telemetry.get(node_id)
+            if sample is not old[i]:
+                old[i] = sample
+                gpus[i] = (_NO_SAMPLE if sample is None
+                           else b"," + _encode(gpu_numbers(sample))[1:])
+                segs[i + 1] = self._seg(i + 1)
+        sampled.clear()
+        return True
+
     def _take_samples(self, samples: Sequence[LatestSample | None]) -> None:
         """GPU numbers for the rows whose sample is not the one their segment holds
         (compared by identity in C; a Python step only per changed row)."""
@@ -275,11 +380,16 @@ class FleetJson:
         the heartbeat times, ``now`` on their monotonic clock;
         ``telemetry``: each node's latest sample."""
         if folded_seq != self._seen:
-            self._refresh(nodes, live_allocs(allocs()))
+            if not self._refresh_folded(nodes, allocs):
+                self._refresh(nodes, live_allocs(allocs()))
             self._seen = folded_seq
         ages = self._age_parts(seen, now)
-        self._take_samples(self._sample_order.values(
-            telemetry, self._ids, None, list[LatestSample | None](telemetry.values())))
+        if not self._take_sampled(telemetry):
+            if self._sampled is not None:
+                self._sampled.clear()
+            self._samples_full = False
+            self._take_samples(self._sample_order.values(
+                telemetry, self._ids, None, list[LatestSample | None](telemetry.values())))
         parts: list[bytes] = [b""] * (2 * len(self._ids) + 2)
         parts[0] = (b'{"version":' + _encode(committed_seq) + b',"columns":'
                     + _COLUMNS_JSON + b',"rows":[')

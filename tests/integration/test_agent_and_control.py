@@ -60,7 +60,7 @@ async def test_agent_survives_a_nats_server_restart_and_resumes(tmp_path: Path) 
         # the boot check may have been in flight when the server went away: it lands
         # after the restart, once, and the agent does not register again
         async def both() -> list[str]:
-            events = await EventStore(probe.jetstream()).load("node", "gpu-7")
+            events = await EventStore(probe).load("node", "gpu-7")
             names = [type(e).__name__ for _, e in events]
             return names if len(names) >= 2 else []
 
@@ -80,7 +80,7 @@ async def test_agent_survives_a_nats_server_restart_and_resumes(tmp_path: Path) 
     try:
         await asyncio.wait_for(agent.registered.wait(), 10)
         assert await eventually(lambda: _newer(probe, "gpu-7", after)) > after
-        types = [type(e).__name__ for _, e in await EventStore(probe.jetstream()).load(
+        types = [type(e).__name__ for _, e in await EventStore(probe).load(
             "node", "gpu-7")]
         assert types.count("NodeRegistered") == 1 and types[-2:] == [
             "NodeBootStarted", "NodeBootChecked"]
@@ -145,7 +145,7 @@ async def _count(plane: ControlPlane, n: int) -> bool:
 
 async def test_a_restarted_control_plane_ages_stored_heartbeats_on_the_server_clock(  # type: ignore[no-untyped-def]
         nc, nats_server, tmp_path) -> None:
-    store = EventStore(nc.jetstream())
+    store = EventStore(nc)
     for node_id in ("stale", "fresh"):
         await store.append(NodeRegistered(node_id=node_id, boot_id="b1"))
         await store.append(NodeBootChecked(node_id=node_id, boot_id="b1", passed=True))

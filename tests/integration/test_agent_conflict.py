@@ -41,7 +41,7 @@ async def test_two_live_agents_are_named_counted_and_logged(
         f"lifecycle: {{heartbeat_timeout: 2s}}\nmetrics: {{port: {port}}}\n"), clock=SYSTEM_CLOCK)
     await plane.start()
     try:
-        store = EventStore(nc.jetstream())
+        store = EventStore(nc)
         await store.append(NodeRegistered(node_id="gpu-2", boot_id="b1", agent=OLD))
         await store.append(NodeBootChecked(node_id="gpu-2", boot_id="b1", passed=True))
         seqs = {"b1": 0, "b2": 0}

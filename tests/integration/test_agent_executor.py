@@ -44,7 +44,7 @@ class Fleet:
 
     def __init__(self, url: str, nc: Any, state_dir: Path) -> None:
         self.url = url
-        self.store = EventStore(nc.jetstream())
+        self.store = EventStore(nc)
         self.js = nc.jetstream()
         self.state_dir = state_dir
         self.running: list[tuple[Agent, asyncio.Task[None]]] = []
@@ -183,7 +183,7 @@ async def test_an_allocation_placed_while_the_agent_is_disconnected_runs_after_i
     # Placed at once, before the agent's reconnect (it waits a second between attempts).
     writer = await nats.connect(nats_server.url)
     try:
-        await EventStore(writer.jetstream()).append(AllocPlaced(
+        await EventStore(writer).append(AllocPlaced(
             node_id=NODE, alloc_id="a2", job_id="job-1", eval_id="eval-1", index=0,
             command=["sh", "-c", "exit 0"]))
         assert not agent.nc.is_connected   # type: ignore[union-attr]
@@ -194,7 +194,7 @@ async def test_an_allocation_placed_while_the_agent_is_disconnected_runs_after_i
 
 
 async def _has(nc: Any, alloc_id: str, kind: type[AllocEvent]) -> bool:
-    events = await EventStore(nc.jetstream()).load("alloc", NODE)
+    events = await EventStore(nc).load("alloc", NODE)
     return any(isinstance(e, kind) and e.alloc_id == alloc_id for _, e in events)
 
 

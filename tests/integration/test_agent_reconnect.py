@@ -103,7 +103,7 @@ async def test_events_published_while_the_agent_is_away_all_arrive_after_it_reco
     agent_nc = await connect_until_reached(nats_server.url, None, f"herd-agent:{NODE}", stop,
                                            on_reconnect=follower.resync)
     following = asyncio.create_task(follower.follow(agent_nc))
-    store = EventStore(nc.jetstream())
+    store = EventStore(nc)
     try:
         await store.append(placed("before"))
         await eventually(lambda: executor.placed() == {"before"}, "the first placement")
@@ -112,7 +112,7 @@ async def test_events_published_while_the_agent_is_away_all_arrive_after_it_reco
         await asyncio.to_thread(nats_server.start)
         writer = await ready_writer(nats_server.url)
         try:
-            away = EventStore(writer.jetstream())
+            away = EventStore(writer)
             # more than one catch-up page, and a stop of what it already runs
             ids = [f"away-{i:04d}" for i in range(BATCH + 20)]
             for i, alloc_id in enumerate(ids):
@@ -150,7 +150,7 @@ async def test_an_event_published_during_the_reconnect_is_not_lost(
         await asyncio.to_thread(nats_server.start)
         writer = await ready_writer(nats_server.url)
         try:
-            away = EventStore(writer.jetstream())
+            away = EventStore(writer)
             n = 0
             deadline = time.monotonic() + 15
             while not agent_nc.is_connected and time.monotonic() < deadline:

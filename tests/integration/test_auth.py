@@ -191,7 +191,7 @@ async def test_agent_credentials_cannot_heartbeat_for_another_node_nor_approve_i
         await nc.flush()
         await eventually(lambda: _async(any('"herd.hb.other"' in e for e in errors)))
         # an approval of itself, through the event store as the control plane writes it
-        store = EventStore(nc.jetstream(), timeout=1.0, attempts=1, direct=True)
+        store = EventStore(nc, timeout=1.0, attempts=1, direct=True)
         with pytest.raises(Exception):  # noqa: B017 - refused: no reply ever comes
             await store.append(NodeApproved(node_id="gpu-1", actor="agent:gpu-1"))
         await eventually(lambda: _async(any('"herd.node.gpu-1.approved"' in e for e in errors)))

@@ -35,7 +35,7 @@ async def batch_ids(nc: Any, first: int, last: int) -> list[str | None]:
 
 
 async def test_a_batch_lands_whole_in_order_and_returns_the_last_sequence(nc) -> None:  # type: ignore[no-untyped-def]
-    store = EventStore(nc.jetstream())
+    store = EventStore(nc)
     seq = await store.append_batch(placed("n1", "a1", "a2", "a3"), 0)
     events = await store.load("alloc", "n1")
     assert [s for s, _ in events] == [seq - 2, seq - 1, seq]
@@ -46,7 +46,7 @@ async def test_a_batch_lands_whole_in_order_and_returns_the_last_sequence(nc) ->
 
 
 async def test_a_stale_batch_stores_nothing_and_fails_only_its_own_node(nc) -> None:  # type: ignore[no-untyped-def]
-    store = EventStore(nc.jetstream())
+    store = EventStore(nc)
     first = await store.append_batch(placed("n1", "a1"), 0)
     await store.append_batch(placed("n1", "a2"), first)
     results = await asyncio.gather(
@@ -60,7 +60,7 @@ async def test_a_stale_batch_stores_nothing_and_fails_only_its_own_node(nc) -> N
 
 
 async def test_two_batches_racing_on_one_node_exactly_one_lands_whole(nc) -> None:  # type: ignore[no-untyped-def]
-    store = EventStore(nc.jetstream())
+    store = EventStore(nc)
     version = await store.append_batch(placed("n1", "a0"), 0)
     results = await asyncio.gather(
         store.append_batch(placed("n1", "x1", "x2", "x3"), version),
@@ -71,7 +71,7 @@ async def test_two_batches_racing_on_one_node_exactly_one_lands_whole(nc) -> Non
 
 
 async def test_a_resent_batch_is_deduplicated_and_returns_its_sequence(nc) -> None:  # type: ignore[no-untyped-def]
-    store = EventStore(nc.jetstream())
+    store = EventStore(nc)
     events = placed("n1", "a1", "a2")
     seq = await store.append_batch(events, 0)
     # a resend (the first ack was lost), whether or not something came after it
@@ -84,7 +84,7 @@ async def test_a_resent_batch_is_deduplicated_and_returns_its_sequence(nc) -> No
 
 
 async def test_chained_node_events_go_one_by_one_with_their_hash_chain(nc) -> None:  # type: ignore[no-untyped-def]
-    store = EventStore(nc.jetstream())
+    store = EventStore(nc)
     seq = await store.append_batch([NodeRegistered(node_id="gpu-1"),
                                     NodeApproved(node_id="gpu-1")], 0)
     events = await store.load("node", "gpu-1")
@@ -97,8 +97,7 @@ async def test_chained_node_events_go_one_by_one_with_their_hash_chain(nc) -> No
 async def test_a_stream_without_atomic_batches_gets_one_append_per_event(
         nc_without_atomic) -> None:  # type: ignore[no-untyped-def]
     nc = nc_without_atomic
-    js = nc.jetstream()
-    store = EventStore(js)
+    store = EventStore(nc)
     seq = await store.append_batch(placed("n1", "a1", "a2"), 0)
     assert not store.atomic
     assert await stored(store, "n1") == ["a1", "a2"]

@@ -118,7 +118,7 @@ async def _is(value: bool) -> bool:
 
 async def test_a_megabyte_of_node_info_still_describes_and_lists(
         nc: Any, nats_server: Any, tmp_path: Path) -> None:
-    store = EventStore(nc.jetstream())
+    store = EventStore(nc)
     await store.append(NodeRegistered(node_id="n1", boot_id="b"))
     huge = "p" * 1_040_000      # the event fits in NATS's 1 MB; the pool is shown twice
     await store.append(NodeInfoUpdated(node_id="n1", info=NodeInfo(

@@ -30,7 +30,7 @@ async def ready(store: EventStore, *node_ids: str) -> None:
 
 
 async def test_each_nodes_last_health_change_names_its_report(nc: Any) -> None:
-    store = EventStore(nc.jetstream())
+    store = EventStore(nc)
     await ready(store, "n1", "n2", "n3")
     for node_id, seq, health in (("n1", 3, Health.HEALTHY), ("n2", 5, Health.HEALTHY),
                                  ("n1", 7, Health.DEGRADED)):
@@ -41,7 +41,7 @@ async def test_each_nodes_last_health_change_names_its_report(nc: Any) -> None:
 
 async def test_a_restart_resumes_after_the_last_decided_report(
         nc: Any, nats_server: EmbeddedNats, tmp_path: Path) -> None:
-    store = EventStore(nc.jetstream())
+    store = EventStore(nc)
     await ready(store, "n1")
     js = nc.jetstream()
     config = parse_config(f"nats: {{url: '{nats_server.url}'}}\ndata_dir: '{tmp_path / 'd'}'\n"

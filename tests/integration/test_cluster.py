@@ -122,7 +122,7 @@ async def test_control_plane_and_agents_survive_the_loss_of_one_server(tmp_path:
                 await asyncio.sleep(0.2)
 
         status_ok = await retried(lambda: call("status", timeout=30))
-        store = EventStore(js)
+        store = EventStore(probe)
 
         async def load(node_id: str) -> list[Any]:
             # JetStream reads may time out a while longer on a loaded machine

@@ -59,7 +59,7 @@ class Load:
     def __init__(self, nc: Any, rng: random.Random, nodes: int = 120) -> None:
         self.nc = nc
         self.rng = rng
-        self.store = EventStore(nc.jetstream())
+        self.store = EventStore(nc)
         self.ids = [f"n{i:03d}" for i in range(nodes)]
         self.silent: set[str] = set()
         self.boots = dict.fromkeys(self.ids, "b0")
@@ -177,7 +177,7 @@ async def test_a_nats_server_restart_under_load_loses_no_acknowledged_event(  # 
 
     writer = await nats.connect(nats_server.url, max_reconnect_attempts=-1,
                                 reconnect_time_wait=0.2)
-    store = EventStore(writer.jetstream(), timeout=2.0)
+    store = EventStore(writer, timeout=2.0)
     acked: dict[str, int] = {}
     stop = asyncio.Event()
 

@@ -75,7 +75,7 @@ async def squeeze(nc: Any, until: Callable[[], bool], timeout: float = 20.0) -> 
     """Write into HERD_EVENTS and the lease bucket past the disk's last free bytes (as
     a writer that does not know would) until ``until()``."""
     js = nc.jetstream()
-    blind = EventStore(js, timeout=0.5, attempts=1)
+    blind = EventStore(nc, timeout=0.5, attempts=1)
     deadline = time.monotonic() + timeout
     i = 0
     while not until():
@@ -163,7 +163,7 @@ async def test_jetstream_out_of_its_storage_limit_is_storage_full(tmp_path: Path
         nc = await nats.connect(f"nats://127.0.0.1:{port}")
         try:
             await ensure_streams(nc, 1, 3600.0)
-            store = EventStore(nc.jetstream(), timeout=2.0)
+            store = EventStore(nc, timeout=2.0)
             with pytest.raises(StorageFullError, match=r"^NATS storage full: .*10023"):
                 for i in range(1000):
                     await store.append(NodeDeclared(node_id=f"n{i}", reason="x" * 2000))

@@ -11,7 +11,7 @@ from herdbook.events.store import ConflictError, EventStore
 
 
 async def test_two_concurrent_writers_on_one_node_exactly_one_wins(nc) -> None:  # type: ignore[no-untyped-def]
-    store = EventStore(nc.jetstream())
+    store = EventStore(nc)
     version = await store.append(NodeRegistered(node_id="gpu-1"))
     # both decided from the same version
     results = await asyncio.gather(
@@ -28,7 +28,7 @@ async def test_two_concurrent_writers_on_one_node_exactly_one_wins(nc) -> None: 
 
 
 async def test_expected_version_covers_every_subject_of_the_aggregate(nc) -> None:  # type: ignore[no-untyped-def]
-    store = EventStore(nc.jetstream())
+    store = EventStore(nc)
     first = await store.append(NodeRegistered(node_id="gpu-2"))
     await store.append(NodeApproved(node_id="gpu-2"), expected_version=first)
     # a different subject (rejected) of the same node, decided from the stale version
@@ -39,14 +39,14 @@ async def test_expected_version_covers_every_subject_of_the_aggregate(nc) -> Non
 
 
 async def test_expected_version_zero_means_no_events_yet(nc) -> None:  # type: ignore[no-untyped-def]
-    store = EventStore(nc.jetstream())
+    store = EventStore(nc)
     await store.append(NodeRegistered(node_id="gpu-4"), expected_version=0)
     with pytest.raises(ConflictError):
         await store.append(NodeRegistered(node_id="gpu-4"), expected_version=0)
 
 
 async def test_a_resent_event_is_deduplicated(nc) -> None:  # type: ignore[no-untyped-def]
-    store = EventStore(nc.jetstream())
+    store = EventStore(nc)
     event = NodeRegistered(node_id="gpu-5")
     first = await store.append(event)
     again = await store.append(event)
@@ -55,7 +55,7 @@ async def test_a_resent_event_is_deduplicated(nc) -> None:  # type: ignore[no-un
 
 
 async def test_a_resend_with_expectation_after_a_landed_write_is_not_a_conflict(nc) -> None:  # type: ignore[no-untyped-def]
-    store = EventStore(nc.jetstream())
+    store = EventStore(nc)
     v = await store.append(NodeRegistered(node_id="gpu-6"))
     event = NodeApproved(node_id="gpu-6")
     landed = await store.append(event, expected_version=v)
@@ -64,7 +64,7 @@ async def test_a_resend_with_expectation_after_a_landed_write_is_not_a_conflict(
 
 
 async def test_load_and_subscribe_from_a_sequence(nc) -> None:  # type: ignore[no-untyped-def]
-    store = EventStore(nc.jetstream())
+    store = EventStore(nc)
     seqs = [await store.append(NodeRegistered(node_id=f"n{i}")) for i in range(5)]
     assert await store.load("node", "nobody") == []
     got: list[int] = []

@@ -48,7 +48,7 @@ async def test_a_slow_callback_gets_every_message_once_in_order(nc) -> None:  # 
 async def test_the_feed_resumes_after_a_server_restart(nats_server, tmp_path) -> None:  # type: ignore[no-untyped-def]
     nc = await nats.connect(nats_server.url, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
     await ensure_streams(nc, 1, 3600.0)
-    store = EventStore(nc.jetstream())
+    store = EventStore(nc)
     seen: list[int] = []
 
     async def cb(msg) -> None:  # type: ignore[no-untyped-def]

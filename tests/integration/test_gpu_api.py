@@ -91,7 +91,7 @@ async def test_gpu_list_describe_http_and_metrics_name_the_gpu_and_its_cause(
     try:
         nc = plane.nc
         js = nc.jetstream()
-        store = EventStore(js)
+        store = EventStore(nc)
         info = NodeInfo(hostname="dgx-01", labels={"pool": "h100"}, gpus=[
             GpuInfo(index=i, uuid=f"GPU-n1-{i}", name="NVIDIA H100 80GB HBM3")
             for i in range(4)])

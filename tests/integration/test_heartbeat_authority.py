@@ -31,7 +31,7 @@ DEEP = b"[" * 50_000 + b"]" * 50_000
 
 
 async def register(nc: Any, *node_ids: str) -> None:
-    store = EventStore(nc.jetstream())
+    store = EventStore(nc)
     for node_id in node_ids:
         await store.append(NodeRegistered(node_id=node_id, boot_id="b1"))
         await store.append(NodeBootChecked(node_id=node_id, boot_id="b1", passed=True))
@@ -84,7 +84,7 @@ async def test_a_forged_boot_with_a_huge_seq_does_not_silence_a_node(
         assert sweeper.beats["n1"].boot_id == "b1" and sweeper.beats["n1"].recent_boots == []
         assert plane.projector is not None
         assert plane.projector.nodes["n1"].lifecycle.value == "READY"
-        history = await EventStore(nc.jetstream()).load("node", "n1")
+        history = await EventStore(nc).load("node", "n1")
         assert [e.event_name for _, e in history] == ["registered", "boot_checked"]
     finally:
         beating.cancel()

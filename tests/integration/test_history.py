@@ -58,7 +58,7 @@ async def forge(nc: Any, event: NodeEvent) -> int:
 
 
 async def test_the_hash_chain_verifies_and_names_a_forged_event(nc: Any) -> None:
-    store = EventStore(nc.jetstream())
+    store = EventStore(nc)
     await append_all(store, *lifecycle_of("gpu-1"), *lifecycle_of("gpu-2"))
     js = nc.jetstream()
     assert await verify(js) == {"ok": True, "nodes_checked": 2, "events_checked": 8,
@@ -81,7 +81,7 @@ async def test_the_hash_chain_verifies_and_names_a_forged_event(nc: Any) -> None
 
 
 async def test_time_travel_shows_the_state_before_and_after_a_transition(nc: Any) -> None:
-    store = EventStore(nc.jetstream())
+    store = EventStore(nc)
     await append_all(store, *lifecycle_of("gpu-1")[:3])
     await asyncio.sleep(1.0)
     between = datetime.now(UTC)
@@ -151,7 +151,7 @@ async def test_the_commands_through_the_real_cli(nc: Any, nats_server: Any,
     plane = bootstrap(config, clock=SYSTEM_CLOCK)
     await plane.start()
     try:
-        store = EventStore(nc.jetstream())
+        store = EventStore(nc)
         await append_all(store, *lifecycle_of("gpu-1")[:3])
         await asyncio.sleep(1.0)
         between = datetime.now(UTC).isoformat()

@@ -52,7 +52,7 @@ class World:
         self.plane = plane
         self.nc = nc
         self.url = url
-        self.store = EventStore(nc.jetstream())
+        self.store = EventStore(nc)
 
     @property
     def projector(self) -> Any:

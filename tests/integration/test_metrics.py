@@ -146,7 +146,7 @@ async def test_control_plane_serves_metrics(nats_server: EmbeddedNats, tmp_path:
                       'herd_api_request_duration_seconds_bucket{endpoint="status",le="+Inf"}') == 1
 
         # when: a registered sensitive node's wipe fails
-        store = EventStore(plane.nc.jetstream())
+        store = EventStore(plane.nc)
         await store.append(NodeRegistered(node_id="gpu-s1", boot_id="b1",
                                           info=NodeInfo(node_class=NodeClass.SENSITIVE)))
         await store.append(NodeBootChecked(node_id="gpu-s1", boot_id="b1", passed=True))

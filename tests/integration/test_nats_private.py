@@ -1,18 +1,22 @@
 """nats-py's private parts (``events.nats_private``) against a real nats-server: the
 start-up self-check passes on the installed nats-py; the projector gives the same view
 through the private parts and through the public client API (``HERD_NATS_PRIVATE=off``,
-or a check that fails: one WARNING); an atomic batch lands whole either way."""
+or a check that fails: one WARNING); an atomic batch lands whole and a store's feed reads
+it either way, also on a nats-py whose ``JetStreamContext`` has no ``_nc``."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sqlite3
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import nats
 import pytest
+from nats.js import JetStreamContext
 from nats.protocol.parser import Parser
 
 from herdbook.events import nats_private
@@ -30,6 +34,22 @@ def fresh_verdict() -> Iterator[None]:
     nats_private.reset()
     yield
     nats_private.reset()
+
+
+@pytest.fixture
+def no_private_client(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A nats-py whose ``JetStreamContext`` keeps its client under another name: ``_nc``
+    read by anything but nats-py itself is an AttributeError (the client's own methods
+    still find it)."""
+    own = JetStreamContext.__getattribute__
+
+    def getattribute(self: JetStreamContext, name: str) -> Any:
+        caller = sys._getframe(1).f_globals.get("__name__", "")
+        if name == "_nc" and caller != "nats" and not caller.startswith("nats."):
+            raise AttributeError(f"this nats-py's JetStreamContext has no _nc ({caller})")
+        return own(self, name)
+
+    monkeypatch.setattr(JetStreamContext, "__getattribute__", getattribute)
 
 
 async def fill(nc: Any) -> int:
@@ -105,7 +125,7 @@ async def test_the_projector_folds_the_same_view_both_ways(nats_server, nc, tmp_
 
 
 async def test_a_failed_check_warns_once_and_the_projector_runs_on_the_public_api(  # type: ignore[no-untyped-def]
-        nats_server, nc, tmp_path, monkeypatch, caplog) -> None:
+        nats_server, nc, tmp_path, monkeypatch, caplog, no_private_client) -> None:
     caplog.set_level(logging.WARNING)
     private, public, _, public_parser = await both_ways(
         nats_server, nc, tmp_path, lambda: monkeypatch.setattr(
@@ -117,17 +137,32 @@ async def test_a_failed_check_warns_once_and_the_projector_runs_on_the_public_ap
 
 
 @pytest.mark.parametrize("private", [True, False], ids=["private", "public"])
-async def test_an_atomic_batch_lands_whole_either_way(nc, monkeypatch, private) -> None:  # type: ignore[no-untyped-def]
+async def test_an_atomic_batch_lands_whole_either_way(  # type: ignore[no-untyped-def]
+        nc, monkeypatch, private, no_private_client) -> None:
+    """Both ways on a nats-py without ``JetStreamContext._nc``: the store writes the batch
+    and feeds it back on the client it was handed."""
     if not private:
         monkeypatch.setenv(nats_private.ENV, "off")
     assert nats_private.enabled() is private
-    store = EventStore(nc.jetstream())
+    store = EventStore(nc)
     events = [AllocPlaced(node_id="n1", alloc_id=f"a{i}", job_id="j", eval_id="e", index=i,
                           command=["true"]) for i in range(5)]
     seq = await store.append_batch(events, 0)
     assert [e.alloc_id for _, e in await store.load("alloc", "n1")] == [  # type: ignore[attr-defined]
         f"a{i}" for i in range(5)]
     assert [s for s, _ in await store.load("alloc", "n1")][-1] == seq
+    fed: list[int] = []
+    done = asyncio.Event()
+
+    async def on_msg(msg: Any) -> None:
+        fed.append(msg.metadata.sequence.stream)
+        if len(fed) == 5:
+            done.set()
+
+    feed = await store.subscribe(1, on_msg, subject="herd.alloc.>")
+    await asyncio.wait_for(done.wait(), 10)
+    await feed.stop()
+    assert fed[-1] == seq and fed == sorted(fed)
 
 
 async def test_the_public_reader_and_feed_keep_their_guarantees(nats_server, nc, monkeypatch) -> None:  # type: ignore[no-untyped-def]

@@ -51,7 +51,7 @@ def _run(code: str, server: str, *args: str) -> tuple[int, str, str]:
 
 async def test_the_fast_path_prints_what_the_typer_app_prints(nc: Any, nats_server: Any,
                                                               tmp_path: Path) -> None:
-    store = EventStore(nc.jetstream())
+    store = EventStore(nc)
     for number in range(7):
         node = f"gpu-{number}"
         labels = {"zone": "a" if number % 2 else "b", "note": "\x1b[31m[bold]x"}

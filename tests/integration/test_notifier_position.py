@@ -38,7 +38,7 @@ class World:
     def __init__(self, nc: Any, tmp_path: Path, notifier_yaml: str) -> None:
         self.nc = nc
         self.tmp = tmp_path
-        self.store = EventStore(nc.jetstream())
+        self.store = EventStore(nc)
         self.projector = ProjectorRunner(nc, str(tmp_path / "view.db"), batch_interval=0.01)
         self.config = parse_config(notifier_yaml).notifier
         self.calls = tmp_path / "calls"

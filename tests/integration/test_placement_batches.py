@@ -26,12 +26,12 @@ EXPECTED = Header.EXPECTED_LAST_SUBJECT_SEQUENCE.value
 async def headers_of(nc: Any, node_id: str) -> list[dict[str, str]]:
     """The headers of every event of the node's allocations, in order."""
     js = nc.jetstream()
-    seqs = [s for s, _ in await EventStore(js).load("alloc", node_id)]
+    seqs = [s for s, _ in await EventStore(nc).load("alloc", node_id)]
     return [dict((await js.get_msg(EVENTS_STREAM, s)).headers or {}) for s in seqs]
 
 
 async def test_several_nodes_land_in_one_batch_each_expecting_its_own_version(nc) -> None:  # type: ignore[no-untyped-def]
-    store = EventStore(nc.jetstream())
+    store = EventStore(nc)
     v1 = await store.append_batch(placed("n1", "a0"), 0)
     seq = await store.append_atomic([(placed("n1", "a1", "a2"), v1),
                                      (placed("n2", "b1", "b2", "b3"), 0)])
@@ -47,7 +47,7 @@ async def test_several_nodes_land_in_one_batch_each_expecting_its_own_version(nc
 
 
 async def test_one_stale_node_refuses_the_whole_batch_and_no_other(nc) -> None:  # type: ignore[no-untyped-def]
-    store = EventStore(nc.jetstream())
+    store = EventStore(nc)
     v2 = await store.append_batch(placed("n2", "b0"), 0)
     await store.append_batch(placed("n2", "b1"), v2)
     with pytest.raises(ConflictError):
@@ -61,7 +61,7 @@ async def test_one_stale_node_refuses_the_whole_batch_and_no_other(nc) -> None: 
 
 
 async def test_a_resent_batch_of_several_nodes_returns_its_sequence_once_stored(nc) -> None:  # type: ignore[no-untyped-def]
-    store = EventStore(nc.jetstream())
+    store = EventStore(nc)
     parts = [(placed("n1", "a1", "a2"), 0), (placed("n2", "b1"), 0)]
     seq = await store.append_atomic(parts)
     assert await store.append_atomic(parts) == seq                   # the ack was lost
@@ -70,7 +70,7 @@ async def test_a_resent_batch_of_several_nodes_returns_its_sequence_once_stored(
 
 
 async def test_a_resend_after_others_wrote_to_its_nodes_returns_the_first_sequence(nc) -> None:  # type: ignore[no-untyped-def]
-    store = EventStore(nc.jetstream())
+    store = EventStore(nc)
     parts = [(placed("n1", "a1"), 0), (placed("n2", "b1", "b2"), 0)]
     seq = await store.append_atomic(parts)
     await store.append_atomic([(placed("n1", "a9"), seq - 2), (placed("n2", "b9"), seq)])
@@ -80,7 +80,7 @@ async def test_a_resend_after_others_wrote_to_its_nodes_returns_the_first_sequen
 
 
 async def test_two_parts_of_one_node_are_refused(nc) -> None:  # type: ignore[no-untyped-def]
-    store = EventStore(nc.jetstream())
+    store = EventStore(nc)
     with pytest.raises(ValueError, match="one part per aggregate"):
         await store.append_atomic([(placed("n1", "a1"), 0), (placed("n1", "a2"), 0)])
     with pytest.raises(ValueError, match="one aggregate"):
@@ -90,8 +90,7 @@ async def test_two_parts_of_one_node_are_refused(nc) -> None:  # type: ignore[no
 async def test_without_atomic_batches_each_part_goes_one_event_at_a_time(
         nc_without_atomic) -> None:  # type: ignore[no-untyped-def]
     nc = nc_without_atomic
-    js = nc.jetstream()
-    store = EventStore(js)
+    store = EventStore(nc)
     await store.append_atomic([(placed("n1", "a1", "a2"), 0), (placed("n2", "b1"), 0)])
     assert not store.atomic
     assert await stored(store, "n1") == ["a1", "a2"] and await stored(store, "n2") == ["b1"]
@@ -162,6 +161,6 @@ async def test_a_plan_is_made_and_applied_with_the_heap_frozen_then_restored(
 
 
 async def test_an_empty_decision_appends_nothing_and_keeps_its_version(nc) -> None:  # type: ignore[no-untyped-def]
-    store = EventStore(nc.jetstream())
+    store = EventStore(nc)
     assert await store.append_batch([], 7) == 7
     assert await store.append_atomic([([], 7)]) == 0

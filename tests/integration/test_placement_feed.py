@@ -14,7 +14,7 @@ from herdbook.events.subjects import EVENTS_STREAM
 
 
 async def test_deliveries_come_routed_with_their_headers_unread(nc) -> None:  # type: ignore[no-untyped-def]
-    store = EventStore(nc.jetstream())
+    store = EventStore(nc)
     for i in range(5):
         await store.append(NodeRegistered(node_id=f"n{i}"))   # each with a Nats-Msg-Id
     seen: list[tuple[int, object]] = []
@@ -40,7 +40,7 @@ async def _seen(seen: list[tuple[int, object]], msg) -> None:  # type: ignore[no
 
 
 async def test_expired_requests_are_heard_and_a_callback_may_append(nc) -> None:  # type: ignore[no-untyped-def]
-    store = EventStore(nc.jetstream())
+    store = EventStore(nc)
     seen: list[int] = []
     echoed = asyncio.Event()
 

@@ -92,7 +92,7 @@ async def test_once_live_a_waiter_is_released_at_once(nc, tmp_path) -> None:  # 
                              batch_interval=120.0, catch_up_interval=120.0)
     await runner.start()
     await runner.wait_applied(last, timeout=30)
-    store = EventStore(nc.jetstream())
+    store = EventStore(nc)
     try:
         for i in range(5):
             seq = await store.append(NodeRegistered(node_id=f"live{i}"))

@@ -40,7 +40,7 @@ async def test_refused_bodies_are_listed_and_break_no_chain_nor_the_tail(
     agent = await connect_as(plane, agent_creds, [])
     try:
         # the agent registers as it does (chained through the store, by subject)
-        store = EventStore(agent.jetstream(), direct=True)
+        store = EventStore(agent, direct=True)
         await store.append(NodeRegistered(node_id="n1", boot_id="b"))
         # ...then, with the same credentials, stores what no reader vouches for
         js = agent.jetstream()
@@ -105,7 +105,7 @@ async def test_a_vouched_event_that_vanished_still_breaks_the_chain(
     try:
         js = nc.jetstream()
         await js.add_stream(replace_config(events_stream()))
-        store = EventStore(js)
+        store = EventStore(nc)
         await store.append(NodeRegistered(node_id="n1", boot_id="b"))
         refused_seq = int((await js.publish("herd.node.n1.info_updated", b"{")).seq)
         approved = await store.append(NodeApproved(node_id="n1", actor="alice"))

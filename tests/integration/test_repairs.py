@@ -90,7 +90,7 @@ async def seeded(route: Any, timeout: float = 30.0) -> None:
 
 async def test_a_repair_is_listed_with_its_steps_percentiles_and_metrics(
         nc: Any, nats_server: Any, tmp_path: Path) -> None:
-    store = EventStore(nc.jetstream())
+    store = EventStore(nc)
     for event in before_start("gpu-7"):
         await store.append(event)
     metrics_port, http_port = free_port(), free_port()
@@ -207,7 +207,7 @@ async def test_what_the_projector_folds_during_the_seed_read_is_held_then_folded
     from herdbook.history.repairs_live import LiveRepairs
     from herdbook.projector.tables import Table
 
-    store = EventStore(nc.jetstream())
+    store = EventStore(nc)
     seq = 0
     for event in before_start("gpu-8"):
         seq = await store.append(event)

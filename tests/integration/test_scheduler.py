@@ -71,7 +71,7 @@ class Harness:
     def __init__(self, nc: Any, db: Path) -> None:
         self.nc = nc
         self.config = parse_config(CONFIG)
-        self.store = EventStore(nc.jetstream())
+        self.store = EventStore(nc)
         self.projector = ProjectorRunner(nc, str(db), batch_interval=0.01)
         self.runner = DecideRunner(self.store, self.projector, SYSTEM_CLOCK)
         self.reactor = AllocationReactor(self.projector, self.config, runner=self.runner)

@@ -90,7 +90,7 @@ class World:
         raise AssertionError(f"{name} not in /metrics")
 
     async def events(self, node_id: str) -> list[Any]:
-        return [e for _, e in await EventStore(self.nc.jetstream()).load("node", node_id)]
+        return [e for _, e in await EventStore(self.nc).load("node", node_id)]
 
 
 @pytest.fixture

@@ -94,7 +94,7 @@ async def test_deleted_streams_are_recreated_and_the_api_answers(
         assert (await api(nc, "status", {}))["ok"]
 
         # an append lands, and a new agent registers and shows in the view
-        seq = await EventStore(js).append(NodeRegistered(node_id="late", boot_id="b"),
+        seq = await EventStore(nc).append(NodeRegistered(node_id="late", boot_id="b"),
                                           expected_version=0)
         assert seq > before
         await asyncio.wait_for(start_agent("gpu-2").registered.wait(), 15)

@@ -23,7 +23,7 @@ SHOWN = "\\x1b[31mred\\x07 [bold]loud[/bold]\\nnext"
 
 async def test_the_cli_escapes_what_events_carry(nc: Any, nats_server: Any,
                                                   tmp_path: Path) -> None:
-    store = EventStore(nc.jetstream())
+    store = EventStore(nc)
     seq = await store.append(NodeRegistered(
         node_id="gpu-1", boot_id="b", actor=HOSTILE,
         info=NodeInfo(hostname=HOSTILE, labels={"team": HOSTILE})), expected_version=0)

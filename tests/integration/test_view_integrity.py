@@ -149,7 +149,7 @@ async def fold(nc: Any, db: Path, timeout: float = 10.0) -> ProjectorRunner:
 
 
 async def declare(nc: Any, *nodes: str, reason: str = "") -> None:
-    store = EventStore(nc.jetstream())
+    store = EventStore(nc)
     for node in nodes:
         await store.append(NodeDeclared(node_id=node, reason=reason), expected_version=0)
 

@@ -98,33 +98,89 @@ def sample(node: str, temps: list[float | None], power: float | None = 300.0) ->
         for i, t in enumerate(temps)))
 
 
-def test_the_ring_keeps_the_last_samples_per_gpu_with_absent_readings_absent() -> None:
-    ring = TelemetryRing(samples=3)
+def test_the_ring_keeps_the_samples_per_gpu_with_absent_readings_absent() -> None:
+    ring = TelemetryRing()
     for second, temp in enumerate([60.0, 61.4, 62.6, 95.0]):
         ring.add(sample("n1", [temp, 40.0], power=None if second == 3 else 300.0),
-                 1_800_000_000 + second)
+                 T + second)
     series = ring.series("n1")
-    assert series["times"] == [1_800_000_001, 1_800_000_002, 1_800_000_003]   # oldest gone
-    assert series["gpus"]["0"]["temperature_c"] == [61, 63, 95]
-    assert series["gpus"]["1"]["temperature_c"] == [40, 40, 40]
-    assert series["gpus"]["0"]["power_w"] == [300, 300, None]      # not measured: None, not 0
-    assert ring.series("n1", since=1_800_000_003)["times"] == [1_800_000_003]
-    assert ring.series("nobody") == {"times": [], "gpus": {}}
+    assert series["resolution"] == "samples" and series["step_s"] is None
+    assert series["times"] == [T, T + 1, T + 2, T + 3]
+    assert series["gpus"]["0"]["temperature_c"] == [60, 61, 63, 95]
+    assert series["gpus"]["1"]["temperature_c"] == [40, 40, 40, 40]
+    assert series["gpus"]["0"]["power_w"] == [300, 300, 300, None]  # not measured: None, not 0
+    assert ring.series("n1", since=T + 3)["times"] == [T + 3]
+    assert ring.series("nobody")["times"] == [] and ring.series("nobody")["gpus"] == {}
     ring.forget("n1")
     assert ring.series("n1")["times"] == []
 
 
 def test_the_ring_is_bounded_by_the_fleet_not_by_what_is_published() -> None:
-    ring = TelemetryRing(samples=120)
-    for i in range(500):
-        ring.add(sample("n1", [60.0] * 8), i)
+    ring = TelemetryRing()
+    for i in range(0, 5000 * 60, 60):                # 3.5 days of minutes: every tier wraps
+        ring.add(sample("n1", [60.0] * 8), T + i)
     one_node = ring.nbytes()
-    assert one_node == 120 * (4 + 8 * 3 * 2)        # 6.2 KB for an 8-GPU node, however long
-    ring.add(sample("n2", [60.0] * 8), 1)
+    # 798 slots x (4 B + 8 GPUs x 4 B) + 3 mean tiers' open sums (24 x (8 + 4) B)
+    assert one_node == 798 * (4 + 8 * 4) + 3 * 24 * 12 == 29_592
+    ring.add(sample("n2", [60.0] * 8), T)
     assert ring.nbytes() == 2 * one_node
-    ring.add(sample("n1", [60.0] * 4), 501)          # GPUs changed: a new ring
-    assert ring.series("n1")["times"] == [501] and ring.nbytes() < 2 * one_node
-    assert ABSENT not in ring.series("n1")["gpus"]["0"]["temperature_c"]
+    ring.add(sample("n1", [60.0] * 4), T + 10**6)      # GPUs changed: new rings
+    assert ring.series("n1")["times"] == [T + 10**6] and ring.nbytes() < 2 * one_node
+    assert ABSENT not in ring.series("n1")["gpus"]["0"]["power_w"]
+
+
+# An injected clock: every sample's time is given, 30 s apart for 8 days.
+T = 1_800_000_000 // 3600 * 3600         # on the hour: buckets of every tier start at T
+DAY = 86_400
+
+
+def test_every_window_of_the_picker_is_filled_from_the_tier_that_reaches_back() -> None:
+    ring = TelemetryRing()
+    now = T + 8 * DAY
+    for at in range(T, now + 1, 30):
+        minute = (at - T) // 60
+        ring.add(sample("n1", [40.0 + minute % 2 * 10, 70.0]), at)   # 40, 50, 40 ... by minute
+    expected = {"15m": ("samples", 30, 31), "1h": ("1-minute means", 60, 61),
+                "6h": ("1-minute means", 60, 361), "24h": ("10-minute means", 600, 145),
+                "7d": ("1-hour means", 3600, 169)}
+    for window, (resolution, step, points) in expected.items():
+        since = now - parse_window(window).total_seconds()
+        series = ring.series("n1", since)
+        times = series["times"]
+        assert series["resolution"] == resolution, window
+        assert times[0] <= since + step and times[0] + step >= since, (window, times[0] - since)
+        assert times[-1] >= now - step and len(times) == points, (window, len(times))
+        assert None not in series["gpus"]["1"]["temperature_c"], window     # no gap
+        assert series["kept_from"] <= since
+    minutes = ring.series("n1", now - 3600)["gpus"]["0"]["temperature_c"]
+    assert set(minutes[:-1]) == {40, 50}               # a 1-minute mean: its minute's value
+    assert set(ring.series("n1", now - DAY)["gpus"]["0"]["temperature_c"][:-1]) == {45}
+
+
+def test_a_mean_is_of_the_readings_measured_and_a_silent_node_is_a_gap() -> None:
+    ring = TelemetryRing()
+    ring.add(sample("n1", [60.0], power=None), T)
+    ring.add(sample("n1", [64.0], power=300.0), T + 30)
+    ring.add(sample("n1", [None], power=None), T + 45)
+    ring.add(sample("n1", [70.0], power=None), T + 60)           # opens minute 2
+    ring.add(sample("n1", [80.0], power=None), T + 6 * 60)       # 4 silent minutes
+    # after 3 minutes the raw samples no longer reach back 1 h: the window uses means... but
+    # a young ring (the raw tier has not wrapped) keeps every sample: those first
+    young = ring.series("n1", T - 3600)
+    assert young["resolution"] == "samples" and young["kept_from"] == T > T - 3600
+    store_means = TelemetryRing()
+    for at, temp, power in ((T, 60.0, None), (T + 30, 64.0, 300.0), (T + 45, None, None),
+                            (T + 60, 70.0, None), (T + 6 * 60, 80.0, None)):
+        store_means.add(sample("n1", [temp], power=power), at)
+    for i in range(120):                                         # wrap the raw tier
+        store_means.add(sample("n1", [90.0], power=None), T + 7 * 60 + i)
+    series = store_means.series("n1", T)
+    assert series["resolution"] == "1-minute means" and series["step_s"] == 60
+    gpu = series["gpus"]["0"]
+    assert series["times"][:4] == [T, T + 60, T + 120, T + 360]  # one gap point, then minute 6
+    assert gpu["temperature_c"][:4] == [62, 70, None, 80]        # the mean of 60 and 64
+    assert gpu["power_w"][:4] == [300, None, None, None]         # measured once: that once
+    assert gpu["temperature_c"][-1] == 90                        # the open minute, so far
 
 
 def test_heartbeat_ages_per_bucket_are_the_last_sample_in_it_or_none() -> None:

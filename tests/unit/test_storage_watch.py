@@ -8,6 +8,7 @@ import logging
 from pathlib import Path
 
 import pytest
+from nats.aio.client import Client as NATS
 
 from herdbook.events.node import NodeDeclared
 from herdbook.events.store import EventStore, StorageFullError
@@ -32,7 +33,7 @@ async def test_full_then_freed(caplog: pytest.LogCaptureFixture) -> None:
         await release.wait()
 
     watch = StorageWatch(Path("/nats"), restart, free=disk.free)
-    store = EventStore(None, storage_full=watch.full)  # type: ignore[arg-type]
+    store = EventStore(NATS(), storage_full=watch.full)   # never connected
     assert watch.full() is None
 
     # given: the disk fills
