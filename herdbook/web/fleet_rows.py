@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import compress, count
 from operator import is_not, itemgetter
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, runtime_checkable
 
 import msgspec
 
@@ -22,6 +22,7 @@ from herdbook.events.states import Health
 from herdbook.events.telemetry import GpuTelemetry
 from herdbook.projector.alloc_view import AllocView
 from herdbook.projector.node_view import NodeView
+from herdbook.web.row_order import InRowOrder, picker
 
 STATIC_COLUMNS = ("id", "state", "health", "pool", "class", "labels", "schedulable", "gpus",
                   "approval", "intent", "gpus_healthy", "allocs", "last_event",
@@ -66,11 +67,6 @@ class LatestSample(Protocol):
     def telemetry(self) -> GpuTelemetry: ...
 
 
-def _picker(order: list[int]) -> Callable[[Sequence[float]], Sequence[float]]:
-    """``itemgetter``'s pick for fewer than two items (it returns one item bare)."""
-    return lambda times: tuple(times[i] for i in order)
-
-
 class SeenTimes(Protocol):
     """The heartbeat times side by side (``reactors.seen_column.SeenColumn``, written by
     the intake): ``times[slots[node]]`` on the control plane's monotonic clock, NaN
@@ -102,45 +98,9 @@ _encode = msgspec.json.encode
 _COLUMNS_JSON = _encode(FLEET_COLUMNS)
 _NULL = b"null"
 _ZERO = _encode(0.0)
-V = TypeVar("V")
 
 
-class _InRowOrder:
-    """A table's values in the rows' order, read in the table's own order.
-
-    Why (issue 32 item 3): looking each node up by id in the heartbeat and telemetry
-    tables probes their hash indexes in random order and then follows each entry to its
-    record, a few cache misses per node once 100k nodes' tables outgrow the CPU's
-    caches (0.1 µs per node at 1k, 1.1 µs at 100k, measured). Walking a dict's keys and
-    values is sequential; the permutation from the table's order to the rows' order is
-    rebuilt only when the table's keys change (a node added or forgotten: rare), and
-    applied in C (``itemgetter``), copying pointers without touching what they point to."""
-
-    def __init__(self) -> None:
-        self._keys: list[str] = []
-        self._ids: list[str] = []
-        self._pick: Callable[[list[Any]], Sequence[Any]] = lambda values: ()
-
-    def values(self, table: Mapping[str, Any], ids: list[str], missing: V,
-               values: list[V]) -> Sequence[V]:
-        """``values`` (the table's, in its order) picked in ``ids``' order; ``missing``
-        for an id the table lacks."""
-        keys = list(table)
-        if keys != self._keys or ids is not self._ids:   # identical keys: no string compared
-            self._keys, self._ids = keys, ids
-            where = {k: i for i, k in enumerate(keys)}
-            order = [where.get(k, len(keys)) for k in ids]   # past the end: ``missing``
-            if len(order) == 1:
-                only = order[0]
-                self._pick = lambda values: (values[only],)
-            elif order:
-                self._pick = itemgetter(*order)
-            else:
-                self._pick = lambda values: ()
-        values.append(missing)
-        return self._pick(values)
-
-
+@runtime_checkable
 class Followed(Protocol):
     """A projector table (``projector.tables.Table``): tells its listeners of each change
     as it folds it."""
@@ -195,7 +155,7 @@ class FleetJson:
         self._slot_ids: list[str] | None = None
         self._unseen: list[int] = []
         self._pick_times: Callable[[Sequence[float]], Sequence[float]] = lambda t: ()
-        self._sample_order = _InRowOrder()
+        self._sample_order = InRowOrder()
         self._ages: dict[int, bytes] = {}
         self._row_of: dict[str, int] = {}
         self._rows_obj: object = None
@@ -208,13 +168,25 @@ class FleetJson:
         """Followed: the node ids whose latest sample changed since the last request."""
         self._samples_full = True
         self._unfollow: list[Callable[[], None]] = []
+        self._followed = False
         self.built = 0
         """Rows whose event-log part was encoded (a test reads it: one per changed view)."""
+
+    def follow_once(self, nodes: object, allocs: object, telemetry: object) -> None:
+        """``follow`` the projector's tables and the telemetry intake (its ``watch()``) if
+        not yet, and if they can be followed (a plane without telemetry walks)."""
+        if self._followed:
+            return
+        self._followed = True
+        watch = getattr(telemetry, "watch", None)
+        if watch is not None and isinstance(nodes, Followed) and isinstance(allocs, Followed):
+            self.follow(nodes, allocs, watch())
 
     def follow(self, nodes: Followed, allocs: Followed, sampled: set[str]) -> None:
         """Keep journals of what changes (``nodes``' and ``allocs``' listeners; ``sampled``
         the telemetry intake's ``watch()``), so a request visits only changed rows."""
         self.unfollow()
+        self._followed = True
         folded: set[str] = set()
         self._folded, self._sampled = folded, sampled
         self._unfollow = [nodes.subscribe(lambda key, _row, _event: folded.add(key)),
@@ -225,6 +197,7 @@ class FleetJson:
         for unsubscribe in self._unfollow:
             unsubscribe()
         self._unfollow, self._folded, self._sampled = [], None, None
+        self._followed = False
 
     def _alloc_changed(self, _key: str, row: AllocView | None, _event: object) -> None:
         self._allocs_dirty = True
@@ -320,7 +293,7 @@ class FleetJson:
             order = [slots.get(k, -1) for k in self._ids]
             self._unseen = [i for i, s in enumerate(order) if s < 0]
             order = [max(s, 0) for s in order]
-            self._pick_times = itemgetter(*order) if len(order) > 1 else _picker(order)
+            self._pick_times = itemgetter(*order) if len(order) > 1 else picker(order)
         if not seen.times:                       # no node has a slot (missing ones read 0)
             return [_NULL] * len(self._ids)
         ages = self._ages

@@ -156,6 +156,7 @@ class WebServer:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        self._fleet.unfollow()
 
     # the application ----------------------------------------------------------------
     def app(self) -> web.Application:
@@ -301,6 +302,7 @@ class WebServer:
         projector = self.api.projector
         nodes = projector.nodes
         beats = self.heartbeats
+        self._fleet.follow_once(nodes, projector.allocs, self.api.gpus.telemetry)
         return self._fleet.reply(getattr(nodes, "rows", nodes), projector.allocs.values,
                                  projector.folded_seq, projector.committed_seq,
                                  beats.seen, beats.clock.monotonic(),
