@@ -182,7 +182,47 @@ def show(nodes: int, runs: int, figures: dict[str, list[float]]) -> None:
           f"page holding the parsed /v1/fleet {statistics.median(figures['heap_floor']):.1f} MB")
 
 
-async def main(nodes: int, runs: int, updates: int) -> None:
+def ring_memory(nodes: int) -> None:
+    """The telemetry ring's memory at N nodes x 8 GPUs (reactors/telemetry_ring.py):
+    what the process allocated for it (tracemalloc, every tier wrapped on one node, one
+    sample on the others: the arrays are fixed at a node's first sample) beside the
+    arrays' own bytes (the floor)."""
+    import tracemalloc
+
+    from herdbook.reactors.telemetry_ring import TelemetryRing
+
+    def one(i: int) -> GpuTelemetry:
+        return GpuTelemetry(node_id=name(i), boot_id="b1", gpus=tuple(
+            GpuReading(index=g, temperature_c=60.0, power_w=500.0, gpu_util_pct=90.0)
+            for g in range(GPUS)))
+
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    ring = TelemetryRing()
+    samples = [one(i) for i in range(nodes)]
+    held = tracemalloc.get_traced_memory()[0]
+    for i, sample in enumerate(samples):
+        ring.add(sample, 1_800_000_000 + i % 15)
+    for k in range(8 * 24 * 60):                     # node 0: 8 days of minutes
+        ring.add(samples[0], 1_800_000_000 + 60 * k)
+    used = tracemalloc.get_traced_memory()[0] - held
+    tracemalloc.stop()
+    started = time.process_time()
+    for k in range(4 * 24 * 60):                     # an add's CPU, untraced: 1 day at 15 s
+        ring.add(samples[1], 1_800_000_000 + 15 * k)
+    per_add = (time.process_time() - started) / (4 * 24 * 60) * 1e6
+    arrays = ring.nbytes()
+    print(f"telemetry ring, {nodes:,} nodes x {GPUS} GPUs: {used / nodes:,.0f} B/node allocated "
+          f"({used / 2**20:,.0f} MiB; tracemalloc)   floor: the arrays {arrays / nodes:,.0f} "
+          f"B/node ({arrays / 2**20:,.0f} MiB); the samples themselves "
+          f"{(held - before) / 2**20:,.0f} MiB, not counted; an add every 15 s: {per_add:.1f} µs CPU")
+
+
+async def main(nodes: int, runs: int, updates: int, ring_only: bool) -> None:
+    ring_memory(nodes)
+    print(f"reproduce: python -m benchmarks.console_fleet --nodes {nodes} --ring")
+    if ring_only:
+        return
     figures = await measure(nodes, runs, updates)
     show(nodes, runs, figures)
     print(f"reproduce: python -m benchmarks.console_fleet --nodes {nodes} --runs {runs} "
@@ -194,5 +234,7 @@ if __name__ == "__main__":
     parser.add_argument("--nodes", type=int, default=10_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--updates", type=int, default=5, help="Updates timed per run.")
+    parser.add_argument("--ring", action="store_true",
+                        help="Only the telemetry ring's memory (no browser).")
     args = parser.parse_args()
-    asyncio.run(main(args.nodes, args.runs, args.updates))
+    asyncio.run(main(args.nodes, args.runs, args.updates, args.ring))

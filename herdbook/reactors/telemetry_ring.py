@@ -88,16 +88,17 @@ class _Store:
         slot = self.head
         self.times[slot] = at
         base = slot * self.gpus * 2
+        words = self.words
         for g in range(self.gpus):
             temp, power, util = values[g * _WIDTH:(g + 1) * _WIDTH]
-            self.words[base + 2 * g] = _byte(temp) << 8 | _byte(util)
-            self.words[base + 2 * g + 1] = _word(power)
+            words[base + 2 * g] = _byte(temp) << 8 | _byte(util)
+            words[base + 2 * g + 1] = _word(power)
         self.head = (slot + 1) % self.size
         self.count = min(self.size, self.count + 1)
 
     def take(self, at: int, values: list[float | None]) -> None:
-        """A mean tier: ``values`` into the bucket of ``at``; a later bucket closes the
-        open one first (a late sample joins the open bucket)."""
+        """A mean tier: ``values`` (finite or None) into the bucket of ``at``; a later
+        bucket closes the open one first (a late sample joins the open bucket)."""
         bucket = at // self.step
         if bucket > self.bucket:
             if self.bucket >= 0:
@@ -106,10 +107,11 @@ class _Store:
                     self.sums[i] = 0.0
                     self.counts[i] = 0
             self.bucket = bucket
+        sums, counts = self.sums, self.counts
         for i, value in enumerate(values):
-            if value is not None and math.isfinite(value):
-                self.sums[i] += value
-                self.counts[i] += 1
+            if value is not None:
+                sums[i] += value
+                counts[i] += 1
 
     def means(self) -> list[float | None]:
         return [s / n if n else None for s, n in zip(self.sums, self.counts, strict=True)]
@@ -168,7 +170,9 @@ class TelemetryRing:
         if ring is None or ring.indexes != indexes:
             ring = self._rings[telemetry.node_id] = _Ring(indexes)
         second = max(0, min(0xFFFFFFFF, int(at)))
-        values = [getattr(reading, name) for reading in gpus for name in FIELDS]
+        values = [v if v is not None and math.isfinite(v) else None
+                  for reading in gpus for v in (reading.temperature_c, reading.power_w,
+                                                reading.gpu_util_pct)]
         raw, *means = ring.stores
         raw.write(second, values)
         for store in means:
@@ -194,7 +198,7 @@ class TelemetryRing:
         tier, store = next(((t, s) for t, s in zip(TIERS, ring.stores, strict=True)
                             if s.reaches(since)), (TIERS[-1], ring.stores[-1]))
         kept = store.rows()
-        rows = [(t, v) for t, v in kept if t + store.step >= since]
+        rows = [(t, v) for t, v in kept if t + store.step > since or t >= since]
         if store.step:
             rows = _with_gaps(rows, store.step, _WIDTH * len(ring.indexes))
         gpus: dict[str, dict[str, list[int | None]]] = {

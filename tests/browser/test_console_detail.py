@@ -200,6 +200,13 @@ def test_a_gpu_card_moves_when_the_agent_injects_thermal_95(detail: Console) -> 
                                                      abs=0.2), power
     assert detail.js("return window.stillTheSamePage") is True
     detail.screenshot("console-gpu-cards.png")
+    # the longest window: what the ring keeps (a young control plane: every sample), said
+    detail.driver.find_element("css selector", "#gpu-window [data-window='7d']").click()
+    note = detail.wait_js("const n = document.querySelector('#gpu-charts-note');"
+                          "return n.textContent.includes('kept only since') && n.textContent",
+                          what="the 7d window's note")
+    assert note.startswith("samples from this control plane's memory") and "lost on restart" in note
+    assert 95 in detail.js("return window.herdCharts['gpu-temperature_c'].series[1].values")
 
 
 def test_the_fleet_chart_shows_the_detection(detail: Console) -> None:

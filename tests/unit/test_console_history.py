@@ -159,22 +159,16 @@ def test_every_window_of_the_picker_is_filled_from_the_tier_that_reaches_back() 
 
 def test_a_mean_is_of_the_readings_measured_and_a_silent_node_is_a_gap() -> None:
     ring = TelemetryRing()
-    ring.add(sample("n1", [60.0], power=None), T)
-    ring.add(sample("n1", [64.0], power=300.0), T + 30)
-    ring.add(sample("n1", [None], power=None), T + 45)
-    ring.add(sample("n1", [70.0], power=None), T + 60)           # opens minute 2
-    ring.add(sample("n1", [80.0], power=None), T + 6 * 60)       # 4 silent minutes
-    # after 3 minutes the raw samples no longer reach back 1 h: the window uses means... but
-    # a young ring (the raw tier has not wrapped) keeps every sample: those first
-    young = ring.series("n1", T - 3600)
-    assert young["resolution"] == "samples" and young["kept_from"] == T > T - 3600
-    store_means = TelemetryRing()
     for at, temp, power in ((T, 60.0, None), (T + 30, 64.0, 300.0), (T + 45, None, None),
-                            (T + 60, 70.0, None), (T + 6 * 60, 80.0, None)):
-        store_means.add(sample("n1", [temp], power=power), at)
-    for i in range(120):                                         # wrap the raw tier
-        store_means.add(sample("n1", [90.0], power=None), T + 7 * 60 + i)
-    series = store_means.series("n1", T)
+                            (T + 60, 70.0, None), (T + 6 * 60, 80.0, None)):  # 4 silent minutes
+        ring.add(sample("n1", [temp], power=power), at)
+    # a young ring (its samples never wrapped) holds every sample: those, and it says so
+    young = ring.series("n1", T - 3600)
+    assert young["resolution"] == "samples" and len(young["times"]) == 5
+    assert young["kept_from"] == T > T - 3600
+    for i in range(120):                          # the samples wrap: back to T is means now
+        ring.add(sample("n1", [90.0], power=None), T + 7 * 60 + i)
+    series = ring.series("n1", T)
     assert series["resolution"] == "1-minute means" and series["step_s"] == 60
     gpu = series["gpus"]["0"]
     assert series["times"][:4] == [T, T + 60, T + 120, T + 360]  # one gap point, then minute 6

@@ -1,7 +1,8 @@
 // The node page's GPUs as numbers (issue 28 item 3): one card per GPU with its readings
 // (gpu.describe: the latest telemetry sample), its verdict and cause (the classifier's,
 // never parsed from text) and its recent faults; under them temperature, power and
-// utilisation over a window from the control plane's in-memory ring. A reading a GPU
+// utilisation over a window from the control plane's in-memory ring (samples, then
+// 1-minute, 10-minute and 1-hour means: reactors/telemetry_ring.py). A reading a GPU
 // does not measure is absent in the API and shown "n/a", never 0.
 // app.js's node page calls mountGpus(id); it refreshes on the node's live events and
 // every POLL_MS (telemetry is not an event: it arrives every --telemetry-interval).
@@ -113,13 +114,25 @@ export function nodeLine(columns, field) {
   return { label, values, color: "#1d2330" };
 }
 
+// Which tier of the control plane's ring the window was read from, and how far back it
+// reaches when that is short of the window's start (a restart keeps none of it).
+function historyNote(h) {
+  if (!h.resolution) return "no telemetry from this node since this control plane started";
+  const kept = h.kept_from && Date.parse(h.from) / 1000 < h.kept_from - (h.step_s || 0)
+    ? `; kept only since ${new Date(h.kept_from * 1000).toISOString().slice(0, 16).replace("T", " ")} ` +
+      "(the ring is in memory: a restart or a new node starts it again)" : "";
+  return `${h.resolution} from this control plane's memory (per node: the last ${h.samples} samples, ` +
+    `then 1-minute means for 6 h, 10-minute means for 24 h, 1-hour means for 7 d; lost on restart)${kept}`;
+}
+
 async function drawCharts(id, window_) {
   const h = await api(`/v1/nodes/${encodeURIComponent(id)}/gpus/history?window=${window_}`);
   const gpus = Object.keys(h.gpus).sort((a, b) => a - b);
   const box = $("#gpu-charts");
   if (!box) return;
-  $("#gpu-charts-note").textContent = `the control plane's last ${h.samples ?? "?"} samples per node ` +
-    `(in memory; longer windows: Prometheus on /metrics/gpus)`;
+  const note = $("#gpu-charts-note");
+  note.dataset.resolution = h.resolution ?? "";
+  note.textContent = historyNote(h);
   for (const [field, title, unit] of [["temperature_c", "GPU temperature", "°C"],
                                       ["power_w", "GPU power", "W"],
                                       ["gpu_util_pct", "GPU utilisation", "%"]]) {
