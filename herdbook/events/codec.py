@@ -62,6 +62,7 @@ from herdbook.events.node import (
     NodeUncordoned,
     NodeUndrained,
     NodeValidated,
+    NodeValidationDue,
     NodeValidationFailed,
     NodeValidationStarted,
     NodeWiped,
@@ -80,6 +81,7 @@ AnyNodeEvent = (
     | NodeNotificationFailed | NodeClaimed | NodeReleased | NodeWipeStarted
     | NodeWipeStepReported | NodeWiped | NodeWipeFailed | NodeConformanceChanged
     | NodeActionHeld | NodeValidationStarted | NodeValidated | NodeValidationFailed
+    | NodeValidationDue
 )
 AnyInstanceEvent = (
     InstanceProvisioning | InstanceProvisioned | InstanceRunning | InstanceFailed

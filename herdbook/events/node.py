@@ -257,6 +257,16 @@ class NodeValidationStarted(NodeEvent, frozen=True, kw_only=True,
     reason: str = ""
 
 
+class NodeValidationDue(NodeEvent, frozen=True, kw_only=True, tag="node.validation_due"):
+    """The node must pass the validation gate's check, for ``trigger``, before it is back
+    in service: a replacement instance's node stands for the node it replaces, so it is
+    ``returned`` (not ``approved``) from its registration on."""
+
+    trigger: str
+    reason: str = ""
+    """E.g. ``replaces gpu-7``."""
+
+
 class NodeValidated(NodeEvent, frozen=True, kw_only=True, tag="node.validated"):
     """The check exited 0: back in service."""
 
@@ -290,3 +300,6 @@ class NodeValidationFailed(NodeEvent, frozen=True, kw_only=True,
     quarantine: bool = False
     """``failures`` reached ``validation.quarantine_after`` and the circuit breaker let
     it: QUARANTINED (held instead: a ``node.action_held`` of kind quarantine follows)."""
+    recommended_action: str | None = None
+    """What to do (``health.actions``: ``inspect_hardware`` for a failed validation); the
+    node's ``recommended_action`` from here on. None on events written before it."""

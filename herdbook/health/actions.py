@@ -86,6 +86,13 @@ CHECK_ACTIONS: dict[str, Action] = {
     "gpu": "reboot_node",               # NVML calls fail: the driver or a GPU is wedged
     "boot": "reboot_node",
     "health_events": "none",
+    # The validation gate's check (docs/remediation.md#validation) failed: it runs after
+    # the node's remediation (a reboot, a restart, an operator's clearing), once its boot
+    # check passed, so what it finds is what a reboot did not fix and an idle check does
+    # not see (a diagnostic under load, a collective's bandwidth): NVIDIA's answer to a
+    # failed DCGM diagnostic is field diagnostics and support, a person's job. It also
+    # keeps a bare-metal pool's auto-replace from looping on the same GPU.
+    "validation": "inspect_hardware",
 }
 UNLISTED_CHECK: Action = "none"
 

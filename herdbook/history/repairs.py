@@ -86,7 +86,7 @@ STEPS = frozenset({"cordoned", "uncordoned", "drain_started", "drained", "undrai
 """The node events written into an open episode's steps."""
 IGNORED = frozenset({"info_updated", "approved", "rejected", "declared",
                      "notification_failed", "claimed", "released", "wipe_step",
-                     "conformance_changed"})
+                     "conformance_changed", "validation_due"})
 """Node events that are no step of a repair (they still move the node's view, and so
 whether it is in service). A unit test holds every node event to one of the two."""
 OUT_OF_SERVICE = frozenset({Lifecycle.DEGRADED, Lifecycle.DOWN, Lifecycle.FAILED,

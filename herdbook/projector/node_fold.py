@@ -46,6 +46,7 @@ from herdbook.events.node import (
     NodeUncordoned,
     NodeUndrained,
     NodeValidated,
+    NodeValidationDue,
     NodeValidationFailed,
     NodeValidationStarted,
     NodeWiped,
@@ -180,6 +181,9 @@ def apply(view: NodeView | None, event: AnyNodeEvent, seq: int) -> NodeView | No
                            validation_started_at=event.at,
                            validation_timeout_s=event.timeout_s, validation_at=None,
                            validation_reason=event.reason or f"{event.check} runs")
+        case NodeValidationDue(trigger=trigger):
+            return view if view.validation == "running" else replace(view,
+                                                                    validation_due=trigger)
         case NodeValidated() | NodeValidationFailed() if (
                 view.validation != "running" or view.validation_alloc != event.alloc_id):
             return view   # a late word on a validation already settled: no effect
@@ -191,7 +195,8 @@ def apply(view: NodeView | None, event: AnyNodeEvent, seq: int) -> NodeView | No
             view = replace(view, validation="failed", validation_at=event.at,
                            validation_reason=reason, validation_failures=failed_at,
                            validation_due="returned", health=Health.UNHEALTHY,
-                           health_reason=reason, health_at=event.at, health_level="critical")
+                           health_reason=reason, health_at=event.at, health_level="critical",
+                           health_action=event.recommended_action or "")
             quarantined = (next_lifecycle(view.lifecycle, Trigger.QUARANTINE) if quarantine
                            else None)
             return (view if quarantined is None

@@ -19,6 +19,12 @@ a command's environment), the same on every resend, so a receiver drops a repeat
 DRAIN and RESUME are idempotent themselves. Notifications of one node are sent in the
 order of its events.
 
+With the validation gate on, the workload system follows it (``notifier_deciders``): a
+node the gate holds is cordoned there and resumed only at ``node.validated``. Which
+notification an event calls for is decided from the node's view right after it when
+following the changes; after a takeover, the events the last leader left undone are
+decided against the view as it is then, so the workload system ends where the log ends.
+
 Beside it, by responsibility: ``notifier_deciders.py``, the pure part (which notification
 an event calls for, the failed and drained decisions); ``notification_sender.py``, one
 attempt to reach the workload system and the drain-status question.
@@ -33,7 +39,7 @@ from typing import Any, Protocol
 
 from herdbook.backoff import Backoff
 from herdbook.clock import Clock
-from herdbook.config import NotifierConfig
+from herdbook.config import NotifierConfig, ValidationConfig
 from herdbook.events.codec import AnyEvent
 from herdbook.events.node import NodeEvent
 from herdbook.events.states import Intent
@@ -83,11 +89,14 @@ EventLog = Callable[[int, int, Callable[[int, AnyEvent], None]], Awaitable[None]
 class Notifier:
     def __init__(self, config: NotifierConfig, projector: ProjectorRunner, *, clock: Clock,
                  runner: DecideRunner, position: CommittedPosition | None = None,
-                 events: EventLog | None = None) -> None:
+                 events: EventLog | None = None,
+                 validation: ValidationConfig | None = None) -> None:
         """``position`` and ``events``: where the position is committed and the log it
         resumes from (both, or neither: then it follows the changes from its start on,
-        as a test of one notification wants)."""
+        as a test of one notification wants). ``validation``: the gate the workload
+        system follows (None, or one not ``enabled``: no gate)."""
         self.config = config
+        self.validation = validation if validation is not None and validation.enabled else None
         self._unsubscribe: Callable[[], None] | None = None
         self.runner = runner
         self.clock = clock
@@ -106,7 +115,7 @@ class Notifier:
         self._resuming = False
         self._reset = False
         """The stored position is past the log's end: the next commit replaces it."""
-        self._waiting: list[tuple[int, NodeEvent]] = []
+        self._waiting: list[tuple[int, NodeEvent, NodeView]] = []
         """Changes folded while resuming, dispatched after the log's."""
         self._last: dict[str, asyncio.Task[Any]] = {}
         """Per node, its latest notification: the next one waits for it (order)."""
@@ -155,25 +164,31 @@ class Notifier:
             return   # deleted: nothing to notify (and no sequence to pass)
         seq = view.version   # the fold sets it to the sequence of the event just folded
         if self._resuming:
-            if action_for(event) is not None:
-                self._waiting.append((seq, event))
+            if action_for(event, view, self.validation) is not None:
+                self._waiting.append((seq, event, view))
             return
-        self._take(seq, event)
+        self._take(seq, event, view)
 
-    def _take(self, seq: int, event: AnyEvent | NodeEvent) -> None:
+    def _take(self, seq: int, event: AnyEvent | NodeEvent,
+              view: NodeView | None = None) -> None:
         """Node event ``seq``: notified if it calls for it and the node still exists;
-        each sequence once, whether it comes from the log or the live view."""
+        each sequence once, whether it comes from the log or the live view. ``view``:
+        the node right after the event (None, from the log: the view now)."""
         assert self.progress is not None
         if not self.progress.see(seq):
             return
-        action = action_for(event)
         node_id = str(getattr(event, "node_id", ""))
-        if action is None or node_id not in self.projector.nodes:
+        now = self.projector.nodes.get(node_id)
+        if now is None:
+            return
+        view = view if view is not None else now
+        action = action_for(event, view, self.validation)
+        if action is None:
             return
         self.progress.begin(seq)
         previous = self._last.get(node_id)
         task = asyncio.create_task(self._deliver(previous, seq, action, node_id,
-                                                 reason_for(event), event.event_id,
+                                                 reason_for(event, view), event.event_id,
                                                  recommended_for(event)))
         self._last[node_id] = task
         self._tasks.add(task)
@@ -227,8 +242,8 @@ class Notifier:
         # The changes folded meanwhile, after the log's: each sequence once (``see``).
         self._resuming = False
         waiting, self._waiting = self._waiting, []
-        for seq, event in waiting:
-            self._take(seq, event)
+        for seq, event, view in waiting:
+            self._take(seq, event, view)
         if stored is None or stored > through:
             self._commit_now.set()   # the position to resume from next time
 

@@ -2,7 +2,9 @@
 before it is back in service.
 
 - A node is *due* (``NodeView.validation_due``, folded from the log) once it was DOWN,
-  FAILED or UNHEALTHY (``returned``) or on its first approval (``approved``). When
+  FAILED or UNHEALTHY (``returned``) or on its first approval (``approved``); a
+  replacement instance's node is marked ``returned`` when it registers
+  (``node.validation_due``), as the node it replaces would be. When
   ``validation:`` is configured and names that trigger under ``when``, a due node that is
   READY again (approved, not UNHEALTHY, not disabled) gets ``node.validation_started``:
   it is VALIDATING, not schedulable. ``herd node validate`` starts one on demand
@@ -38,10 +40,12 @@ from herdbook.config import Config
 from herdbook.events.alloc import AllocEvent
 from herdbook.events.node import (
     NodeEvent,
+    NodeRegistered,
     NodeValidated,
     NodeValidationFailed,
 )
 from herdbook.projector.alloc_view import AllocView
+from herdbook.projector.instance_view import InstanceView
 from herdbook.projector.node_view import NodeView
 from herdbook.projector.projection import ProjectorRunner
 from herdbook.reactors.breaker_deciders import Gate, gate_at
@@ -51,6 +55,7 @@ from herdbook.reactors.validation_deciders import (
     decide_kill,
     decide_place,
     decide_result,
+    decide_successor,
     decide_timeout,
     due_trigger,
     in_fleet,
@@ -92,7 +97,8 @@ class ValidationReactor:
         for view in self.projector.nodes.values():   # what a previous leader left
             self._count(view.id, view)
         for view in self.projector.nodes.values():
-            if view.validation == "running" or view.validation_due:
+            if (view.validation == "running" or view.validation_due
+                    or self._replacing(view) is not None):
                 self._enqueue(view.id)
 
     async def stop(self) -> None:
@@ -148,7 +154,8 @@ class ValidationReactor:
             self._release()
         if view is None:
             self._waiting.pop(node_id, None)
-        elif view.validation == "running" or view.validation_due:
+        elif (view.validation == "running" or view.validation_due
+              or isinstance(event, NodeRegistered)):
             self._enqueue(node_id)
 
     def _on_alloc(self, alloc_id: str, alloc: AllocView | None, event: AllocEvent) -> None:
@@ -169,6 +176,14 @@ class ValidationReactor:
                 await asyncio.sleep(1.0)
                 self._enqueue(node_id)
 
+    def _replacing(self, view: NodeView | None) -> InstanceView | None:
+        """The instance of a node that stands for another (auto-replacement), if any and
+        the node was never validated."""
+        if view is None or view.validation:
+            return None
+        instance = self.projector.instances.get(view.info.instance_id or view.id)
+        return instance if instance is not None and instance.replaces else None
+
     def _alloc_of(self, view: NodeView | None) -> AllocView | None:
         return None if view is None else self.projector.allocs.get(view.validation_alloc)
 
@@ -182,6 +197,9 @@ class ValidationReactor:
             return
         nodes: Mapping[str, NodeView] = self.projector.nodes
         self._waiting.pop(node_id, None)
+        if self._replacing(nodes.get(node_id)) is not None:
+            await self.runner.run("node", node_id, lambda _: decide_successor(
+                nodes.get(node_id), self._replacing(nodes.get(node_id)), validation))
         started = await self.runner.run("node", node_id, lambda context: decide_due(
             nodes.get(node_id), validation, context, len(self._running), len(self._fleet)))
         for event in started.events:

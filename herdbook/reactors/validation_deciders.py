@@ -1,5 +1,5 @@
 """The validation gate's pure deciders (docs/remediation.md#validation): when a node is
-due, when a check may start under the bound, the check's allocation and where it is
+due (a replacement's node too), when a check may start under the bound, the check's allocation and where it is
 placed, and what its end, timeout or kill appends. Each takes the views and the
 context and returns a ``Decision``; ``reactors.validation.ValidationReactor`` feeds
 them to the one decide runner.
@@ -24,11 +24,14 @@ from herdbook.events.job_events import Resources
 from herdbook.events.node import (
     NodeEvent,
     NodeValidated,
+    NodeValidationDue,
     NodeValidationFailed,
     NodeValidationStarted,
 )
 from herdbook.events.states import Approval, Health, Intent, Lifecycle, NodeType
+from herdbook.health.actions import action_for
 from herdbook.projector.alloc_view import AllocView
+from herdbook.projector.instance_view import InstanceView
 from herdbook.projector.node_view import NodeView
 from herdbook.reactors.breaker_deciders import Holds
 from herdbook.reactors.decide_runner import Context, Decision
@@ -118,6 +121,22 @@ def decide_due(view: NodeView | None, validation: ValidationConfig | None,
                                             context)])
 
 
+def decide_successor(view: NodeView | None, instance: InstanceView | None,
+                     validation: ValidationConfig | None) -> Decision[NodeEvent] | None:
+    """A replacement instance's node (``instance.replaces`` names the node it stands for)
+    is due as ``returned`` from its registration on, never validated yet: the gate's
+    ``when: [returned]`` proves a replacement as it does the node it replaces (first
+    approval alone would leave it to ``approved``)."""
+    if (view is None or instance is None or validation is None or not instance.replaces
+            or instance.node_id != view.id or "returned" not in validation.when
+            or view.validation or view.validation_due == "returned"
+            or view.type is not NodeType.COMPUTE or view.lifecycle is Lifecycle.TERMINATED):
+        return None
+    return Decision(view.version, [NodeValidationDue(
+        node_id=view.id, actor=ACTOR, trigger="returned",
+        reason=f"replaces {instance.replaces}")])
+
+
 def decide_validate_request(view: NodeView, validation: ValidationConfig | None,
                             live_allocs: int, actor: str, reason: str,
                             context: Context) -> Decision[NodeEvent]:
@@ -188,7 +207,8 @@ def _failed(view: NodeView, validation: ValidationConfig, how: str, output: str,
         node_id=view.id, actor=ACTOR, alloc_id=view.validation_alloc, reason=reason,
         check=view.validation_check, trigger=view.validation_trigger, exit_code=exit_code,
         started_at=started, duration_s=took, output=output, failures=failures,
-        quarantine=quarantine), *held]
+        quarantine=quarantine, recommended_action=action_for("check", name="validation")),
+        *held]
 
 
 def decide_result(view: NodeView | None, alloc: AllocView | None,

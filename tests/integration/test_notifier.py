@@ -51,6 +51,17 @@ async def test_exec_fills_the_template_with_quoted_values(tmp_path: Path) -> Non
     assert store.events == []
 
 
+async def test_exec_gets_the_event_id_and_the_recommended_action(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    n, _ = notifier(f"notifier: {{type: exec, exec: {{cordon: 'echo \"$HERD_EVENT_ID "
+                    f"$HERD_EVENT_SEQ $HERD_RECOMMENDED_ACTION\" > {out}'}}}}")
+    assert await n.notify("cordon", "gpu-1", "validation failed", key="e1", seq=7,
+                          recommended="inspect_hardware")
+    assert out.read_text() == "e1 7 inspect_hardware\n"
+    assert await n.notify("cordon", "gpu-1", "op", key="e2", seq=8)   # an operator's cordon
+    assert out.read_text() == "e2 8 \n"            # none: not set
+
+
 async def test_a_failing_command_is_retried_then_recorded() -> None:
     n, store = notifier("notifier: {type: exec, retries: 2, backoff: 10ms,"
                         " exec: {drain: 'echo nope; exit 3'}}")
