@@ -16,6 +16,7 @@ from herdbook.events.evals import EvalTrigger
 from herdbook.projector.alloc_view import AllocView
 from herdbook.projector.projection import ProjectorRunner
 from herdbook.reactors.decide_runner import DecideRunner
+from herdbook.reactors.refused import AlreadyDone
 
 Handler = Callable[[bytes], Awaitable[Any]]
 
@@ -54,10 +55,14 @@ class AllocRoutes:
         found: AllocView = resolve(self.projector.allocs, req.id, "allocation")
         alloc_id, node_id = found.id, found.node_id
         allocs, jobs = self.projector.allocs, self.projector.jobs
-        await self.runner.run("alloc", node_id, lambda context: decide_requeue_alloc(
-            allocs.get(alloc_id), alloc_id, jobs.get(found.job_id),
-            self.projector.alloc_versions.get(node_id, 0), actor=caller(req),
-            reason=req.reason, context=context), wait=False)
+        try:
+            await self.runner.run("alloc", node_id, lambda context: decide_requeue_alloc(
+                allocs.get(alloc_id), alloc_id, jobs.get(found.job_id),
+                self.projector.alloc_versions.get(node_id, 0), actor=caller(req),
+                reason=req.reason, context=context), wait=False)
+        except AlreadyDone as done:   # allowed already: a success, nothing appended
+            return RequeueResult(alloc=alloc_reply(allocs[alloc_id]), eval_id="",
+                                 unchanged=str(done))
         job = jobs[found.job_id]
         eval_id = await create_eval(self.runner, job.id, EvalTrigger.NODE_UPDATE,
                                     priority=job.spec.priority, actor=caller(req),

@@ -3,7 +3,8 @@ request's facts and the runner's ``Context``, and returns a ``Decision`` (the ev
 the version they were decided from) or raises ``CommandRefused`` / ``ApiError``. No I/O:
 ``DecideRunner`` appends, retries on a conflict and waits for the view. Node intents and
 membership decide in ``reactors.intents`` / ``reactors.membership``; the command table
-(``api/commands.py``) wraps them."""
+(``api/commands.py``) wraps them. A command whose goal already holds raises
+``AlreadyDone`` naming the state (a success, nothing appended), as the node verbs do."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from herdbook.api.lookup import ApiError
 from herdbook.config import PoolConfig
 from herdbook.events.alloc import AllocRequeueApproved, AllocStatus
 from herdbook.events.eval_events import EvalEvent
-from herdbook.events.evals import EvalTrigger, Step
+from herdbook.events.evals import EvalStatus, EvalTrigger, Step
 from herdbook.events.job_events import JobDeregistered, JobRegistered, JobSpec
 from herdbook.events.node import NodeDeclared
 from herdbook.events.pool import PoolScaled
@@ -23,7 +24,7 @@ from herdbook.projector.eval_view import EvalRefused, EvalView, spawn, step
 from herdbook.projector.job_view import JobView
 from herdbook.projector.node_view import NodeView
 from herdbook.reactors.decide_runner import Context, Decision
-from herdbook.reactors.refused import CommandRefused
+from herdbook.reactors.refused import AlreadyDone, CommandRefused
 
 
 def decide_add_node(view: NodeView | None, version: int, node_id: str, *, actor: str,
@@ -47,10 +48,13 @@ def decide_register_job(job: JobView | None, spec: JobSpec, *, actor: str,
 
 def decide_stop_job(job: JobView | None, job_id: str, *, actor: str, reason: str,
                     context: Context) -> Decision[JobDeregistered]:
+    """Deregister a job; a stopped one is ``AlreadyDone`` (``nomad job stop`` of a dead
+    job changes nothing either)."""
     if job is None:
         raise ApiError("not_found", f"job {job_id} not found")
     if job.status == "dead":
-        raise CommandRefused(f"job {job_id} is already stopped")
+        why = f", reason: {job.stop_reason}" if job.stop_reason else ""
+        raise AlreadyDone(f"job {job_id} already stopped (status dead{why})")
     return Decision(job.version, [JobDeregistered(job_id=job_id, reason=reason, actor=actor)])
 
 
@@ -66,11 +70,20 @@ def decide_new_eval(eval_id: str, job_id: str, trigger: EvalTrigger, *, priority
     return Decision(0, [created])
 
 
+QUEUED = frozenset({EvalStatus.PENDING, EvalStatus.DELAYED, EvalStatus.SCHEDULING,
+                    EvalStatus.APPLYING})
+"""An eval the broker holds or delivers: a retry's goal already holds."""
+
+
 def decide_retry_eval(view: EvalView | None, eval_id: str, *, actor: str, reason: str,
                       context: Context) -> Decision[EvalEvent]:
-    """failed -- retry --> scheduling: the broker delivers the eval again."""
+    """failed -- retry --> scheduling: the broker delivers the eval again. One it already
+    holds (a retry sent twice) is ``AlreadyDone``; a finished one is refused."""
     if view is None:
         raise ApiError("not_found", f"eval {eval_id} not found")
+    if view.status in QUEUED:
+        raise AlreadyDone(f"eval {view.id} already {view.status.value}: the broker "
+                          "delivers it")
     try:
         event = step(view, Step.RETRY, reason or "retried by an operator", actor=actor)
     except EvalRefused as err:
@@ -90,19 +103,24 @@ def decide_requeue_alloc(alloc: AllocView | None, alloc_id: str, job: JobView | 
                              "one is requeued")
     if job is None or job.status == "dead":
         raise CommandRefused(f"job {alloc.job_id} is stopped: nothing to requeue")
-    if alloc.requeue_allowed:
-        raise CommandRefused(f"allocation {alloc.id} is requeued automatically by its "
-                             "job's policy")
+    if alloc.requeue_allowed:   # approved before, or lost on a node that is not sensitive
+        policy = job.spec.requeue
+        raise AlreadyDone(f"allocation {alloc.id} already allowed to requeue "
+                          f"({alloc.status_reason or 'lost'}); its job's policy decides: "
+                          f"{policy.policy}, at most {policy.max_requeue} times")
     return Decision(version, [AllocRequeueApproved(node_id=alloc.node_id, alloc_id=alloc.id,
                                                    reason=reason, actor=actor)])
 
 
 def decide_scale_pool(pool: PoolConfig | None, name: str, size: int | None, *, actor: str,
-                      reason: str) -> PoolScaled:
+                      reason: str, desired: int | None) -> PoolScaled:
     """A pool's target size, within its configured bounds. Not a decision on state: the
-    last size written wins, so it is appended without an expected version."""
+    last size written wins, so it is appended without an expected version. ``desired``:
+    the size last written (None: never scaled); the same size again is ``AlreadyDone``."""
     if pool is None:
         raise ApiError("not_found", f"pool {name} not found")
     if size is None or not pool.min_nodes <= size <= pool.max_nodes:
         raise CommandRefused(f"pool {name} takes {pool.min_nodes} to {pool.max_nodes} nodes")
+    if size == desired:
+        raise AlreadyDone(f"pool {name} already scaled to {size}")
     return PoolScaled(pool=name, size=size, actor=actor, reason=reason)

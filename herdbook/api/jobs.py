@@ -7,6 +7,8 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from msgspec.structs import replace
+
 from herdbook.api.caller import caller
 from herdbook.api.deciders import (
     decide_new_eval,
@@ -38,6 +40,7 @@ from herdbook.projector.eval_view import EvalView
 from herdbook.projector.projection import ProjectorRunner
 from herdbook.reactors.decide_runner import DecideRunner
 from herdbook.reactors.placement_why import explain, phase
+from herdbook.reactors.refused import AlreadyDone
 
 Handler = Callable[[bytes], Awaitable[Any]]
 
@@ -128,9 +131,12 @@ class JobRoutes:
 
     async def job_stop(self, data: bytes) -> JobReply:
         req = decode(data, StopJob)
-        await self.runner.run("job", req.id, lambda context: decide_stop_job(
-            self.projector.jobs.get(req.id), req.id, actor=caller(req), reason=req.reason,
-            context=context), wait=False)
+        try:
+            await self.runner.run("job", req.id, lambda context: decide_stop_job(
+                self.projector.jobs.get(req.id), req.id, actor=caller(req),
+                reason=req.reason, context=context), wait=False)
+        except AlreadyDone as done:   # stopped already: a success, nothing appended
+            return replace(self.job_reply(req.id), unchanged=str(done))
         job = self.projector.jobs[req.id]
         await create_eval(self.runner, req.id, EvalTrigger.JOB_DEREGISTER,
                           priority=job.spec.priority, actor=caller(req))
@@ -171,7 +177,10 @@ class JobRoutes:
         """failed -- retry --> scheduling: the broker delivers the eval again."""
         req = decode(data, RetryEval)
         eval_id = resolve(self.projector.evals, req.id, "eval").id
-        await self.runner.run("eval", eval_id, lambda context: decide_retry_eval(
-            self.projector.evals.get(eval_id), eval_id, actor=caller(req), reason=req.reason,
-            context=context))
+        try:
+            await self.runner.run("eval", eval_id, lambda context: decide_retry_eval(
+                self.projector.evals.get(eval_id), eval_id, actor=caller(req),
+                reason=req.reason, context=context))
+        except AlreadyDone as done:   # the broker holds it already: nothing appended
+            return replace(eval_reply(self.projector.evals[eval_id]), unchanged=str(done))
         return eval_reply(self.projector.evals[eval_id])

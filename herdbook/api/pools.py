@@ -15,6 +15,7 @@ from herdbook.config import Config
 from herdbook.projector.projection import ProjectorRunner
 from herdbook.reactors.decide_runner import DecideRunner
 from herdbook.reactors.pool_deciders import LIVE
+from herdbook.reactors.refused import AlreadyDone
 
 Handler = Callable[[bytes], Awaitable[Any]]
 
@@ -70,7 +71,11 @@ class PoolRoutes:
         """A blind write (see ``decide_scale_pool``): the runner's ``append_blind``, stamped
         by its clock and ids like every decided event."""
         req = decode(data, ScalePool)
-        event = decide_scale_pool(self.config.pools.get(req.pool), req.pool, req.size,
-                                  actor=caller(req), reason=req.reason)
+        try:
+            event = decide_scale_pool(self.config.pools.get(req.pool), req.pool, req.size,
+                                      actor=caller(req), reason=req.reason,
+                                      desired=self.projector.pool_sizes.get(req.pool))
+        except AlreadyDone as done:   # that size already: a success, nothing appended
+            return {**self.pool_json(req.pool), "unchanged": str(done)}
         await self.runner.append_blind([event])
         return self.pool_json(req.pool)

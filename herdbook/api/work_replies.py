@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 from herdbook.api.envelope import _Reply
 from herdbook.events.alloc import AllocStatus
@@ -43,6 +44,9 @@ class EvalReply(_Reply, frozen=True, kw_only=True):
     status_reason: str
     created_at: str | None
     modified_at: str | None
+    unchanged: str | UnsetType = UNSET
+    """Only where ``eval.retry``'s goal already held (the broker holds the eval): the
+    state, and nothing was appended. Absent from every other reply."""
 
 
 class EvalChain(_Reply, frozen=True, kw_only=True):
@@ -80,6 +84,9 @@ class AllocReply(_Reply, frozen=True, kw_only=True):
 class RequeueResult(_Reply, frozen=True, kw_only=True):
     alloc: AllocReply
     eval_id: str
+    unchanged: str | UnsetType = UNSET
+    """Only where the allocation was already allowed to requeue: the state, and nothing
+    was appended (``eval_id`` is empty). Absent otherwise."""
 
 
 class JobReply(_Reply, frozen=True, kw_only=True):
@@ -101,6 +108,9 @@ class JobReply(_Reply, frozen=True, kw_only=True):
     placement: dict[str, Any] | None = None
     """While a slot waits to be placed: per constraint and resource, how many nodes
     ruled it out (``placement_why.explain``); None when nothing waits."""
+    unchanged: str | UnsetType = UNSET
+    """Only where ``job.stop``'s goal already held (the job was stopped): the state, and
+    nothing was appended. Absent from every other reply."""
 
 
 class JobSummary(_Reply, frozen=True, kw_only=True):

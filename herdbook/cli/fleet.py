@@ -71,6 +71,7 @@ def pool_scale(ctx: typer.Context, pool: Annotated[str, typer.Argument(help="Poo
     nodes and drains busy ones before terminating them."""
     from herdbook.api.messages import ScalePool
     client.check_id(pool, "pool name")
-    client.call(str(ctx.obj["server"]), "pool.scale",
-                ScalePool(pool=pool, size=size, reason=message, actor=client.actor()))
-    console.print("Ok")
+    result = client.call(str(ctx.obj["server"]), "pool.scale",
+                         ScalePool(pool=pool, size=size, reason=message, actor=client.actor()))
+    console.print(f"Ok: {result['unchanged']}" if result.get("unchanged") else "Ok",
+                  markup=False)

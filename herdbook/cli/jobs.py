@@ -137,12 +137,13 @@ def stop(ctx: typer.Context, job_id: Annotated[str, typer.Argument(help="Job id.
          message: Annotated[str, typer.Option("--message", "-m",
                                              help="Why (recorded in the event).")] = "",
         ) -> None:
-    """Deregister a job (a job-deregister evaluation stops its allocations)."""
+    """Deregister a job (a job-deregister evaluation stops its allocations). A stopped
+    job is left as it is: `Ok: job <id> already stopped`, exit 0."""
     from herdbook.api.messages import JobReply, StopJob
     client.check_id(job_id, "job id")
-    client.call(str(ctx.obj["server"]), "job.stop",
-                StopJob(id=job_id, reason=message, actor=client.actor()), JobReply)
-    console.print("Ok")
+    result = client.call(str(ctx.obj["server"]), "job.stop",
+                         StopJob(id=job_id, reason=message, actor=client.actor()), JobReply)
+    echo(f"Ok: {result.unchanged}" if result.unchanged else "Ok")
 
 
 @eval_app.command("list")
@@ -203,12 +204,15 @@ def eval_retry(ctx: typer.Context, eval_id: Annotated[str, typer.Argument(
         message: Annotated[str, typer.Option("--message", "-m",
                                              help="Why (recorded in the event).")] = "",
         ) -> None:
-    """Hand a failed evaluation to the broker again (failed -> scheduling)."""
+    """Hand a failed evaluation to the broker again (failed -> scheduling). One the
+    broker holds already (pending, scheduling: a retry sent twice) is left as it is,
+    exit 0."""
     from herdbook.api.messages import EvalReply, RetryEval
     client.check_id(eval_id, "eval id")
     result = client.call(str(ctx.obj["server"]), "eval.retry",
                          RetryEval(id=eval_id, reason=message, actor=client.actor()), EvalReply)
-    echo(f"Ok: eval {result.id} is {result.status.value}")
+    echo(f"Ok: {result.unchanged}" if result.unchanged
+         else f"Ok: eval {result.id} is {result.status.value}")
 
 
 alloc_app = typer.Typer(help="Allocations: one running copy of a job on a node.",

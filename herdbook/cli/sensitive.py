@@ -75,4 +75,5 @@ def requeue(ctx: typer.Context, alloc_id: Annotated[str, typer.Argument(
     result = client.call(server(ctx), "alloc.requeue",
                          RequeueAlloc(id=alloc_id, reason=message, actor=client.actor()),
                          RequeueResult)
-    echo(f"Ok: requeue approved, evaluation {result.eval_id}")
+    echo(f"Ok: {result.unchanged}" if result.unchanged
+         else f"Ok: requeue approved, evaluation {result.eval_id}")

@@ -108,5 +108,8 @@ def test_a_pool_keeps_three_agents_and_replaces_an_unhealthy_one(pool_fleet: Fle
     # scale up within bounds; outside them is refused
     assert herd("pool", "scale", "train", "4", server=fleet.url).returncode == 0
     wait_until(lambda: len(running("train")) == 4, timeout=60, what="4 RUNNING")
+    again = herd("pool", "scale", "train", "4", server=fleet.url)   # done: exit 0, no event
+    assert (again.returncode, again.stdout.strip()) == (
+        0, "Ok: pool train already scaled to 4"), again.stderr
     refused = herd("pool", "scale", "train", "9", server=fleet.url)
     assert refused.returncode == 1 and "3 to 5" in refused.stderr

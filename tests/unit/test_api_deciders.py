@@ -33,7 +33,7 @@ from herdbook.projector.eval_view import EvalView
 from herdbook.projector.job_view import JobView
 from herdbook.projector.node_view import NodeView
 from herdbook.reactors.decide_runner import Context
-from herdbook.reactors.refused import CommandRefused
+from herdbook.reactors.refused import AlreadyDone, CommandRefused
 
 NOW = Context(now=datetime(2026, 11, 23, 12, 0, tzinfo=UTC), new_id=lambda: "fresh")
 NODE = NodeView(id="n1", type=NodeType.COMPUTE, approval=Approval.APPROVED,
@@ -88,9 +88,11 @@ def test_stopping_a_job_deregisters_it_once() -> None:
     decision = decide_stop_job(JOB, "train", actor="ana", reason="done", context=NOW)
     [event] = decision.events
     assert decision.expected == 11 and isinstance(event, JobDeregistered)
-    with pytest.raises(CommandRefused, match="job train is already stopped"):
-        decide_stop_job(JobView(id="train", spec=SPEC, status="dead"), "train", actor="ana",
-                        reason="", context=NOW)
+    # stopped already: done, not refused (exit 0), the state in the message
+    with pytest.raises(AlreadyDone) as done:
+        decide_stop_job(JobView(id="train", spec=SPEC, status="dead", stop_reason="done"),
+                        "train", actor="ana", reason="", context=NOW)
+    assert str(done.value) == "job train already stopped (status dead, reason: done)"
     with pytest.raises(ApiError, match="job nope not found"):
         decide_stop_job(None, "nope", actor="ana", reason="", context=NOW)
 
@@ -111,10 +113,22 @@ def test_only_a_failed_eval_is_retried() -> None:
     decision = decide_retry_eval(failed, "e1", actor="ana", reason="", context=NOW)
     [event] = decision.events
     assert decision.expected == 5 and event.reason == "retried by an operator"
-    pending = EvalView(id="e2", job_id="train", status=EvalStatus.PENDING,
-                       triggered_by=EvalTrigger.JOB_REGISTER)
-    with pytest.raises(CommandRefused, match="only a failed eval can be retried"):
-        decide_retry_eval(pending, "e2", actor="ana", reason="", context=NOW)
+    complete = EvalView(id="e2", job_id="train", status=EvalStatus.COMPLETE,
+                        triggered_by=EvalTrigger.JOB_REGISTER)
+    with pytest.raises(CommandRefused, match="only a failed eval can be retried") as err:
+        decide_retry_eval(complete, "e2", actor="ana", reason="", context=NOW)
+    assert not isinstance(err.value, AlreadyDone)
+
+
+@pytest.mark.parametrize("status", [EvalStatus.PENDING, EvalStatus.DELAYED,
+                                    EvalStatus.SCHEDULING, EvalStatus.APPLYING])
+def test_retrying_an_eval_the_broker_holds_is_already_done(status: EvalStatus) -> None:
+    """A retry sent twice finds the eval scheduling: done, exit 0, nothing appended."""
+    held = EvalView(id="e1", job_id="train", status=status,
+                    triggered_by=EvalTrigger.JOB_REGISTER)
+    with pytest.raises(AlreadyDone) as done:
+        decide_retry_eval(held, "e1", actor="ana", reason="", context=NOW)
+    assert str(done.value) == f"eval e1 already {status.value}: the broker delivers it"
 
 
 def test_requeueing_a_lost_allocation_expects_the_nodes_allocation_version() -> None:
@@ -131,20 +145,38 @@ def test_requeueing_a_lost_allocation_expects_the_nodes_allocation_version() -> 
                status=AllocStatus.RUNNING), JOB, "is running: only a lost one is requeued"),
     (LOST, None, "job train is stopped: nothing to requeue"),
     (LOST, JobView(id="train", spec=SPEC, status="dead"), "nothing to requeue"),
-    (AllocView(id="a1", job_id="train", node_id="n1", eval_id="e0", index=0, command=["x"],
-               status=AllocStatus.LOST, requeue_allowed=True), JOB,
-     "requeued automatically by its job's policy"),
 ])
 def test_requeue_refusals(alloc: AllocView, job: JobView | None, refusal: str) -> None:
-    with pytest.raises(CommandRefused, match=refusal):
+    with pytest.raises(CommandRefused, match=refusal) as err:
         decide_requeue_alloc(alloc, "a1", job, 0, actor="ana", reason="", context=NOW)
+    assert not isinstance(err.value, AlreadyDone)
+
+
+def test_requeueing_an_allocation_allowed_to_requeue_is_already_done() -> None:
+    """Approved before (a second requeue) or lost on a node that is not sensitive: the
+    goal holds, and the message names the policy that decides what happens."""
+    approved = AllocView(id="a1", job_id="train", node_id="n1", eval_id="e0", index=0,
+                         command=["x"], status=AllocStatus.LOST, requeue_allowed=True,
+                         status_reason="node lost; requeue approved by ana")
+    with pytest.raises(AlreadyDone) as done:
+        decide_requeue_alloc(approved, "a1", JOB, 0, actor="bob", reason="", context=NOW)
+    assert str(done.value) == (
+        "allocation a1 already allowed to requeue (node lost; requeue approved by ana); "
+        "its job's policy decides: on_node_failure, at most 3 times")
 
 
 def test_a_pool_scales_only_within_its_bounds() -> None:
     pool = PoolConfig(provider="fake", min_nodes=1, max_nodes=4)
-    assert decide_scale_pool(pool, "gpu", 3, actor="ana", reason="").size == 3
+    assert decide_scale_pool(pool, "gpu", 3, actor="ana", reason="", desired=None).size == 3
+    assert decide_scale_pool(pool, "gpu", 3, actor="ana", reason="", desired=2).size == 3
     for size in (0, 5, None):
         with pytest.raises(CommandRefused, match="pool gpu takes 1 to 4 nodes"):
-            decide_scale_pool(pool, "gpu", size, actor="ana", reason="")
+            decide_scale_pool(pool, "gpu", size, actor="ana", reason="", desired=2)
     with pytest.raises(ApiError, match="pool nope not found"):
-        decide_scale_pool(None, "nope", 1, actor="ana", reason="")
+        decide_scale_pool(None, "nope", 1, actor="ana", reason="", desired=None)
+
+
+def test_scaling_a_pool_to_the_size_it_was_scaled_to_is_already_done() -> None:
+    pool = PoolConfig(provider="fake", min_nodes=1, max_nodes=4)
+    with pytest.raises(AlreadyDone, match="^pool gpu already scaled to 3$"):
+        decide_scale_pool(pool, "gpu", 3, actor="ana", reason="", desired=3)

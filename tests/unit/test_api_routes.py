@@ -28,7 +28,7 @@ from herdbook.api.messages import (
 from herdbook.api.service import failure
 from herdbook.events.alloc import AllocLost, AllocPlaced, AllocRequeueApproved
 from herdbook.events.eval_events import EvalCreated
-from herdbook.events.evals import EvalTrigger
+from herdbook.events.evals import EvalStatus, EvalTrigger
 from herdbook.events.job_events import JobRegistered, JobSpec
 from herdbook.events.store import StorageFullError
 from herdbook.reactors.decide_runner import DecideRunner, KeptChanging
@@ -76,14 +76,30 @@ async def test_a_job_registered_meanwhile_is_decided_again_from_its_new_version(
     assert world.projector.jobs["train"].job_version == 2
 
 
-async def test_stopping_a_stopped_job_is_refused_and_appends_nothing() -> None:
+async def test_stopping_a_stopped_job_is_done_unchanged_and_appends_nothing() -> None:
     world = World()
     await world.jobs.job_register(body(spec=msgspec.to_builtins(SPEC)))
-    await world.jobs.job_stop(body(id="train", reason="done"))
+    first = await world.jobs.job_stop(body(id="train", reason="done"))
     appended = len(world.store.appended)
-    with pytest.raises(CommandRefused, match="already stopped"):
-        await world.jobs.job_stop(body(id="train"))
+    again = await world.jobs.job_stop(body(id="train"))
     assert len(world.store.appended) == appended
+    assert again.unchanged == "job train already stopped (status dead, reason: done)"
+    assert again.status == "dead"
+    # a stop that did something says nothing of the kind: the field is absent on the wire
+    assert "unchanged" not in msgspec.to_builtins(first)
+    assert msgspec.to_builtins(again)["unchanged"] == again.unchanged
+
+
+async def test_retrying_an_eval_twice_is_done_unchanged_the_second_time() -> None:
+    world = World()
+    world.store.fold(EvalCreated(eval_id="e1", job_id="train", status=EvalStatus.FAILED,
+                                 triggered_by=EvalTrigger.JOB_REGISTER))
+    first = await world.jobs.eval_retry(body(id="e1"))
+    appended = len(world.store.appended)
+    again = await world.jobs.eval_retry(body(id="e1"))
+    assert (first.status, first.unchanged) == (EvalStatus.SCHEDULING, msgspec.UNSET)
+    assert len(world.store.appended) == appended
+    assert again.unchanged == "eval e1 already scheduling: the broker delivers it"
 
 
 async def test_requeueing_a_lost_allocation_approves_it_and_asks_for_a_placement() -> None:
@@ -99,6 +115,12 @@ async def test_requeueing_a_lost_allocation_approves_it_and_asks_for_a_placement
     assert isinstance(created, EvalCreated)
     assert (created.triggered_by, created.node_id) == (EvalTrigger.NODE_UPDATE, "n1")
     assert reply.eval_id == created.eval_id and reply.alloc.id == "a1"
+    # a second requeue: allowed already, done, no second approval nor evaluation
+    appended = len(world.store.appended)
+    again = await world.allocs.alloc_requeue(body(id="a1", reason="again", actor="bob"))
+    assert len(world.store.appended) == appended
+    assert again.eval_id == "" and isinstance(again.unchanged, str)
+    assert again.unchanged.startswith("allocation a1 already allowed to requeue (")
 
 
 class EveryoneFirst(FakeStore):
