@@ -23,7 +23,10 @@ changed) and tells ``on_recreated``: the projector rebases the view's versions o
 The KV buckets and the object store herdbook owns (the leader lease, the agents' liveness
 settings, view snapshots) are streams too (``KV_<bucket>``, ``OBJ_<bucket>``): ``buckets``
 names each with the coroutine that creates it again as its owner would (the lease's
-bucket, the settings with their key written again).
+bucket, the settings with their key written again). A bucket whose readers keep what it
+held in memory (the HTTP tokens' under ``--auth``) is guarded with ``own`` once its owner
+opened it, and its ``on_recreated`` is told when it was created again, here or by anyone
+(the same ``created`` check as the streams').
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ log = logging.getLogger(__name__)
 
 DELETED_ADVISORY = "$JS.EVENT.ADVISORY.STREAM.DELETED.*"
 
-Recreate = Callable[[], Awaitable[None]]
+Recreate = Callable[[], Awaitable[Any]]
 
 
 def unreached_seq(now: datetime) -> int:
@@ -81,6 +84,8 @@ class StreamsGuard:
         """The last sequence seen in each stream."""
         self.buckets_seen: set[str] = set()
         """The buckets' streams seen here once."""
+        self.bucket_readers: dict[str, Recreate] = {}
+        """What to tell when a bucket given to ``own`` was created again."""
         self.created: dict[str, str] = {}
         """When each stream there now was created (a change: it was created again)."""
         self.recreated = 0
@@ -89,6 +94,16 @@ class StreamsGuard:
         self._wake = asyncio.Event()
         self._sub: Any = None
         self._task: asyncio.Task[None] | None = None
+
+    async def own(self, name: str, recreate: Recreate, on_recreated: Recreate) -> None:
+        """Guard the bucket stream ``name`` from now on (its owner opened it after this
+        guard started): ``recreate()`` makes it again when it is missing, and
+        ``on_recreated()`` is told when it was created again, here or by anyone."""
+        info = await self.js.stream_info(name)
+        self.created[name] = str(info.created or "")
+        self.buckets_seen.add(name)
+        self.bucket_readers[name] = on_recreated
+        self.buckets[name] = recreate
 
     async def start(self) -> None:
         await self.check()
@@ -139,9 +154,9 @@ class StreamsGuard:
                 continue
             self.last_seq[name] = max(self.last_seq.get(name, 0), info.state.last_seq)
             await self._seen(name, str(info.created or ""), int(info.config.first_seq or 1))
-        for name, recreate in self.buckets.items():
+        for name, recreate in list(self.buckets.items()):
             try:
-                await self.js.stream_info(name)
+                info = await self.js.stream_info(name)
             except NotFoundError:
                 # Not at the first check (start): the lease and the settings start after
                 # this guard and make their buckets themselves.
@@ -149,6 +164,8 @@ class StreamsGuard:
                     missing.append(name)
                 continue
             self.buckets_seen.add(name)
+            if name in self.bucket_readers:
+                await self._seen(name, str(info.created or ""), 1)
         self.checks += 1
         return missing
 
@@ -162,11 +179,16 @@ class StreamsGuard:
             await self._tell(name, first_seq, created)
 
     async def _tell(self, name: str, first_seq: int, created: str) -> None:
-        if self.on_recreated is not None:
-            try:
+        reader = self.bucket_readers.get(name)
+        try:
+            if reader is not None:
+                await reader()
+            elif self.on_recreated is not None:
                 await self.on_recreated(name, first_seq, created)
-            except Exception:
-                log.exception("acting on stream %s created again failed", name)
+        except Exception:
+            log.exception("acting on stream %s created again failed", name)
+            if reader is not None:
+                self.created[name] = ""   # told again at the next check
 
     async def _recreate(self, config: StreamConfig) -> bool:
         name = str(config.name)
@@ -200,4 +222,12 @@ class StreamsGuard:
         self.recreated += 1
         log.error("bucket stream %s was deleted from outside: recreated it; what it held "
                   "is lost", name)
+        if name in self.bucket_readers:
+            try:
+                info = await self.js.stream_info(name)
+            except Exception as err:  # noqa: BLE001 - gone again: the next check sees it
+                log.warning("bucket stream %s: %s", name, err)
+                return True
+            self.created[name] = str(info.created or "")
+            await self._tell(name, 1, self.created[name])
         return True

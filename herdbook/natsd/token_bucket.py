@@ -9,6 +9,11 @@ purged) on none, within the watch's delivery time. Without a reachable server `h
 creds` keeps a token in ``<data-dir>/nats/http_tokens.json`` (``HttpTokens``, the file
 every token lived in before) and revocations in ``http_tokens.revoked``: the control
 plane moves both into the bucket when it starts (revocations first), then removes them.
+
+A bucket deleted from outside takes its tokens with it, and a revocation sent while it is
+gone finds nothing to revoke: the streams guard makes the bucket again and tells
+``renew``, which drops every token this replica had seen (none can be confirmed any more:
+each must be issued again) and follows the new bucket.
 """
 
 from __future__ import annotations
@@ -133,23 +138,47 @@ class TokenBucket:
         self._by_sha: dict[str, HttpToken] = {}
         self._task: asyncio.Task[None] | None = None
         self._watcher: Any = None
+        self._stopped = False
 
     def record_url(self, url: str) -> None:
         self.spool.record_url(url)
 
+    async def open_bucket(self) -> Any:
+        """The bucket, created if missing (at the first start; the streams guard's way
+        to make it again)."""
+        return await open_bucket(self.nc.jetstream(), self.replicas)
+
     async def start(self) -> None:
-        kv = await open_bucket(self.nc.jetstream(), self.replicas)
+        kv = await self.open_bucket()
         if self.spool.pending():
             moved, revoked = await migrate(kv, self.spool)
             log.info("HTTP tokens: %d moved from %s and %d users' revoked, into the KV "
                      "bucket %s", moved, self.spool.dir, revoked, TOKENS_BUCKET)
+        await self._watch(kv)
+
+    async def renew(self) -> None:
+        """The bucket was created again (deleted from outside): forget every token seen,
+        then follow the new bucket from its start. A token of the lost bucket is refused
+        from here on, even one whose revocation went nowhere while the bucket was gone."""
+        if self._stopped:
+            return
+        before = set(self._by_sha)
+        self._by_sha = {}
+        await self._unwatch()
+        await self._watch(await self.open_bucket())
+        log.warning("HTTP tokens: the KV bucket %s was deleted and created again: the %d "
+                    "tokens it held are gone and refused from now on; issue each again "
+                    "(herd creds operator NAME --http)", TOKENS_BUCKET,
+                    len(before - set(self._by_sha)))
+
+    async def _watch(self, kv: Any) -> None:
         self._watcher = await kv.watchall()
         while True:     # the current keys, up to the end-of-initial-values marker
             update = await self._watcher.updates(timeout=10)
             if update is None:
                 break
             self._apply(update)
-        self._task = asyncio.create_task(self._follow())
+        self._task = asyncio.create_task(self._follow(self._watcher))
 
     def _apply(self, update: Any) -> None:
         user, _, sha = str(update.key).partition(".")
@@ -160,10 +189,10 @@ class TokenBucket:
         if entry is not None:
             self._by_sha[entry.sha256] = entry
 
-    async def _follow(self) -> None:
+    async def _follow(self, watcher: Any) -> None:
         while True:
             try:
-                update = await self._watcher.updates(timeout=60)
+                update = await watcher.updates(timeout=60)
             except TimeoutError:
                 continue
             except Exception as err:  # noqa: BLE001 - a broken watch leaves the last tokens
@@ -172,14 +201,20 @@ class TokenBucket:
             if update is not None:
                 self._apply(update)
 
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+    async def _unwatch(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-        if self._watcher is not None:
-            with contextlib.suppress(Exception):
-                await self._watcher.stop()
+                await task
+        watcher, self._watcher = self._watcher, None
+        if watcher is not None:
+            with contextlib.suppress(Exception):   # its consumer may be gone with the bucket
+                await watcher.stop()
+
+    async def stop(self) -> None:
+        self._stopped = True
+        await self._unwatch()
 
     def lookup(self, token: str) -> HttpToken | None:
         # A dict lookup by the presented token's hash: its timing tells nothing of any

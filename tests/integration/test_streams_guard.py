@@ -149,6 +149,31 @@ async def test_every_guard_hears_of_a_stream_created_again_and_a_bucket_comes_ba
     assert (await js.stream_info(HEALTH_STREAM)).config.first_seq == unreached_seq(T0)
 
 
+async def test_a_bucket_it_owns_later_tells_its_reader_when_created_again(nc: Any) -> None:
+    """A bucket handed to ``own`` after start (the HTTP tokens'): created again by anyone
+    between two checks, or missing and made again by the guard, its reader hears once."""
+    js = nc.jetstream()
+    told: list[int] = []
+
+    async def make_bucket() -> None:
+        await js.create_key_value(KeyValueConfig(bucket="herd_read", history=1))
+
+    async def reader() -> None:
+        told.append(len(told) + 1)
+
+    guard = StreamsGuard(nc, [], clock=FakeClock(T0))
+    await guard.check()
+    await make_bucket()
+    await guard.own("KV_herd_read", make_bucket, reader)
+    assert await guard.check() == [] and told == []
+    await js.delete_key_value("herd_read")   # someone else makes it again first
+    await make_bucket()
+    assert await guard.check() == [] and told == [1]
+    await js.delete_key_value("herd_read")
+    assert await guard.check() == ["KV_herd_read"] and told == [1, 2]
+    assert await guard.check() == [] and told == [1, 2]
+
+
 def test_a_lost_stream_starts_beyond_any_sequence_a_reader_reached() -> None:
     assert unreached_seq(T0) == 1_795_000_000_000_000
     assert unreached_seq(T0 + timedelta(microseconds=1)) == unreached_seq(T0) + 1
