@@ -4,9 +4,11 @@ from __future__ import annotations
 
 
 def error_path(message: str) -> str:
-    """msgspec says ``reason - at `$.a.b```; operators read ``a.b: reason``."""
+    """msgspec says ``reason - at `$.a.b```; operators read ``a.b: reason``. Of a
+    mapping's key it says ``reason - at `key` in `$.a```: ``a (key): reason``."""
     reason, sep, where = message.rpartition(" - at `")
     if not sep:
         return message
-    path = where.rstrip("`").removeprefix("$").lstrip(".") or "(top level)"
-    return f"{path}: {reason}"
+    key, in_mapping, where = where.rstrip("`").rpartition("` in `")
+    path = where.removeprefix("$").lstrip(".") or "(top level)"
+    return f"{path} ({key}): {reason}" if in_mapping else f"{path}: {reason}"

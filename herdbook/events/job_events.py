@@ -13,12 +13,29 @@ from herdbook.events.states import NodeClass
 from herdbook.events.subjects import ID_PATTERN
 
 # The spec's rules are Meta constraints on its fields, so that the decoder enforces them and
-# the HTTP API's OpenAPI document (``web/openapi.py``) states them: one rule, one place. Every
-# stored spec passed them (``parse_job_spec`` checked the same before), so decoding old
-# events under them refuses none.
+# the HTTP API's OpenAPI document (``web/openapi.py``) states them: one rule, one place.
+# The text bounds came later (issue 26): a spec stored before them with a longer command
+# or label would be refused when read (the projector dead-letters it, with a WARNING).
 RequeuePolicy = Literal["never", "on_node_failure", "always"]
 REQUEUE_POLICIES: tuple[str, ...] = get_args(RequeuePolicy)
 MAX_COUNT = 100_000
+MAX_COMMAND_ARGS = 128
+MAX_COMMAND_ARG = 1024
+"""The most arguments of a job's command, and characters of one. A spec is stored on its
+``job.registered`` and its command on every ``alloc.placed``: at these bounds even a
+command of control characters (6 bytes each in JSON) and the most labels fit a NATS
+message (1 MiB). A longer script belongs in a file the command runs."""
+MAX_LABELS = 64
+MAX_LABEL_KEY = 128
+MAX_LABEL_VALUE = 256
+"""A constraint's labels: as many, and as long, as an operator may set on a node."""
+
+CommandArg = Annotated[str, Meta(max_length=MAX_COMMAND_ARG)]
+ConstraintLabels = Annotated[
+    dict[Annotated[str, Meta(max_length=MAX_LABEL_KEY)],
+         Annotated[str, Meta(max_length=MAX_LABEL_VALUE)]],
+    Meta(max_length=MAX_LABELS, description=f"at most {MAX_LABELS} labels, keys of at most "
+         f"{MAX_LABEL_KEY} and values of at most {MAX_LABEL_VALUE} characters")]
 
 
 class Resources(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -28,7 +45,7 @@ class Resources(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 
 class Constraints(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    labels: dict[str, str] = msgspec.field(default_factory=dict)
+    labels: ConstraintLabels = msgspec.field(default_factory=dict)
     node_class: NodeClass | None = msgspec.field(default=None, name="class")
 
 
@@ -40,7 +57,10 @@ class Requeue(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 class JobSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     id: Annotated[str, Meta(pattern=ID_PATTERN.pattern,
                             description="1-128 characters from A-Z a-z 0-9 _ -")]
-    command: Annotated[list[str], Meta(min_length=1)]
+    command: Annotated[list[CommandArg], Meta(
+        min_length=1, max_length=MAX_COMMAND_ARGS,
+        description=f"1 to {MAX_COMMAND_ARGS} arguments of at most {MAX_COMMAND_ARG} "
+                    "characters each")]
     """Run by the exec driver, e.g. ["python", "train.py"]."""
     count: Annotated[int, Meta(ge=1, le=MAX_COUNT)] = 1
     priority: Annotated[int, Meta(ge=1, le=100)] = 50
