@@ -68,6 +68,8 @@ class Executor:
         self.actor = actor or f"agent:{node_id}"
         self.poll_interval = poll_interval
         self.requeue_allowed = requeue_allowed
+        self.env: dict[str, str] = {}
+        """Added to every allocation's environment (``HERD_FAKE_GPUS`` on a fake node)."""
         self._report = report
         self._local: dict[str, Workload] = {}
         self._unreported: dict[str, StateEntry] = {}
@@ -151,7 +153,7 @@ class Executor:
     def _start(self, view: AllocView) -> None:
         log_path = self.alloc_dir / f"{view.id}.log"
         exit_file = self.alloc_dir / f"{view.id}.exit"
-        env = {**os.environ, "HERD_ALLOC_ID": view.id, "HERD_JOB_ID": view.job_id,
+        env = {**os.environ, **self.env, "HERD_ALLOC_ID": view.id, "HERD_JOB_ID": view.job_id,
                "HERD_ALLOC_INDEX": str(view.index), "HERD_NODE_ID": self.node_id,
                "HERD_EXIT_FILE": str(exit_file)}
         problem = procs.find_command(view.command, env)

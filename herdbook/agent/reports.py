@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 from nats.aio.client import Client as NATS
 
-from herdbook.agent import boot, fake_nvml, gpu
+from herdbook.agent import boot, fake_gpu_file, fake_nvml, gpu
 from herdbook.agent.executor import Executor
 from herdbook.agent.gpu_checks import HealthMonitor
 from herdbook.agent.heartbeat_interval import HeartbeatPace
@@ -49,6 +49,9 @@ class NodeReports:
         self._fingerprint_sent: str | None = None
         self.pace: HeartbeatPace | None = None
         """How often the heartbeat goes (``agent.liveness``): each one says so."""
+        self.fake_gpus = (fake_gpu_file.expose(nvml, node.node_id, executor)
+                          if isinstance(nvml, fake_nvml.FakeNvml) else None)
+        """Fake GPUs: the file that shows them to allocations (``HERD_FAKE_GPUS``)."""
 
     def new_boot(self) -> None:
         """The next heartbeat carries the fingerprint again."""
@@ -124,6 +127,8 @@ class NodeReports:
                 raise ValueError(f"node {node_id} uses real NVML; fault injection needs "
                                  "an agent started with --fake-gpus")
             done = self.nvml.inject(request.fault, request.gpu, request.value)
+            if self.fake_gpus is not None:   # what a check running here now reads
+                fake_gpu_file.write(self.nvml, node_id, self.fake_gpus)
             if request.fault == "driver":
                 await self.refresh_fingerprint()
         except (ValueError, TypeError) as err:
