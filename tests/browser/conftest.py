@@ -3,8 +3,8 @@ chromium-driver, driven by selenium) against a real `herd up --http-port` with r
 `herd agent`s, one fleet shared by the module. Skipped, with the reason printed, where
 Chromium, its driver or selenium is missing.
 
-Screenshots go to $HERD_SCREENSHOTS (default: a temporary folder); the ones in docs/
-come from ``HERD_SCREENSHOTS=docs python -m pytest tests/browser -m browser``.
+The screenshots in docs/ are not the tests': benchmarks/console_screenshots.py takes them
+from a 1,000-node demo fleet.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -47,11 +46,10 @@ def missing_browser() -> str | None:
 class Console:
     """A real `herd up` with its HTTP server and console, real agents, one browser."""
 
-    def __init__(self, fleet: Fleet, http_port: int, driver: Any, shots: Path) -> None:
+    def __init__(self, fleet: Fleet, http_port: int, driver: Any) -> None:
         self.fleet = fleet
         self.base = f"http://127.0.0.1:{http_port}"
         self.driver = driver
-        self.shots = shots
 
     def open(self, route: str = "") -> None:
         self.driver.get(f"{self.base}/#/{route}")
@@ -67,16 +65,6 @@ class Console:
         self.wait_js("return window.herdConsole && window.herdConsole.fleetRenderedAt",
                      what="the fleet grid")
         self.wait_js("return window.herdConsole.sseOpen", what="the live stream")
-
-    def screenshot(self, name: str) -> Path:
-        path = self.shots / name
-        height = self.js("return Math.min(1400, document.documentElement.scrollHeight)")
-        self.driver.set_window_size(1280, max(900, height))
-        try:
-            self.driver.save_screenshot(str(path))
-        finally:
-            self.driver.set_window_size(1280, 900)
-        return path
 
     def browser_errors(self) -> list[str]:
         return [e["message"] for e in self.driver.get_log("browser")
@@ -96,12 +84,6 @@ def chromium() -> Any:
     driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
     driver.set_page_load_timeout(30)
     return driver
-
-
-def screenshots(tmp: Path) -> Path:
-    shots = Path(os.environ.get("HERD_SCREENSHOTS") or tmp / "screenshots")
-    shots.mkdir(parents=True, exist_ok=True)
-    return shots
 
 
 @pytest.fixture(scope="module")
@@ -136,7 +118,7 @@ def console(browser: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
             fleet.agent(node)
         wait_until(lambda: all(fleet.state(n) == "READY" for n in ("web-a", "web-b", "web-kill")),
                    what="the fleet READY")
-        yield Console(fleet, http_port, browser, screenshots(tmp))
+        yield Console(fleet, http_port, browser)
     finally:
         fleet.stop()
 

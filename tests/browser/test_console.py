@@ -1,6 +1,6 @@
 """The web console in headless Chromium against a real `herd up` and real agents: the
-grid, a killed agent seen live, cordon from the page, an XID 79's cause chain, the
-screenshots. Run alone: ``python -m pytest tests/browser -m browser``."""
+grid, a killed agent seen live, cordon from the page, an XID 79's cause chain. Run
+alone: ``python -m pytest tests/browser -m browser``."""
 
 from __future__ import annotations
 
@@ -117,7 +117,6 @@ def test_the_node_page_shows_an_xid_79_cause_chain_and_the_gpu(console: Console)
     gpus = console.js("return [...document.querySelectorAll('.gpu')].map(g => g.dataset.health)")
     assert gpus == ["HEALTHY", "HEALTHY", "UNHEALTHY", "HEALTHY"]
     assert "node.down" in console.driver.find_element("id", "timeline").text
-    console.screenshot("console-node.png")
 
     # the as-of slider: half a second before the fault the node was READY
     console.js("""const fatal = [...document.querySelectorAll('#timeline li')]

@@ -44,7 +44,7 @@ def secured(browser: Any,
                       "--data-dir", str(tmp / "data"), check=True)
         token = re.search(r"token: (\S+)", issued.stdout)
         assert token, issued.stdout
-        yield Console(fleet, http_port, browser, tmp), token.group(1)
+        yield Console(fleet, http_port, browser), token.group(1)
     finally:
         fleet.stop()
 

@@ -8,12 +8,11 @@ browser``."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.browser.conftest import Console, screenshots
+from tests.browser.conftest import Console
 from tests.conftest import free_port, herd, wait_until
 from tests.e2e.conftest import JOBS_CONFIG, Fleet
 
@@ -55,7 +54,7 @@ def detail(browser: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[C
         for name, text in (("too-big", TOO_BIG), ("quick", QUICK)):
             (tmp / f"{name}.yaml").write_text(text)
             herd("job", "run", str(tmp / f"{name}.yaml"), server=fleet.url, check=True)
-        yield Console(fleet, http_port, browser, screenshots(tmp))
+        yield Console(fleet, http_port, browser)
     finally:
         fleet.stop()
 
@@ -84,7 +83,6 @@ def test_a_blocked_job_says_why_and_a_finished_one_is_complete(detail: Console) 
     assert "largest free on a node that passes the constraints: gpus 4 on 1 node(s)" in why, why
     assert "scheduler: 64 GPUs asked; largest free: 4 on 1 node; short on 1 node" in why, why
     assert detail.js("return document.querySelector(\"#job-evals tr[data-status='blocked']\")")
-    detail.screenshot("console-job.png")
     detail.open("job/quick")
     detail.wait_js("return document.querySelector('#job-phase')?.dataset.phase === 'complete'",
                    what="quick's page")
@@ -199,7 +197,6 @@ def test_a_gpu_card_moves_when_the_agent_injects_thermal_95(detail: Console) -> 
     assert power[4]["values"][last] == pytest.approx(sum(s["values"][last] for s in power[:4]),
                                                      abs=0.2), power
     assert detail.js("return window.stillTheSamePage") is True
-    detail.screenshot("console-gpu-cards.png")
     # the longest window: what the ring keeps (a young control plane: every sample), said
     detail.driver.find_element("css selector", "#gpu-window [data-window='7d']").click()
     note = detail.wait_js("const n = document.querySelector('#gpu-charts-note');"
@@ -220,7 +217,6 @@ def test_the_fleet_chart_shows_the_detection(detail: Console) -> None:
     assert detail.js("return document.querySelector('#chart-detections canvas') !== null")
     states = detail.js("return window.herdCharts.states.series.map(s => s.label)")
     assert "READY" in states or any(s in states for s in ("CORDONED", "UNHEALTHY")), states
-    detail.screenshot("console-history.png")
     # nothing of the pages left before (a node page's late reload) writes into this one
     assert detail.js("return document.querySelector('#error').hidden") is True
     assert detail.browser_errors() == []
@@ -239,4 +235,3 @@ def test_the_fleet_gpu_view_sorts_by_temperature(detail: Console) -> None:
                       ".map(r => r.dataset.gpu)")
     assert order == ["0", "1", "2", "3"], order
     assert "sort=node" in detail.driver.current_url
-    assert Path(detail.shots).is_dir()

@@ -13,7 +13,7 @@ from urllib.parse import parse_qs
 
 import pytest
 
-from tests.browser.conftest import Console, poll, screenshots
+from tests.browser.conftest import Console, poll
 from tests.conftest import free_port, herd, wait_until
 from tests.e2e.conftest import Fleet
 
@@ -36,7 +36,7 @@ def console(browser: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         fleet.up(CONFIG, "--http-port", str(http_port), "--demo", str(len(DEMO)))
         wait_until(lambda: all(fleet.state(n) == "READY" for n in DEMO), timeout=90,
                    what="the demo fleet READY")
-        yield Console(fleet, http_port, browser, screenshots(tmp))
+        yield Console(fleet, http_port, browser)
     finally:
         browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
         fleet.stop()

@@ -209,6 +209,7 @@ export async function showLogs(box, allocId) {
     text.classList.remove("bad");
     text.textContent = state.piece.data || "";
     if (!state.piece.data) text.textContent = state.piece.running ? "(no output yet)" : "(no output)";
+    text.scrollTop = state.tail === TAIL ? text.scrollHeight : 0;    // the tail at the bottom; more: from the top
     told();
   };
   $("#logs-more", box).addEventListener("click", () => {
@@ -225,6 +226,7 @@ export async function showLogs(box, allocId) {
         if (p.next_offset >= p.size) break;
       }
     } catch (err) { fail(err); return; }
+    text.scrollTop = text.scrollHeight;
     told();
   });
   $("#logs-close", box).addEventListener("click", () => { box.hidden = true; box.replaceChildren(); });
