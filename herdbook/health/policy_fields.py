@@ -82,6 +82,14 @@ def references(condition: str) -> list[tuple[str, ...]]:
     return paths
 
 
+def names_history(condition: str) -> bool:
+    """Whether ``condition`` calls a ``history.*`` function: its result then depends on
+    the node's past, not on the event alone."""
+    tokens = _tokens(condition)
+    return any(token == ("name", "history") and not (at and tokens[at - 1] == ("other", "."))
+               for at, token in enumerate(tokens))
+
+
 def unknown_field(condition: str, checks: bool) -> str | None:
     """Why ``condition`` can never match: the first field it names that no event has,
     with the ones there are; None if every one is known."""

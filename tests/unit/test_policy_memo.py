@@ -1,0 +1,98 @@
+"""A pure rule's answer on a check result is kept (``Policy._classify_check``, issue 32: the
+classifier ran 22 CEL programs on every healthy report's checks). Kept only for rules that
+name no ``history.*``; a history rule still runs every time, since the node's past moves
+its answer; and for every check result and policy the kept answers give the verdict a
+fresh policy gives."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from herdbook.events.health_report import CheckResult, HealthReport
+from herdbook.health.fault_history import NodeFaults, Pull
+from herdbook.health.policy import Policy
+from herdbook.health.policy_fields import names_history
+
+POLICY_YAML = """
+version: 1
+rules:
+  - name: hot
+    condition: event.kind == "check" && event.status == "degraded"
+    result: degraded
+  - name: pulled-twice
+    condition: event.kind == "check" && event.name == "gpu" && history.max_gpu_pulls(duration("168h")) >= 2
+    result: unhealthy
+  - name: failed
+    condition: event.kind == "check" && event.status == "unhealthy" && event.message != "ok"
+    result: unhealthy
+"""
+
+
+class Counting:
+    """A rule's program, counting its runs."""
+
+    def __init__(self, program: Any) -> None:
+        self.program = program
+        self.runs = 0
+
+    def execute(self, context: Any) -> Any:
+        self.runs += 1
+        return self.program.execute(context)
+
+
+def counted(policy: Policy) -> list[Counting]:
+    programs = [Counting(rule.program) for rule in policy.rules]
+    policy.rules = [replace(rule, program=p) for rule, p in zip(policy.rules, programs, strict=True)]
+    return programs
+
+
+def report(*checks: CheckResult) -> HealthReport:
+    return HealthReport(report_id="r", node_id="gpu-1", boot_id="b", sent_at=0.0, checks=checks)
+
+
+def pulled(times: int) -> NodeFaults:
+    pulls = {"S1": [Pull(at=0.0, node_id="gpu-1", boot_id=f"b{i}") for i in range(times)]}
+    return NodeFaults((), pulls, {0: "S1"}, 10.0)  # type: ignore[arg-type]
+
+
+def test_names_history_finds_a_call_and_not_a_field_named_history() -> None:
+    assert names_history('history.xid_count(event.gpu, 79, duration("24h")) >= 3')
+    assert not names_history('event.kind == "check" && event.history == "x"')
+    assert not names_history('event.message == "history"')
+
+
+def test_a_healthy_check_runs_only_the_history_rule_the_second_time() -> None:
+    policy = Policy.parse(POLICY_YAML)
+    hot, history_rule, failed = counted(policy)
+    healthy = report(CheckResult(name="gpu", status="healthy"))
+    for _ in range(3):
+        assert policy.classify(healthy).result == "healthy"
+    assert (hot.runs, history_rule.runs, failed.runs) == (1, 3, 1)
+
+
+def test_the_history_rule_still_follows_the_nodes_past() -> None:
+    policy = Policy.parse(POLICY_YAML)
+    healthy = report(CheckResult(name="gpu", status="healthy"))
+    assert policy.classify(healthy, pulled(0)).result == "healthy"
+    assert policy.classify(healthy, pulled(2)).result == "unhealthy"
+    assert policy.classify(healthy, pulled(1)).result == "healthy"
+
+
+CHECKS = st.builds(CheckResult, name=st.sampled_from(["gpu", "boot", "nvlink"]),
+                   status=st.sampled_from(["healthy", "degraded", "unhealthy"]),
+                   message=st.sampled_from(["", "ok", "hot"]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.lists(CHECKS, min_size=1, max_size=3), st.integers(0, 3)),
+                max_size=12))
+def test_kept_answers_give_a_fresh_policys_verdict(
+        reports: list[tuple[list[CheckResult], int]]) -> None:
+    kept = Policy.parse(POLICY_YAML)
+    for checks, pulls in reports:
+        fresh = Policy.parse(POLICY_YAML).classify(report(*checks), pulled(pulls))
+        assert kept.classify(report(*checks), pulled(pulls)) == fresh
