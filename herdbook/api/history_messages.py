@@ -148,6 +148,19 @@ class RefusedMessage(_Reply, frozen=True, kw_only=True):
     reason: str
 
 
+class UnanchoredEvent(_Reply, frozen=True, kw_only=True):
+    """A vouched event whose successor chained onto the refused message after it (as a
+    store that hashes whatever is last on the node's subjects writes it) instead of onto
+    it: a change to it is not seen."""
+
+    node_id: str
+    seq: int
+    refused_seq: int
+    """The first refused message after it."""
+    next_seq: int
+    """The vouched event that chained onto the refused bytes instead of onto it."""
+
+
 class ChainReport(_Reply, frozen=True, kw_only=True):
     ok: bool
     nodes_checked: int
@@ -157,3 +170,6 @@ class ChainReport(_Reply, frozen=True, kw_only=True):
     refused: list[RefusedMessage] = []
     """The first refused messages (at most 500), in stream order."""
     refused_total: int = 0
+    unanchored: list[UnanchoredEvent] = []
+    """The first vouched events anchored only through a refused message (at most 500)."""
+    unanchored_total: int = 0

@@ -68,10 +68,12 @@ def since_time(ctx: typer.Context, text: str) -> datetime:
 def verify(ctx: typer.Context, node: NodeOption = None, output: Output = Format.table) -> None:
     """Check the nodes' hash chains; exit code 1 if one is broken.
 
-    Every node event's prev_hash must be the SHA-256 of the message stored before it on
-    the node's subjects (none for its first); the first broken link per node is named.
-    A message the subject does not vouch for (undecodable or forged: dead-lettered) is
-    listed as REFUSED with its sequence and reason and breaks nothing. Reads the log."""
+    Every node event's prev_hash must be the SHA-256 of the node's last vouched event
+    before it (none for its first); the first broken link per node is named. A message
+    the subject does not vouch for (undecodable or forged: dead-lettered) is listed as
+    REFUSED with its sequence and reason and breaks nothing; an event whose successor
+    chained onto such a message instead of onto it is listed as UNANCHORED (a change to
+    it would not be seen). Reads the log."""
     from herdbook.api.history_messages import AuditVerify, ChainReport
     request = AuditVerify(node_id="" if node is None else client.check_id(node))
     report = _ask(ctx, "audit.verify", request, ChainReport)
@@ -90,5 +92,11 @@ def verify(ctx: typer.Context, node: NodeOption = None, output: Output = Format.
             echo(f"REFUSED: seq {msg['seq']} on {msg['subject']}: {msg['reason']}")
         if (more := report["refused_total"] - len(report["refused"])) > 0:
             echo(f"REFUSED: {more} more not listed")
+        for gap in report["unanchored"]:
+            echo(f"UNANCHORED: seq {gap['seq']} of node {gap['node_id']}: seq "
+                 f"{gap['next_seq']} chained onto refused seq {gap['refused_seq']} "
+                 "instead, so a change to it would not be seen")
+        if (more := report["unanchored_total"] - len(report["unanchored"])) > 0:
+            echo(f"UNANCHORED: {more} more not listed")
     if not report["ok"]:
         raise typer.Exit(code=client.EXIT_REFUSED)

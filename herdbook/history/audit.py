@@ -41,52 +41,87 @@ def audit_row(entry: LogEntry) -> dict[str, Any] | None:
 
 
 MAX_REFUSED = 500
-"""The most refused messages one chain report names (``refused_total`` counts them all)."""
+"""The most refused messages one chain report names (``refused_total`` counts them all);
+the same for the events anchored only through one."""
 
 
 class ChainVerifier:
-    """Walks node events in stream order and checks each vouched event's ``prev_hash``
-    against the SHA-256 of the message stored before it on the node's subjects (None
-    for its first): what ``EventStore`` hashed when it appended it.
+    """Walks node events in stream order and checks each vouched event's ``prev_hash``.
 
-    A message its subject does not vouch for (undecodable, a type or node its subject
-    does not carry: the projector dead-letters it) is *refused*: listed with its
-    sequence and reason, never a break. It cannot be taken out (HERD_EVENTS denies
-    delete), and an event appended after it chains onto its bytes, so its hash is what
-    the next vouched event must carry. Only a vouched event whose ``prev_hash`` is not
-    the hash of the message before it breaks the chain (an event changed or removed,
-    or one published around the store); the first break per node is kept."""
+    The chain is the vouched events': a link is the SHA-256 of the node's last *vouched*
+    event before it as stored (None for its first). Linked so, a vouched event that
+    changed or vanished breaks its successor's link wherever refused messages sit, and
+    only that does: a message its subject does not vouch for (undecodable, a type or node
+    its subject does not carry: the projector dead-letters it) is *refused*, listed with
+    its sequence and reason, never a link and never a break, whether it stays, is taken
+    out or was put in.
+
+    A link onto the refused message just before it is accepted too: it is what
+    ``EventStore`` writes while it hashes whatever is last on the node's subjects
+    instead of reading past refused messages. It anchors nothing before that message,
+    so the vouched event it skipped is listed as *unanchored* (a change to it would not
+    be seen) instead of passed over in silence. The first break per node is kept."""
 
     def __init__(self) -> None:
         self.last_hash: dict[str, str] = {}
+        """The hash of the last message on each node's subjects, refused or not."""
+        self.vouched: dict[str, tuple[int, str]] = {}
+        """Each node's last vouched event: its sequence and hash."""
+        self.refused_since: dict[str, int] = {}
+        """Nodes whose last message is refused: the first refused one since their last
+        vouched event."""
         self.nodes: set[str] = set()
         self.broken: dict[str, dict[str, Any]] = {}
         self.refused: list[dict[str, Any]] = []
         self.refused_total = 0
+        self.unanchored: list[dict[str, Any]] = []
+        self.unanchored_total = 0
         self.events = 0
 
     def add(self, entry: LogEntry) -> None:
         event = entry.event
-        node_id = event.node_id if isinstance(event, NodeEvent) else node_id_of_subject(
-            entry.subject)
+        digest = hashlib.sha256(entry.data).hexdigest()
         if isinstance(event, NodeEvent):
-            expected = self.last_hash.get(node_id)
-            if event.prev_hash != expected and node_id not in self.broken:
-                self.broken[node_id] = {"node_id": node_id, "seq": entry.seq,
-                                        "event": tag(event), "expected": expected,
-                                        "found": event.prev_hash}
-            self.nodes.add(node_id)
-            self.events += 1
-        else:
-            self.refused_total += 1
-            if len(self.refused) < MAX_REFUSED:
-                self.refused.append({"node_id": printable(node_id, 140), "seq": entry.seq,
-                                     "subject": printable(entry.subject, 140),
-                                     "reason": printable(entry.refused or "refused", 200)})
-        self.last_hash[node_id] = hashlib.sha256(entry.data).hexdigest()
+            self._link(entry, event, tag(event))
+            self.vouched[event.node_id] = (entry.seq, digest)
+            self.refused_since.pop(event.node_id, None)
+            self.last_hash[event.node_id] = digest
+            return
+        node_id = node_id_of_subject(entry.subject)
+        self.refused_total += 1
+        if len(self.refused) < MAX_REFUSED:
+            self.refused.append({"node_id": printable(node_id, 140), "seq": entry.seq,
+                                 "subject": printable(entry.subject, 140),
+                                 "reason": printable(entry.refused or "refused", 200)})
+        self.refused_since.setdefault(node_id, entry.seq)
+        self.last_hash[node_id] = digest
+
+    def _link(self, entry: LogEntry, event: NodeEvent, name: str) -> None:
+        node_id = event.node_id
+        self.nodes.add(node_id)
+        self.events += 1
+        before = self.vouched.get(node_id)
+        expected = None if before is None else before[1]
+        if event.prev_hash == expected:
+            return
+        refused = self.refused_since.get(node_id)
+        if refused is not None and event.prev_hash == self.last_hash.get(node_id):
+            # chained onto the refused message before it (the store's rule until it read
+            # past them): accepted, and what it skipped is said to be unanchored
+            if before is not None:
+                self.unanchored_total += 1
+                if len(self.unanchored) < MAX_REFUSED:
+                    self.unanchored.append({"node_id": node_id, "seq": before[0],
+                                            "refused_seq": refused, "next_seq": entry.seq})
+            return
+        if node_id not in self.broken:
+            self.broken[node_id] = {"node_id": node_id, "seq": entry.seq,
+                                    "event": name, "expected": expected,
+                                    "found": event.prev_hash}
 
     def report(self) -> dict[str, Any]:
         broken = sorted(self.broken.values(), key=lambda b: b["seq"])
         return {"ok": not broken, "nodes_checked": len(self.nodes),
                 "events_checked": self.events, "broken": broken,
-                "refused": self.refused, "refused_total": self.refused_total}
+                "refused": self.refused, "refused_total": self.refused_total,
+                "unanchored": self.unanchored, "unanchored_total": self.unanchored_total}

@@ -62,7 +62,8 @@ async def test_the_hash_chain_verifies_and_names_a_forged_event(nc: Any) -> None
     await append_all(store, *lifecycle_of("gpu-1"), *lifecycle_of("gpu-2"))
     js = nc.jetstream()
     assert await verify(js) == {"ok": True, "nodes_checked": 2, "events_checked": 8,
-                                "broken": [], "refused": [], "refused_total": 0}
+                                "broken": [], "refused": [], "refused_total": 0,
+                                "unanchored": [], "unanchored_total": 0}
 
     last = (await read_log(js, "herd.node.gpu-1.>"))[-1]
     forged_seq = await forge(nc, NodeDrainStarted(node_id="gpu-1", prev_hash="0" * 64,

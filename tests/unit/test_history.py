@@ -245,7 +245,8 @@ def test_an_intact_chain_verifies_across_interleaved_nodes() -> None:
                       NodeApproved(node_id="n1"), NodeCordoned(node_id="n2"),
                       NodeCordoned(node_id="n1"))
     assert verify(entries) == {"ok": True, "nodes_checked": 2, "events_checked": 5,
-                               "broken": [], "refused": [], "refused_total": 0}
+                               "broken": [], "refused": [], "refused_total": 0,
+                               "unanchored": [], "unanchored_total": 0}
 
 
 def test_a_tampered_event_breaks_the_link_after_it() -> None:
@@ -274,34 +275,39 @@ def test_an_event_without_prev_hash_is_broken_and_only_the_first_is_named() -> N
     assert [b["seq"] for b in first_only["broken"]] == [3]
 
 
-def stored(*items: Event | tuple[str, bytes]) -> list[LogEntry]:
+FORGED = encode(NodeApproved(node_id="n1", actor="admin"))
+DEEP = b'{"type":"node.info_updated","x":' + b"[" * 50_000 + b"]" * 50_000 + b"}"
+
+
+def stored(*items: Event | tuple[str, bytes], past_refused: bool = True) -> list[LogEntry]:
     """Node events and raw messages (subject, bytes) at seq 1, 2, ..., each event chained
-    onto the message stored before it on its node's subjects, as EventStore.append
-    chains (a raw message is hashed like any other)."""
+    onto the node's last vouched event, as the chain is defined; ``past_refused=False``:
+    onto whatever was last on its node's subjects, refused or not (the store's rule
+    before it read past refused messages)."""
     last: dict[str, str] = {}
     out: list[LogEntry] = []
     for seq, item in enumerate(items, 1):
         if isinstance(item, tuple):
             subject, data = item
+            if not past_refused:
+                last[subject.split(".")[2]] = hashlib.sha256(data).hexdigest()
         else:
             event = replace(item, prev_hash=last.get(item.aggregate_id))
             subject = event_subject("node", item.aggregate_id, event.event_name)
             data = encode(event)
-        last[subject.split(".")[2]] = hashlib.sha256(data).hexdigest()
+            last[item.aggregate_id] = hashlib.sha256(data).hexdigest()
         out.append(entry_of(seq, T0, subject, data))
     return out
 
 
 def test_a_refused_message_is_listed_and_breaks_no_chain() -> None:
-    forged = encode(NodeApproved(node_id="n1", actor="admin"))
-    deep = b'{"type":"node.info_updated","x":' + b"[" * 50_000 + b"]" * 50_000 + b"}"
     entries = stored(NodeRegistered(node_id="n1"), NodeRegistered(node_id="n2"),
-                     ("herd.node.n1.registered", forged), ("herd.node.n1.info_updated", deep),
+                     ("herd.node.n1.registered", FORGED), ("herd.node.n1.info_updated", DEEP),
                      NodeApproved(node_id="n1"), NodeCordoned(node_id="n1"))
     assert [e.event is None for e in entries] == [False, False, True, True, False, False]
     report = verify(entries)
     assert (report["ok"], report["broken"], report["events_checked"]) == (True, [], 4)
-    assert report["refused_total"] == 2
+    assert (report["refused_total"], report["unanchored"]) == (2, [])
     assert [(r["seq"], r["node_id"]) for r in report["refused"]] == [(3, "n1"), (4, "n1")]
     assert "node.approved for herd.node.n1.approved" in report["refused"][0]["reason"]
     assert report["refused"][1]["reason"].startswith("undecodable")
@@ -312,8 +318,52 @@ def test_a_refused_message_is_listed_and_breaks_no_chain() -> None:
         (6, "node.cordoned")]
     vanished = [e for e in entries if e.seq != 5]
     assert [b["seq"] for b in verify(vanished)["broken"]] == [6]
-    refused_gone = [e for e in entries if e.seq != 4]   # what the store chained onto
-    assert [b["seq"] for b in verify(refused_gone)["broken"]] == [5]
+    # a refused message is never a link: taken out or put in, it breaks nothing
+    assert verify([e for e in entries if e.seq != 4])["ok"] is True
+    put_in = [*entries[:5], entry_of(9, T0, "herd.node.n1.wiped", b"{"), entries[5]]
+    assert verify(put_in)["ok"] is True
+
+
+def test_a_change_to_a_vouched_event_directly_followed_by_a_refused_message_is_seen() -> None:
+    """Issue 26 item 4: the link of the event after the refused messages names the
+    vouched event before them, so changing or removing that event breaks the chain
+    wherever refused messages sit (it went unseen while events chained onto the refused
+    bytes)."""
+    entries = stored(NodeRegistered(node_id="n1"), NodeApproved(node_id="n1", reason="ok"),
+                     ("herd.node.n1.registered", FORGED), ("herd.node.n1.info_updated", DEEP),
+                     NodeCordoned(node_id="n1"))
+    assert verify(entries)["ok"] is True
+    approved = entries[1]
+    changed = [*entries[:1], approved._replace(data=approved.data.replace(
+        b'"reason":"ok"', b'"reason":"no"')), *entries[2:]]
+    assert changed[1].data != approved.data and changed[1].event is not None
+    report = verify(changed)
+    assert report["ok"] is False
+    assert report["broken"] == [{
+        "node_id": "n1", "seq": 5, "event": "node.cordoned",
+        "expected": hashlib.sha256(changed[1].data).hexdigest(),
+        "found": hashlib.sha256(approved.data).hexdigest()}]
+    vanished = verify([e for e in entries if e.seq != 2])
+    assert [(b["seq"], b["event"]) for b in vanished["broken"]] == [(5, "node.cordoned")]
+
+
+def test_a_log_chained_onto_refused_bytes_verifies_and_names_what_it_left_unanchored() -> None:
+    """Events appended before the store read past refused messages chained onto them:
+    still OK, but the vouched event before a refused message is anchored by nothing, so
+    it is listed (a change to it is not seen) instead of passed over in silence."""
+    items: list[Event | tuple[str, bytes]] = [
+        NodeRegistered(node_id="n1"), NodeRegistered(node_id="n2"),
+        ("herd.node.n1.registered", FORGED), ("herd.node.n1.info_updated", DEEP),
+        NodeApproved(node_id="n1"), NodeCordoned(node_id="n1")]
+    entries = stored(*items, past_refused=False)
+    report = verify(entries)
+    assert (report["ok"], report["broken"], report["refused_total"]) == (True, [], 2)
+    assert (report["unanchored"], report["unanchored_total"]) == (
+        [{"node_id": "n1", "seq": 1, "refused_seq": 3, "next_seq": 5}], 1)
+    # what the old store chained onto is still part of its link
+    assert [b["seq"] for b in verify([e for e in entries if e.seq != 4])["broken"]] == [5]
+    # the same events chained past the refused ones anchor the registration
+    assert verify(stored(*items))["unanchored"] == []
 
 
 def test_refused_messages_are_counted_beyond_those_named() -> None:
@@ -351,6 +401,8 @@ def test_the_wire_carries_history_audit_and_chain_reports_unchanged() -> None:
     report = verify([*chained(NodeRegistered(node_id="n1")),
                      entry_of(2, T0, "herd.node.n1.approved", b"not json"),
                      *log(NodeApproved(node_id="n1"))])
+    report = {**report, "unanchored": [{"node_id": "n1", "seq": 1, "refused_seq": 2,
+                                        "next_seq": 3}], "unanchored_total": 1}
     for value, reply in ((history, NodeHistoryReply), (page, AuditPage), (report, ChainReport)):
         sent = msgspec.json.encode(msgspec.convert(value, reply))
         assert msgspec.json.decode(sent) == value
