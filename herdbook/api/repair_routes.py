@@ -64,8 +64,9 @@ class RepairRoutes:
                             as_of_seq=state.seq)
 
     def status(self) -> dict[str, Any]:
-        """``herd status``'s repairs: the last 7 days' percentiles (p50, p90) for the
-        fleet, MTTR per pool and fault kind, and the availability."""
+        """``herd status``'s repairs: the last 7 days' percentiles (p50, p90) of the four
+        durations for the fleet, per pool (with its availability) and per fault kind, and
+        the fleet's availability."""
         if not self.live.ready:
             return {"reading_log": True, **({"error": self.live.failed}
                                             if self.live.failed else {})}
@@ -79,14 +80,18 @@ class RepairRoutes:
         def p(row: dict[str, Any]) -> dict[str, Any]:
             return {"p50_s": row["p50"], "p90_s": row["p90"], "count": row["count"]}
 
+        def four(group: dict[str, Any]) -> dict[str, Any]:
+            return {name: p(group[name]) for name in STATUS_METRICS}
+
+        pools = {name: {**(four(got["pools"][name]) if name in got["pools"] else {}),
+                        "availability": avail["pools"].get(name, {}).get("availability")}
+                 for name in sorted({*got["pools"], *avail["pools"]})}
         return {
             "window": "7d", "open": got["open"], "back_in_service": got["episodes"],
             "availability": avail["availability"],
             "gpu_hours_in_service": avail["gpu_hours_in_service"],
             "gpu_hours_owned": avail["gpu_hours_owned"],
-            **{name: p(got["fleet"][name]) for name in STATUS_METRICS},
-            "mttr_by_pool": {pool: p(row["mttr"]) for pool, row in got["pools"].items()},
-            "mttr_by_kind": {kind: p(row["mttr"]) for kind, row in got["kinds"].items()},
-            "availability_by_pool": {pool: row["availability"]
-                                     for pool, row in avail["pools"].items()},
+            **four(got["fleet"]),
+            "by_pool": pools,
+            "by_kind": {kind: four(row) for kind, row in got["kinds"].items()},
         }

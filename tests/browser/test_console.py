@@ -116,6 +116,10 @@ def test_the_node_page_shows_an_xid_79_cause_chain_and_the_gpu(console: Console)
     assert order == sorted(order), chain
     gpus = console.js("return [...document.querySelectorAll('.gpu')].map(g => g.dataset.health)")
     assert gpus == ["HEALTHY", "HEALTHY", "UNHEALTHY", "HEALTHY"]
+    # what to do about it, from the verdict (docs/remediation.md#what-to-do-per-fault)
+    info = console.wait_js("const t = document.querySelector('#info')?.textContent;"
+                           "return t && t.includes('reboot_node') && t", what="the action")
+    assert "recommended actionreboot_node" in info, info
     assert "node.down" in console.driver.find_element("id", "timeline").text
 
     # the as-of slider: half a second before the fault the node was READY
@@ -237,6 +241,28 @@ def test_pools_jobs_evals_and_the_control_plane_pages(console: Console) -> None:
                               what="the repair metrics")
     for word in ("MTTR p50 / p90", "time to quarantine", "availability", "GPU-hours"):
         assert word in repairs, (word, repairs)
+    # with episodes: the four durations per pool (and its availability) and per fault kind
+    four = {"time_to_quarantine": {"p50_s": 30, "p90_s": 90, "count": 2},
+            "time_to_drain": {"p50_s": 200, "p90_s": 400, "count": 2},
+            "time_in_repair": {"p50_s": 3600, "p90_s": 7200, "count": 2},
+            "mttr": {"p50_s": 3630, "p90_s": 7290, "count": 2}}
+    reply = {"window": "7d", "back_in_service": 2, "open": 0, **four,
+             "by_pool": {"h100": {**four, "availability": 0.97}}, "by_kind": {"xid": four}}
+    console.js("import('/console/app.js').then(m => { const d = document.createElement('div');"
+               "d.id = 'drawn'; d.innerHTML = m.repairsHtml(arguments[0]);"
+               "document.body.append(d); })", reply)
+    rows = console.wait_js(
+        "const rows = [...document.querySelectorAll('#drawn table.repairs-by tr')];"
+        "return rows.length === 4 && rows.map(r => [...r.children].map(c => c.textContent))",
+        what="the per-pool and per-kind tables")
+    assert rows[0][1:] == ["time to quarantine p50 / p90 (episodes)",
+                           "time to drain p50 / p90 (episodes)",
+                           "time in repair p50 / p90 (episodes)",
+                           "MTTR p50 / p90 (episodes)", "availability"]
+    durations = ["30 s / 90 s (2)", "3.3 min / 6.7 min (2)", "60.0 min / 2.0 h (2)",
+                 "60.5 min / 2.0 h (2)"]
+    assert rows[1] == ["h100", *durations, "97.00 %"]
+    assert rows[3] == ["xid", *durations]
     console.open("pools")
     console.wait_js("return document.querySelector('#list')", what="the pools page")
     assert console.browser_errors() == []

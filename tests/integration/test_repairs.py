@@ -166,8 +166,13 @@ async def test_a_repair_is_listed_with_its_steps_percentiles_and_metrics(
 
         status = json.loads((await cli("status", "-o", "json")).stdout)["repairs"]
         assert status["mttr"] == {"p50_s": 800.0, "p90_s": 800.0, "count": 1}
-        assert status["mttr_by_pool"]["h100"]["p50_s"] == 800.0
-        assert status["mttr_by_kind"]["xid"]["count"] == 1
+        # the four durations per pool (with its availability) and per fault kind
+        for by, key in (("by_pool", "h100"), ("by_kind", "xid")):
+            assert {name: row["p50_s"] for name, row in status[by][key].items()
+                    if name != "availability"} == episode["durations"], status[by]
+            assert status[by][key]["mttr"] == {"p50_s": 800.0, "p90_s": 800.0, "count": 1}
+        assert status["by_pool"]["h100"]["availability"] == status["availability"]
+        assert "availability" not in status["by_kind"]["xid"]
         assert 0 < status["availability"] < 1
 
         async with aiohttp.ClientSession() as session:

@@ -312,26 +312,35 @@ function duration(s) {
        : s < 172800 ? `${(s / 3600).toFixed(1)} h` : `${(s / 86400).toFixed(1)} d`;
 }
 
+// The four durations of a repair episode (docs/remediation.md#repairs), as the status
+// reply names them.
+const DURATIONS = [["time to quarantine", "time_to_quarantine"], ["time to drain", "time_to_drain"],
+                   ["time in repair", "time_in_repair"], ["MTTR", "mttr"]];
+
 // The status reply's repairs: the repair fold's last 7 days (the same as GET /v1/repairs'
-// default window, docs/remediation.md#repairs), without a second request each 2 s.
-function repairsHtml(r) {
+// default window, docs/remediation.md#repairs), without a second request each 2 s; the
+// four durations' p50 / p90 for the fleet, then per pool (with its availability) and per
+// fault kind. Exported for the browser test, which draws a reply with episodes.
+export function repairsHtml(r) {
   if (!r) return `<p class="muted">not served by this control plane</p>`;
   if (r.reading_log) return `<p class="muted">still reading the event log${r.error ? `: ${esc(r.error)}` : ""}</p>`;
   const share = v => (typeof v === "number" ? `${(100 * v).toFixed(2)} %` : "—");
   const p = row => (row ? `${duration(row.p50_s)} / ${duration(row.p90_s)} (${row.count})` : "—");
-  const groups = (title, rows, extra) => {
+  const groups = (title, rows, withAvailability) => {
     const keys = Object.keys(rows || {});
     if (!keys.length) return "";
-    return `<table class="repairs-by"><tr><th>${esc(title)}</th><th>MTTR p50 / p90 (episodes)</th>` +
-      `${extra ? `<th>availability</th>` : ""}</tr>` + keys.map(k => `<tr><td>${esc(k)}</td>` +
-        `<td>${esc(p(rows[k]))}</td>${extra ? `<td>${esc(share(extra[k]))}</td>` : ""}</tr>`).join("") + `</table>`;
+    return `<table class="repairs-by"><tr><th>${esc(title)}</th>` +
+      DURATIONS.map(([label]) => `<th>${esc(label)} p50 / p90 (episodes)</th>`).join("") +
+      `${withAvailability ? "<th>availability</th>" : ""}</tr>` +
+      keys.map(k => `<tr data-key="${esc(k)}"><td>${esc(k)}</td>` +
+        DURATIONS.map(([, key]) => `<td>${esc(p(rows[k][key]))}</td>`).join("") +
+        `${withAvailability ? `<td>${esc(share(rows[k].availability))}</td>` : ""}</tr>`).join("") + `</table>`;
   };
   return kv([["window", r.window], ["episodes back in service", r.back_in_service], ["open episodes", r.open],
-             ["MTTR p50 / p90", p(r.mttr)], ["time to quarantine p50 / p90", p(r.time_to_quarantine)],
-             ["time to drain p50 / p90", p(r.time_to_drain)], ["time in repair p50 / p90", p(r.time_in_repair)],
+             ...DURATIONS.map(([label, key]) => [`${label} p50 / p90`, p(r[key])]),
              ["availability", `${share(r.availability)} (${r.gpu_hours_in_service ?? "?"} of ` +
                               `${r.gpu_hours_owned ?? "?"} GPU-hours in service)`]]) +
-    groups("pool", r.mttr_by_pool, r.availability_by_pool) + groups("fault kind", r.mttr_by_kind);
+    groups("pool", r.by_pool, true) + groups("fault kind", r.by_kind, false);
 }
 
 async function statusPage() {
