@@ -72,7 +72,7 @@ from herdbook.history.repairs_live import LiveRepairs
 from herdbook.natsd.embedded import EmbeddedNats
 from herdbook.natsd.storage_watch import StorageWatch
 from herdbook.natsd.token_bucket import TokenBucket
-from herdbook.natsd.users import UserRegistry
+from herdbook.natsd.users import TOKENS_STREAM, UserRegistry
 from herdbook.projector import integrity
 from herdbook.projector.integrity import ViewError
 from herdbook.projector.projection import ProjectorRunner
@@ -291,7 +291,7 @@ def build_plane(config: Config, *, clock: Clock, ports: Ports, demo: int = 0,
             cfg.notifier, projector, clock=clock, runner=runner,
             position=KvPosition(nc, NOTIFIER_KEY, holder=node_id, clock=clock,
                                 replicas=cfg.nats.replicas),
-            events=functools.partial(node_events, nc))),
+            events=functools.partial(node_events, nc), validation=cfg.validation)),
         PerTerm("allocation reactor",
                 lambda: AllocationReactor(projector, cfg, runner=runner)),
         PerTerm("scheduler", lambda: Scheduler(nc, projector, cfg, clock=clock, runner=runner)),
@@ -325,7 +325,13 @@ def build_plane(config: Config, *, clock: Clock, ports: Ports, demo: int = 0,
     web_server = http_endpoint(cfg, api, sweeper, nc, clock, http_best_effort)
     if web_server is not None and isinstance(web_server.tokens, TokenBucket):
         bucket = web_server.tokens     # filled before the HTTP API serves
-        parts.append(Service("http tokens", bucket.start, bucket.stop))
+
+        async def start_tokens() -> None:
+            await bucket.start()
+            # deleted from outside: made again, and no token of the lost bucket counts
+            await streams_guard.own(TOKENS_STREAM, bucket.open_bucket, bucket.renew)
+
+        parts.append(Service("http tokens", start_tokens, bucket.stop))
     if web_server is not None:
         parts.append(Service("http server", serving_http(web_server), web_server.stop))
     if demo:
