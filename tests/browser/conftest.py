@@ -63,7 +63,7 @@ class Console:
 
     def wait_fleet(self) -> None:
         self.wait_js("return window.herdConsole && window.herdConsole.fleetRenderedAt",
-                     what="the fleet grid")
+                     what="the fleet page")
         self.wait_js("return window.herdConsole.sseOpen", what="the live stream")
 
     def browser_errors(self) -> list[str]:

@@ -1,5 +1,5 @@
 """The web console in headless Chromium against a real `herd up` and real agents: the
-grid, a killed agent seen live, cordon from the page, an XID 79's cause chain. Run
+table, a killed agent seen live, cordon from the page, an XID 79's cause chain. Run
 alone: ``python -m pytest tests/browser -m browser``."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def cell_state(console: Console, node_id: str) -> str | None:
     return state
 
 
-def test_the_grid_shows_every_node_with_counts_filters_and_search(console: Console) -> None:
+def test_the_table_shows_every_node_with_counts_filters_and_search(console: Console) -> None:
     console.open()
     console.wait_fleet()
     poll(lambda: all(cell_state(console, n) == "READY" for n in NODES), what="four READY cells")
@@ -54,7 +54,7 @@ def test_the_grid_shows_every_node_with_counts_filters_and_search(console: Conso
     assert console.browser_errors() == []
 
 
-def test_a_killed_agent_turns_its_cell_degraded_then_down_without_a_reload(
+def test_a_killed_agent_turns_its_row_degraded_then_down_without_a_reload(
         console: Console) -> None:
     console.open()
     console.wait_fleet()

@@ -72,7 +72,7 @@ def test_a_blocked_job_says_why_and_a_finished_one_is_complete(detail: Console) 
     # first: the thermal tests below take the node out, and then its state is the reason
     detail.open("jobs")
     detail.wait_js("return document.querySelector(\"tr[data-job='too-big']\")?.dataset.phase"
-                   " === 'blocked'", what="too-big blocked in the table")
+                   " === 'blocked'", timeout=40, what="too-big blocked in the table")
     detail.wait_js("return document.querySelector(\"tr[data-job='quick']\")?.dataset.phase"
                    " === 'complete'", timeout=30, what="quick complete, not running")
     detail.driver.find_element("css selector", "tr[data-job='too-big'] a").click()
@@ -222,7 +222,7 @@ def test_the_fleet_chart_shows_the_detection(detail: Console) -> None:
     assert detail.browser_errors() == []
 
 
-def test_the_fleet_gpu_view_sorts_by_temperature(detail: Console) -> None:
+def test_the_fleet_gpu_view_sorts_by_temperature_health_and_errors(detail: Console) -> None:
     herd("agent", "inject", "--node", NODE, "thermal", "95", "--gpu", "1",
          server=detail.fleet.url, check=True)
     detail.open("gpus?sort=temp")
@@ -235,3 +235,14 @@ def test_the_fleet_gpu_view_sorts_by_temperature(detail: Console) -> None:
                       ".map(r => r.dataset.gpu)")
     assert order == ["0", "1", "2", "3"], order
     assert "sort=node" in detail.driver.current_url
+    # by health: the hot GPU's verdict first; by errors: the one with corrected ECC errors
+    detail.driver.find_element("css selector", "[data-sort=health]").click()
+    assert detail.js("return document.querySelector('#gpu-table tr[data-gpu]').dataset.gpu") == "1"
+    assert "sort=health" in detail.driver.current_url
+    herd("agent", "inject", "--node", NODE, "ecc_sbe", "7", "--gpu", "2",
+         server=detail.fleet.url, check=True)
+    detail.open("gpus?sort=errors")
+    first = detail.wait_js("const r = document.querySelector('#gpu-table tr[data-gpu]');"
+                           "return r && r.dataset.gpu === '2' && r.textContent", timeout=30,
+                           what="the GPU with errors first")
+    assert "0 / 7" in first, first                    # uncorrectable / correctable

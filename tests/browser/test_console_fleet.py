@@ -7,6 +7,7 @@ keyboard at 1280x720."""
 from __future__ import annotations
 
 import json
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import parse_qs
@@ -101,6 +102,59 @@ def test_sort_and_filter_round_trip_through_the_url(console: Console) -> None:
                "s.dispatchEvent(new Event('input'))")
     assert query(console)["state"] == ["READY"] and len(shown_ids(console)) == 3
     assert console.browser_errors() == []
+
+
+def choose(console: Console, select_id: str, value: str) -> None:
+    console.js("const s = document.getElementById(arguments[0]); s.value = arguments[1];"
+               "s.dispatchEvent(new Event('input'))", select_id, value)
+
+
+def fleet_rows(console: Console) -> list[dict[str, Any]]:
+    with urllib.request.urlopen(f"{console.base}/v1/fleet", timeout=10) as reply:
+        fleet = json.loads(reply.read())
+    return [dict(zip(fleet["columns"], row, strict=True)) for row in fleet["rows"]]
+
+
+def test_health_class_and_pool_filters_round_trip_through_the_url(console: Console) -> None:
+    rows = fleet_rows(console)
+    other = next(r for r in rows if r["health"] != "HEALTHY")        # cp-1: no GPUs, no verdict
+    console.open()
+    console.wait_fleet()
+    poll(lambda: len(shown_ids(console)) == len(DEMO) + 1, what="every node in the table")
+    choose(console, "f-health", "HEALTHY")
+    assert shown_ids(console) == sorted(r["id"] for r in rows if r["health"] == "HEALTHY")
+    choose(console, "f-health", other["health"])
+    choose(console, "f-class", other["class"])
+    expected = sorted(r["id"] for r in rows
+                      if r["health"] == other["health"] and r["class"] == other["class"])
+    assert other["id"] in expected and shown_ids(console) == expected
+    assert query(console) == {"health": [other["health"]], "class": [other["class"]]}
+    url = console.js("return location.href")
+    console.driver.get("about:blank")
+    console.driver.get(url)
+    console.wait_fleet()
+    poll(lambda: shown_ids(console) == expected, what="the shared health and class view")
+    assert console.driver.find_element("id", "f-health").get_attribute("value") == other["health"]
+    assert console.driver.find_element("id", "f-class").get_attribute("value") == other["class"]
+    # a pool no node is in (a view shared before the pool filled): kept, chosen, nothing shown
+    console.open("?pool=gpu-a")
+    console.wait_fleet()
+    poll(lambda: console.driver.find_element("id", "shown").text == f"0 of {len(rows)} shown",
+         what="the empty pool")
+    assert console.driver.find_element("id", "f-pool").get_attribute("value") == "gpu-a"
+    choose(console, "f-pool", "")
+    assert console.js("return location.hash") == "#/" and len(shown_ids(console)) == len(rows)
+
+
+def test_the_bulk_toolbar_offers_every_bulk_verb_of_the_command_table(console: Console) -> None:
+    from herdbook.api.commands import VERBS
+    console.open()
+    console.wait_fleet()
+    offered = console.js("return [...document.querySelectorAll('#bulk [data-bulk]')]"
+                         ".map(b => b.dataset.bulk)")
+    assert offered == [verb.name for verb in VERBS if verb.bulk]
+    assert {"cordon", "drain", "undrain", "disable", "enable", "reboot", "approve",
+            "reject"} <= set(offered)
 
 
 def test_the_map_groups_by_rack_with_counts_and_ids(console: Console) -> None:
