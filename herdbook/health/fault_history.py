@@ -80,14 +80,17 @@ class NodeFaults:
                    and (gpu < 0 or f.gpu == gpu))
 
     def gpu_pulls(self, gpu: int, window: timedelta | float) -> int:
-        serial = self._serials.get(gpu)
-        if serial is None:
+        pulls = self._pulls.get(self._serials.get(gpu, ""))
+        if not pulls:                 # most GPUs were never pulled: no window to compute
             return 0
         since = self.at - _seconds(window)
-        return sum(1 for p in self._pulls.get(serial, ()) if p.at >= since)
+        return sum(1 for p in pulls if p.at >= since)
 
     def max_gpu_pulls(self, window: timedelta | float) -> int:
-        return max((self.gpu_pulls(gpu, window) for gpu in self._serials), default=0)
+        """The default policy asks it on every report's GPU check (``gpu-pulled-twice``):
+        only the GPUs with a pull on record are counted."""
+        pulled = [gpu for gpu, serial in self._serials.items() if serial in self._pulls]
+        return max((self.gpu_pulls(gpu, window) for gpu in pulled), default=0)
 
     def functions(self) -> dict[str, Callable[..., int]]:
         """The CEL functions, by the name a rule calls them."""

@@ -47,7 +47,8 @@ from herdbook.health.default_policy import DEFAULT_POLICY_YAML
 from herdbook.health.fault_history import NO_HISTORY, FaultHistory, NodeFaults
 from herdbook.health.fault_hold import COUNTER_LIKE, DEFAULT_HOLD, Finding, Held
 from herdbook.health.navarch import check_fields, describe, event_fields
-from herdbook.health.policy_fields import compile_checked, names_history
+from herdbook.health.policy_fields import compile_checked, event_guard, names_history
+from herdbook.health.rule_answers import RuleAnswers, runs
 
 RESULTS = VERDICT_LEVELS   # least to most severe
 _RANK: dict[str, int] = {result: rank for rank, result in enumerate(RESULTS)}
@@ -97,6 +98,7 @@ class CompiledRule:
     hold: float | None = None   # its own hold; None: the policy's
     action: str | None = None   # its own recommended action; None: the table's
     pure: bool = False          # names no history.*: its result is the event's alone
+    guard: Any = None           # not pure: its leading operands that are (policy_fields.event_guard)
 
 
 @dataclass(frozen=True)
@@ -179,8 +181,8 @@ class Policy:
         """Seconds a counter-like fault keeps its verdict after its last occurrence."""
         self._holds = {rule.name: hold if rule.hold is None else rule.hold for rule in rules}
         self._actions = {rule.name: rule.action for rule in rules if rule.action}
-        self._checks_seen: dict[tuple[str, str, str], list[bool | None]] = {}
-        """Per check result seen (name, status, message): each pure rule's answer."""
+        self._answers = RuleAnswers(rules)
+        """What the rules answered on check results seen before (``health.rule_answers``)."""
 
     @classmethod
     def parse(cls, text: str | bytes, source: str = "policy") -> Policy:
@@ -213,9 +215,12 @@ class Policy:
                 program = compile_checked(rule.condition, checks=fmt is PolicyFormat.HERDBOOK)
             except ValueError as err:
                 raise PolicyError(f"{where}: {' '.join(str(err).split())}") from err
+            pure = not names_history(rule.condition)
+            guard = None if pure else event_guard(rule.condition)
             compiled.append(CompiledRule(rule.name, _meaning(rule.result, fmt), program,
                                          rule.result, _hold(rule.hold, where), rule.action,
-                                         not names_history(rule.condition)))
+                                         pure, None if guard is None else compile_checked(
+                                             guard, checks=fmt is PolicyFormat.HERDBOOK)))
         return cls(compiled, fmt, raw.metadata.name,
                    DEFAULT_HOLD if hold is None else hold)
 
@@ -245,44 +250,22 @@ class Policy:
         """(result, rule name) of the first matching rule; healthy if none matches. A rule
         that fails at runtime (e.g. a missing field) does not match. ``history``: the
         node's fault history, the ``history.*`` functions (``herdbook.health.fault_history``)."""
-        return self._first_match(event, history, [None] * len(self.rules))
-
-    def _first_match(self, event: dict[str, Any], history: NodeFaults,
-                     known: list[bool | None]) -> tuple[str, str]:
-        """``classify_event`` with ``known``: the answers of rules already run on the same
-        event, by rule; a pure rule's answer is written there for the next time."""
-        context = None
-        for i, rule in enumerate(self.rules):
-            matched = known[i]
-            if matched is None:
-                if context is None:
-                    import cel
-                    context = cel.Context({"event": event}, history.functions())
-                try:
-                    matched = rule.program.execute(context) is True
-                except Exception:  # noqa: BLE001 - a rule that cannot apply does not match
-                    matched = False
-                if rule.pure:
-                    known[i] = matched
-            if matched:
+        import cel
+        context = cel.Context({"event": event}, history.functions())
+        for rule in self.rules:
+            if runs(rule.program, context) is True:
                 return rule.result, rule.name
         return "healthy", ""
 
     def _classify_check(self, check: CheckResult,
                         history: NodeFaults = NO_HISTORY) -> tuple[str, str]:
-        """Why the answers of pure rules are kept per check result (issue 32 item 1, the
-        classifier's cost): every report carries its checks, nearly always the same few
-        results (``gpu healthy``), and each rule is a CEL program run on them: 22 of
-        them on every report of every node, two thirds of the classifier's CPU. A rule
-        that names no ``history.*`` answers the same for the same check every time."""
+        """Classified by rule in herdbook's format, the answers kept per check result
+        (``health.rule_answers``: the same few results on every report)."""
         if self.format is PolicyFormat.HERDBOOK:
-            key = (check.name, check.status, check.message)
-            known = self._checks_seen.get(key)
-            if known is None:
-                if len(self._checks_seen) >= 4096:   # a bound: messages may vary
-                    self._checks_seen.clear()
-                known = self._checks_seen[key] = [None] * len(self.rules)
-            return self._first_match(check_fields(check), history, known)
+            hit = self._answers.first_match((check.name, check.status, check.message),
+                                            lambda: check_fields(check), history)
+            return ("healthy", "") if hit is None else (self.rules[hit].result,
+                                                        self.rules[hit].name)
         if check.status == "unhealthy":
             return "unhealthy", "failed-check"
         return ("degraded", "warning-check") if check.status == "degraded" else ("healthy", "")

@@ -90,6 +90,36 @@ def names_history(condition: str) -> bool:
                for at, token in enumerate(tokens))
 
 
+def event_guard(condition: str) -> str | None:
+    """For a condition that calls ``history.*``: its leading ``&&`` operands that do not
+    (``event.kind == "xid" && … && history.xid_count(…) >= 3`` -> ``event.kind == "xid"
+    && …``). Where the guard is false the condition is false whatever the history, so
+    the guard's answer on an event can be kept. None where there is none, or the top
+    level holds ``||`` or ``?`` (the ``&&`` then may not bind the whole)."""
+    parts: list[str] = []
+    depth, start, previous = 0, 0, ""
+    for match in _TOKEN.finditer(condition):
+        text = match[0]
+        if match.lastgroup != "other":
+            previous = ""
+            continue
+        depth += (text in "([{") - (text in ")]}")
+        if depth == 0 and (text == "?" or (text == "|" and previous == "|")):
+            return None
+        if depth == 0 and text == "&" and previous == "&":
+            parts.append(condition[start:match.start() - 1])
+            start, previous = match.end(), ""
+            continue
+        previous = text
+    parts.append(condition[start:])
+    guard = []
+    for part in parts:
+        if names_history(part):
+            break
+        guard.append(part.strip())
+    return " && ".join(guard) if guard and len(guard) < len(parts) else None
+
+
 def unknown_field(condition: str, checks: bool) -> str | None:
     """Why ``condition`` can never match: the first field it names that no event has,
     with the ones there are; None if every one is known."""

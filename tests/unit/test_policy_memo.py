@@ -9,13 +9,14 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from herdbook.events.health_report import CheckResult, HealthReport
 from herdbook.health.fault_history import NodeFaults, Pull
 from herdbook.health.policy import Policy
-from herdbook.health.policy_fields import names_history
+from herdbook.health.policy_fields import event_guard, names_history
 
 POLICY_YAML = """
 version: 1
@@ -44,10 +45,10 @@ class Counting:
         return self.program.execute(context)
 
 
-def counted(policy: Policy) -> list[Counting]:
+def counted(policy: Policy) -> tuple[Policy, list[Counting]]:
     programs = [Counting(rule.program) for rule in policy.rules]
-    policy.rules = [replace(rule, program=p) for rule, p in zip(policy.rules, programs, strict=True)]
-    return programs
+    return Policy([replace(rule, program=p) for rule, p in zip(policy.rules, programs,
+                                                                strict=True)]), programs
 
 
 def report(*checks: CheckResult) -> HealthReport:
@@ -66,8 +67,7 @@ def test_names_history_finds_a_call_and_not_a_field_named_history() -> None:
 
 
 def test_a_healthy_check_runs_only_the_history_rule_the_second_time() -> None:
-    policy = Policy.parse(POLICY_YAML)
-    hot, history_rule, failed = counted(policy)
+    policy, (hot, history_rule, failed) = counted(Policy.parse(POLICY_YAML))
     healthy = report(CheckResult(name="gpu", status="healthy"))
     for _ in range(3):
         assert policy.classify(healthy).result == "healthy"
@@ -96,3 +96,38 @@ def test_kept_answers_give_a_fresh_policys_verdict(
     for checks, pulls in reports:
         fresh = Policy.parse(POLICY_YAML).classify(report(*checks), pulled(pulls))
         assert kept.classify(report(*checks), pulled(pulls)) == fresh
+
+
+def test_a_history_rule_whose_event_operands_fail_never_runs() -> None:
+    policy, (_, history_rule, _) = counted(Policy.parse(POLICY_YAML))
+    other = report(CheckResult(name="boot", status="healthy"))
+    for pulls in (0, 2, 3):
+        assert policy.classify(other, pulled(pulls)).result == "healthy"
+    assert history_rule.runs == 0          # its guard, event.name == "gpu", answered once
+
+
+def test_the_default_policy_runs_one_rule_on_a_healthy_report() -> None:
+    policy, programs = counted(Policy.load(None))
+    healthy = report(CheckResult(name="gpu", status="healthy"),
+                     CheckResult(name="health_events", status="healthy", message="0 events"))
+    policy.classify(healthy)
+    before = sum(p.runs for p in programs)
+    policy.classify(healthy)
+    assert sum(p.runs for p in programs) - before == 1      # was 44: 22 rules x 2 checks
+
+
+@pytest.mark.parametrize(("condition", "guard"), [
+    ('event.kind == "xid" && event.xid in [13, 31] && history.xid_count(event.gpu, 13, '
+     'duration("24h")) >= 3', 'event.kind == "xid" && event.xid in [13, 31]'),
+    ('event.message == "a&&b" && history.max_gpu_pulls(duration("1h")) > 0',
+     'event.message == "a&&b"'),
+    ('event.kind == "a" && (history.max_gpu_pulls(duration("1h")) > 0 || event.gpu == 1)',
+     'event.kind == "a"'),
+    ('event.kind == "a" || event.kind == "b" && history.max_gpu_pulls(duration("1h")) > 0',
+     None),
+    ('history.max_gpu_pulls(duration("1h")) > 0 && event.kind == "b"', None),
+    ('event.gpu == 0 ? history.max_gpu_pulls(duration("1h")) > 0 : false', None),
+])
+def test_the_guard_is_the_leading_event_operands_of_a_top_level_and(
+        condition: str, guard: str | None) -> None:
+    assert event_guard(condition) == guard
