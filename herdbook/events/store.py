@@ -41,6 +41,7 @@ from herdbook.events.batch import (
     Message,
     publish_batch_framed,
 )
+from herdbook.events.chain_anchor import chain_anchor
 from herdbook.events.codec import AnyEvent, encode
 from herdbook.events.feed import StreamFeed
 from herdbook.events.node import NodeEvent
@@ -139,17 +140,21 @@ class EventStore:
         return await self._append(event, expected_version)
 
     async def _append_chained(self, event: NodeEvent, expected_version: int | None) -> int:
-        """Read the node's last event, hash it into ``prev_hash``, and append expecting
-        exactly that event: a writer that got in between breaks no link, it makes us
-        chain again (or, if the caller decided from a version, raises the conflict)."""
+        """Read the node's last event, hash its last vouched one (``chain_anchor``: past
+        refused messages) into ``prev_hash``, and append expecting exactly that last
+        event: a writer that got in between breaks no link, it makes us chain again (or,
+        if the caller decided from a version, raises the conflict). An agent's store
+        (``direct``) reads no further back than the last message and hashes it."""
         filt = aggregate_filter("node", event.node_id)
         for _ in range(CHAIN_ATTEMPTS):
-            last_seq, last_data, last_id = await self._last(filt)
+            last_seq, last_subject, last_data, last_id = await self._last(filt)
             if last_id == event.event_id:
                 return last_seq    # a resend of ours that already landed
             if expected_version is not None and last_seq != expected_version:
                 raise ConflictError(filt, expected_version, f"last is {last_seq}")
-            prev = hashlib.sha256(last_data).hexdigest() if last_data is not None else None
+            anchor = last_data if last_data is None or self.direct else await chain_anchor(
+                self.js, self.stream, filt, last_seq, last_subject, last_data)
+            prev = hashlib.sha256(anchor).hexdigest() if anchor is not None else None
             try:
                 return await self._append(replace(event, prev_hash=prev), last_seq)
             except ConflictError:
@@ -157,12 +162,13 @@ class EventStore:
                     raise
         raise ConflictError(filt, expected_version or 0, "the node kept changing")
 
-    async def _last(self, filt: str) -> tuple[int, bytes | None, str | None]:
+    async def _last(self, filt: str) -> tuple[int, str, bytes | None, str | None]:
         try:
             msg = await self.js.get_last_msg(self.stream, filt, direct=self.direct)
         except NotFoundError:
-            return 0, None, None
-        return int(msg.seq or 0), msg.data or b"", (msg.headers or {}).get(Header.MSG_ID)
+            return 0, "", None, None
+        return (int(msg.seq or 0), str(msg.subject or ""), msg.data or b"",
+                (msg.headers or {}).get(Header.MSG_ID))
 
     async def _append(self, event: Event, expected_version: int | None = None) -> int:
         subject = subject_of(event)
