@@ -37,7 +37,9 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -223,30 +225,28 @@ async def register(url: str, nodes: int, gpus: int) -> None:
     await nc.close()
 
 
-MINIMAL = r"""
-import asyncio, sys, msgspec
+FLOOR = r"""
+import asyncio, sys
 sys.modules["aiohttp"] = None   # as the CLI: nats-py without its websocket transport
 import nats
-async def main(url, out):
+async def main(url, printed):
     nc = await nats.connect(url)
-    items, token = [], None
+    token = None
     while True:
-        req = {} if token is None else {"next_token": token}
-        msg = await nc.request("herd.api.v1.gpu.list", msgspec.json.encode(req), timeout=60)
-        page = msgspec.json.decode(msg.data)["result"]
-        items.extend(page["items"])
-        token = page.get("next_token")
-        if not token:
+        ask = b"{}" if token is None else b'{"next_token":"%s"}' % token
+        page = (await nc.request("herd.api.v1.gpu.list", ask, timeout=60)).data
+        token = page[page.rfind(b'"next_token":') + 13:-2].strip(b'"')
+        if token == b"null":
             break
     await nc.close()
-    if out == "json":
-        sys.stdout.write(msgspec.json.format(msgspec.json.encode(items), indent=2).decode())
-    else:
-        sys.stdout.write("\n".join(f"{i['node_id']} {i['index']} {i['model']} {i['health']} "
-                                   f"{i['temperature_c']} {i['power_w']} {i['gpu_util_pct']}"
-                                   for i in items))
+    with open(printed, "rb") as f:
+        sys.stdout.buffer.write(f.read())
 asyncio.run(main(sys.argv[1], sys.argv[2]))
 """
+"""The listing's floor: a bare nats-py client that asks for the same pages one after the
+other (its token read from the page's end, nothing decoded) and writes the bytes the
+``herd gpu list`` before it printed: the process start, the control plane building every
+page, the transfer and the write, and nothing of the CLI's own work."""
 
 
 SCRAPER = r"""
@@ -310,6 +310,28 @@ class Phase:
 
 
 @dataclass
+class ListingRuns:
+    """``herd gpu list`` runs and its floor's (``FLOOR``), each after a fresh sample of
+    every node: wall s, the process's CPU s, the control plane's CPU s meanwhile (its
+    background ingest included)."""
+
+    walls: list[float] = field(default_factory=list)
+    cpus: list[float] = field(default_factory=list)
+    plane: list[float] = field(default_factory=list)
+    floor: list[float] = field(default_factory=list)
+    floor_cpus: list[float] = field(default_factory=list)
+    floor_plane: list[float] = field(default_factory=list)
+
+    def summary(self) -> str:
+        return (f"{median(self.walls):.2f} s wall (runs {min(self.walls):.2f}-"
+                f"{max(self.walls):.2f}; CPU: the CLI {median(self.cpus):.2f} s, the control "
+                f"plane {median(self.plane):.2f} s); floor {median(self.floor):.2f} s wall "
+                f"(runs {min(self.floor):.2f}-{max(self.floor):.2f}; CPU: the client "
+                f"{median(self.floor_cpus):.2f} s, the control plane "
+                f"{median(self.floor_plane):.2f} s)")
+
+
+@dataclass
 class Results:
     nodes: int
     gpus: int
@@ -319,9 +341,8 @@ class Results:
     bytes_per_node_min: float = 0.0
     hb_bytes_per_node_min: float = 0.0
     fill_us_per_sample: float = 0.0
-    lists: dict[str, tuple[list[float], list[float], list[float], list[float]]] = field(
-        default_factory=dict)
-    """output -> (herd wall s, herd CPU s, limit wall s, control plane CPU s per herd list)"""
+    lists: dict[str, ListingRuns] = field(default_factory=dict)
+    """output -> the runs of ``herd gpu list -o output`` and of its floor"""
     scrapes: dict[str, list[tuple[float, int, float]]] = field(default_factory=dict)
     """page -> (wall s, bytes, control plane CPU s) per scrape"""
     stalls: dict[str, tuple[float, float]] = field(default_factory=dict)
@@ -367,13 +388,13 @@ class LoopProbe:
 
 class Bench:
     def __init__(self, server: Any, plane: Any, pub: asyncio.subprocess.Process,
-                 results: Results) -> None:
+                 results: Results, tmp: Path) -> None:
         self.server = server
         self.plane = plane
         self.pub = pub
         self.results = results
+        self.tmp = tmp
         self.intake = plane.api.gpus.telemetry
-        self.last_output = b""
 
     def snap(self) -> Snap:
         return Snap(time.monotonic(), cpu_seconds(os.getpid()), cpu_seconds(self.server.proc.pid),
@@ -421,48 +442,51 @@ class Bench:
         delta = self.snap() - before
         return 1e6 * delta.cpu / max(delta.samples, 1)
 
-    async def timed(self, command: list[str]) -> tuple[float, float, float]:
-        """Wall time and CPU of a subprocess, and this process's CPU meanwhile."""
+    async def timed(self, command: list[str], output: Path) -> tuple[float, float, float]:
+        """Wall time and CPU of a subprocess writing its stdout to ``output`` (as `> file`
+        would: not through a pipe this process, the control plane's, reads), and this
+        process's CPU meanwhile."""
         children = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu = cpu_seconds(os.getpid())
         start = time.monotonic()
-        proc = await asyncio.create_subprocess_exec(*command, stdout=subprocess.PIPE,
-                                                    stderr=subprocess.PIPE)
-        out, err = await proc.communicate()
+        with output.open("wb") as out:
+            proc = await asyncio.create_subprocess_exec(*command, stdout=out,
+                                                        stderr=subprocess.PIPE)
+            _, err = await proc.communicate()
         wall = time.monotonic() - start
         if proc.returncode != 0:
             raise RuntimeError(f"{' '.join(command[:6])}... exited {proc.returncode}: "
                                f"{err.decode()[-2000:]}")
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         child = (after.ru_utime - children.ru_utime) + (after.ru_stime - children.ru_stime)
-        self.last_output = out
         return wall, child, cpu_seconds(os.getpid()) - cpu
 
     async def gpu_list(self, output: str, runs: int) -> None:
         herd = [sys.executable, "-m", "herdbook.cli", "--server", self.server.url, "gpu", "list",
                 "-o", output]
-        limit = [sys.executable, "-c", MINIMAL, self.server.url, output]
-        walls, cpus, limits, plane = [], [], [], []
-        await self.timed(herd)                  # warm the OS's page cache of the imports
+        printed, floor_printed = self.tmp / f"herd-gpu-list.{output}", self.tmp / "floor.out"
+        floor = [sys.executable, "-c", FLOOR, self.server.url, str(printed)]
+        listing = ListingRuns()
+        await self.timed(herd, printed)         # warm the OS's page cache of the imports
         gpus = self.results.nodes * self.results.gpus
-        lines = self.last_output.count(b"\n")
+        with printed.open("rb") as f:
+            lines = sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
         if output == "table" and lines < gpus:
             raise RuntimeError(f"herd gpu list printed {lines} lines for {gpus} GPUs")
         stall = (0.0, 0.0)
         for _ in range(runs):
             await self.fill()                   # every node's sample new: no cached row
             with LoopProbe() as probe:
-                wall, cpu, plane_cpu = await self.timed(herd)
+                wall, cpu, plane_cpu = await self.timed(herd, printed)
             stall = max(stall, (probe.longest, probe.longest_gc))
-            walls.append(wall), cpus.append(cpu), plane.append(plane_cpu)
+            listing.walls.append(wall), listing.cpus.append(cpu), listing.plane.append(plane_cpu)
             await self.fill()
-            limits.append((await self.timed(limit))[0])
-        self.results.lists[output] = (walls, cpus, limits, plane)
+            wall, cpu, plane_cpu = await self.timed(floor, floor_printed)
+            listing.floor.append(wall), listing.floor_cpus.append(cpu)
+            listing.floor_plane.append(plane_cpu)
+        self.results.lists[output] = listing
         self.results.stalls[f"herd gpu list -o {output}"] = stall
-        print(f"  herd gpu list -o {output}: {statistics.median(walls):.2f} s "
-              f"(runs {min(walls):.2f}-{max(walls):.2f}), CLI CPU {statistics.median(cpus):.2f} s, "
-              f"control plane CPU {statistics.median(plane):.2f} s; limit "
-              f"{statistics.median(limits):.2f} s", flush=True)
+        print(f"  herd gpu list -o {output}: {listing.summary()}", flush=True)
 
     async def scrape(self, page: str, runs: int, fresh: bool,
                      label: str | None = None) -> list[tuple[float, int, float]]:
@@ -500,6 +524,25 @@ class Bench:
 # --- the run ---------------------------------------------------------------------------------
 
 
+async def phases(bench: Bench, args: argparse.Namespace) -> None:
+    """Telemetry off and on, --rounds times, at the same heartbeat rate: the wire's
+    bytes, the control plane's CPU and the heartbeats accepted in each."""
+    results = bench.results
+    print(f"phases of {args.phase_seconds:g} s: telemetry off, on, ... "
+          f"({args.rounds} rounds)", flush=True)
+    for _ in range(args.rounds):
+        for telemetry in (False, True):
+            results.phases.append(await bench.phase(telemetry, args.phase_seconds))
+    results.rss["after the phases"] = rss_mb(os.getpid())
+    on = [p for p in results.phases if p.telemetry]
+    on_seconds = sum(p.pub["seconds"] for p in on)
+    results.bytes_per_node_min = (sum(p.pub["tel_bytes"] for p in on)
+                                  / args.nodes / (on_seconds / 60))
+    every = list(results.phases)
+    hb_bytes = sum(p.pub["hb_bytes"] for p in every) / sum(p.pub["heartbeats"] for p in every)
+    results.hb_bytes_per_node_min = hb_bytes * 60 / HB_INTERVAL
+
+
 async def run(args: argparse.Namespace) -> Results:
     results = Results(args.nodes, args.gpus)
     server, tmp = start_server()
@@ -525,44 +568,33 @@ async def run(args: argparse.Namespace) -> Results:
             if not ready:
                 raise RuntimeError("the publisher did not start")
             results.sample_bytes = int(msgspec.json.decode(ready)["sample_bytes"])
-            bench = Bench(server, plane, pub, results)
+            bench = Bench(server, plane, pub, results, tmp)
 
             print("warm-up (heartbeats only)", flush=True)
             await bench.phase(False, min(3.0, args.phase_seconds))
             results.rss["no sample held"] = rss_mb(os.getpid())
             results.fill_us_per_sample = await bench.fill()
             results.rss["every node's sample held"] = rss_mb(os.getpid())
-
-            print(f"phases of {args.phase_seconds:g} s: telemetry off, on, ... "
-                  f"({args.rounds} rounds)", flush=True)
-            for _ in range(args.rounds):
-                for telemetry in (False, True):
-                    results.phases.append(await bench.phase(telemetry, args.phase_seconds))
-            results.rss["after the phases"] = rss_mb(os.getpid())
-            on = [p for p in results.phases if p.telemetry]
-            on_seconds = sum(p.pub["seconds"] for p in on)
-            results.bytes_per_node_min = (sum(p.pub["tel_bytes"] for p in on)
-                                          / args.nodes / (on_seconds / 60))
-            every = list(results.phases)
-            hb_bytes = sum(p.pub["hb_bytes"] for p in every) / sum(p.pub["heartbeats"] for p in every)
-            results.hb_bytes_per_node_min = hb_bytes * 60 / HB_INTERVAL
-
+            if args.only is None:
+                await phases(bench, args)
             # From here on the fleet also samples its GPUs at the default interval.
             await bench.command("background on")
-            print("herd gpu list (each run after a fresh sample of every node)", flush=True)
-            for output in args.output:
-                await bench.gpu_list(output, args.runs)
-            results.rss["after the listings"] = rss_mb(os.getpid())
-
-            print("scrapes", flush=True)
-            results.scrapes["/metrics"] = await bench.scrape("/metrics", args.runs, True)
-            await bench.shards(args.shards, "/metrics/gpus, every shard (fresh samples)")
-            await bench.shards(args.shards, "/metrics/gpus, every shard again")
-            results.rss["after scraping every shard"] = rss_mb(os.getpid())
-            if args.full_gpu_page:
-                results.scrapes["/metrics/gpus, whole page"] = await bench.scrape(
-                    "/metrics/gpus", 1, True)
-                results.rss["after the whole page"] = rss_mb(os.getpid())
+            if args.only in (None, "list"):
+                print("herd gpu list (each run after a fresh sample of every node)", flush=True)
+                for output in args.output:
+                    await bench.gpu_list(output, args.runs)
+                results.rss["after the listings"] = rss_mb(os.getpid())
+            if args.only in (None, "metrics"):
+                print("scrapes", flush=True)
+                results.scrapes["/metrics"] = await bench.scrape("/metrics", args.runs, True)
+            if args.only is None:
+                await bench.shards(args.shards, "/metrics/gpus, every shard (fresh samples)")
+                await bench.shards(args.shards, "/metrics/gpus, every shard again")
+                results.rss["after scraping every shard"] = rss_mb(os.getpid())
+                if args.full_gpu_page:
+                    results.scrapes["/metrics/gpus, whole page"] = await bench.scrape(
+                        "/metrics/gpus", 1, True)
+                    results.rss["after the whole page"] = rss_mb(os.getpid())
             await bench.command("quit")
             await pub.wait()
             pub = None
@@ -580,13 +612,8 @@ def median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
-def show(r: Results, args: argparse.Namespace) -> None:
-    gpus = r.nodes * r.gpus
-    print(f"\n{r.nodes:,} nodes x {r.gpus} GPUs = {gpus:,} GPUs, telemetry every "
-          f"{args.interval:g} s, heartbeats offered at {args.rate:,}/s; {machine()}")
-    print("CPU figures are CPU seconds from /proc (user + system, every thread); "
-          "times of the CLI and the scrapes are wall time.\n")
-
+def show_phases(r: Results, line: Callable[[str, str, str], None]) -> None:
+    """The off/on phases' table and what they measure."""
     print("| round | telemetry | hb offered/s | hb accepted/s | samples/s | control plane "
           "CPU s/s | µs/heartbeat | nats-server CPU s/s |\n|---|---|---|---|---|---|---|---|")
     for i, p in enumerate(r.phases):
@@ -604,10 +631,6 @@ def show(r: Results, args: argparse.Namespace) -> None:
     srv_off = median([p.server_cpu_per_s for p in off])
     per_sample = 1e6 * (cpu_on - cpu_off) / max(samples_per_s, 1e-9)
 
-    def line(figure: str, value: str, limit: str) -> None:
-        print(f"{figure}: {value}   [{limit}]")
-
-    print()
     line("bytes per node per minute on the wire",
          f"{r.bytes_per_node_min / 1000:.1f} KB (a sample: {r.sample_bytes:,} bytes body; "
          f"{r.bytes_per_node_min * r.nodes / 60 / 1e6:.2f} MB/s for the fleet)",
@@ -621,23 +644,35 @@ def show(r: Results, args: argparse.Namespace) -> None:
     line("control plane CPU per heartbeat accepted, on vs off",
          f"{us_on:.1f} vs {us_off:.1f} µs (telemetry's CPU included in 'on')",
          f"capacity at equal CPU: {us_off / us_on:.2f} of off")
-    rss = ", ".join(f"{k} {v:,.0f} MB" for k, v in r.rss.items())
-    held = r.rss["every node's sample held"] - r.rss["no sample held"]
-    line("control plane RSS", f"+{held:,.0f} MB with every node's sample held "
-         f"({1e6 * held / max(r.nodes, 1) / 1000:.1f} KB per node)", rss)
     verdict = "met" if ratio >= INGEST_TARGET else "MISSED"
     line("heartbeat ingest, telemetry on / off",
          f"{ratio:.3f} ({median([p.accepted_per_s for p in on]):,.0f} vs "
          f"{median([p.accepted_per_s for p in off]):,.0f} accepted/s; per round "
          f"{', '.join(f'{x:.3f}' for x in pairs)})", f"target >= {INGEST_TARGET}: {verdict}")
-    for output, (walls, cpus, limits, plane) in r.lists.items():
-        wall = median(walls)
-        verdict = "met" if wall <= LIST_TARGET else "MISSED"
+
+
+def show(r: Results, args: argparse.Namespace) -> None:
+    gpus = r.nodes * r.gpus
+    print(f"\n{r.nodes:,} nodes x {r.gpus} GPUs = {gpus:,} GPUs, telemetry every "
+          f"{args.interval:g} s, heartbeats offered at {args.rate:,}/s; {machine()}")
+    print("CPU figures are CPU seconds from /proc (user + system, every thread); "
+          "times of the CLI and the scrapes are wall time.\n")
+
+    def line(figure: str, value: str, limit: str) -> None:
+        print(f"{figure}: {value}   [{limit}]")
+
+    print()
+    if r.phases:
+        show_phases(r, line)
+    rss = ", ".join(f"{k} {v:,.0f} MB" for k, v in r.rss.items())
+    held = r.rss["every node's sample held"] - r.rss["no sample held"]
+    line("control plane RSS", f"+{held:,.0f} MB with every node's sample held "
+         f"({1e6 * held / max(r.nodes, 1) / 1000:.1f} KB per node)", rss)
+    for output, listing in r.lists.items():
+        verdict = "met" if median(listing.walls) <= LIST_TARGET else "MISSED"
         line(f"herd gpu list -o {output}, {gpus:,} GPUs, process start included",
-             f"{wall:.2f} s wall (runs {min(walls):.2f}-{max(walls):.2f}; CLI CPU "
-             f"{median(cpus):.2f} s, control plane CPU {median(plane):.2f} s)",
-             f"target <= {LIST_TARGET:g} s: {verdict}; limit (minimal nats-py client, same "
-             f"pages) {median(limits):.2f} s")
+             listing.summary(), f"target <= {LIST_TARGET:g} s: {verdict}; floor: a bare "
+             f"nats-py client asking for the same pages and writing the same bytes, same run")
     for page, rows in r.scrapes.items():
         walls = [w for w, _, _ in rows]
         sizes = [s for _, s, _ in rows]
@@ -657,7 +692,8 @@ def show(r: Results, args: argparse.Namespace) -> None:
     print(f"reproduce: python -m benchmarks.gpu_telemetry --nodes {r.nodes} --gpus {r.gpus} "
           f"--interval {args.interval:g} --rate {args.rate} --phase-seconds {args.phase_seconds:g} "
           f"--rounds {args.rounds} --runs {args.runs} --shards {args.shards}"
-          + (" --full-gpu-page" if args.full_gpu_page else ""))
+          + (" --full-gpu-page" if args.full_gpu_page else "")
+          + (f" --only {args.only} --output {','.join(args.output)}" if args.only else ""))
 
 
 def main() -> None:
@@ -674,6 +710,9 @@ def main() -> None:
     parser.add_argument("--shards", type=int, default=64, help="/metrics/gpus shards scraped")
     parser.add_argument("--full-gpu-page", action="store_true",
                         help="also scrape /metrics/gpus whole (~8.6 KB per GPU in memory)")
+    parser.add_argument("--only", choices=("list", "metrics"),
+                        help="measure only herd gpu list (--output, --runs) or only the "
+                             "/metrics scrapes (--runs), without the off/on phases: quicker")
     parser.add_argument("--publish-only", metavar="URL", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if min(args.nodes, args.gpus, args.rate, args.rounds, args.runs, args.shards) < 1 \

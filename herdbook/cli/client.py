@@ -308,7 +308,7 @@ async def attempt(nc: Any, route: str, payload: msgspec.Struct | dict[str, Any],
     Struct's bounds is refused here, before it is sent (exit 2)."""
     import nats.errors
 
-    from herdbook.api.messages import Envelope
+    from herdbook.api.envelope import Envelope
     if (why := bad_request(payload)) is not None:
         raise RequestFailed(why, EXIT_USAGE)
     session = _sessions.get(nc)
@@ -330,6 +330,8 @@ async def attempt(nc: Any, route: str, payload: msgspec.Struct | dict[str, Any],
         code = {"bad_request": EXIT_USAGE,
                 "storage_full": EXIT_STORAGE_FULL}.get(body.code, EXIT_REFUSED)
         raise RequestFailed(body.error or "refused", code, answered=True)
+    if reply is msgspec.Raw:        # the result's bytes as they came, not scanned again
+        return body.result
     try:
         return msgspec.json.decode(body.result, type=reply or Any)
     except (msgspec.DecodeError, msgspec.ValidationError) as err:

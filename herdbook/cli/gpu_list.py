@@ -7,11 +7,13 @@ GPUs the listing's target is 1 s, the process's start included."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Iterator
+from collections.abc import Awaitable, Callable
+from operator import attrgetter
 from typing import Any, TypeVar
 
 import msgspec
 
+from herdbook.api.envelope import Page
 from herdbook.cli import client
 from herdbook.cli.output import (
     Format,
@@ -58,6 +60,17 @@ def next_token(page: bytes) -> str | None:
     return msgspec.json.decode(page, type=Next).next_token
 
 
+def items_of(page: bytes) -> bytes | None:
+    """A page's ``items`` array as it stands in the page (``[...]``) where the page has
+    the control plane's shape (the items first, ``next_token`` last, no space), else
+    None: the caller decodes it. The array itself is not checked here; what formats it
+    refuses it if it is not JSON."""
+    at = page.rfind(b'],"next_token":')
+    if not page.startswith(b'{"items":[') or at < 9 or not page.endswith(b"}"):
+        return None
+    return page[9:at + 1]
+
+
 class Shown(msgspec.Struct, frozen=True, gc=False):
     """A GPU of a ``gpu.list`` page, only what the table or CSV shows: msgspec skips the
     rest of the row without building it (the values as the page has them, untyped, so
@@ -80,21 +93,67 @@ class Shown(msgspec.Struct, frozen=True, gc=False):
     sampled_at: Any = None
 
 
-def table_columns(rows: list[Shown]) -> list[tuple[str, list[str]]]:
-    """The table's columns (``COLUMNS``) of these rows, each as (header, its cells): every
-    cell a string ("" for None), so ``output._cells`` takes each column in one pass at C
-    speed, and each the text a dict row's value made (``_number``, ``_memory``)."""
-    def number(values: Iterator[float | None], unit: str) -> list[str]:
-        return ["" if v is None else f"{v:g}{unit}" for v in values]
-    derived: dict[str, list[str]] = {
-        "index": [str(r.index) for r in rows],
-        "temp": number((r.temperature_c for r in rows), "C"),
-        "power": number((r.power_w for r in rows), "W"),
-        "util": number((r.gpu_util_pct for r in rows), "%"),
-        "memory": [_memory(r.fb_used_mib, r.fb_total_mib) for r in rows]}
-    return [(header, derived[key] if key in derived
-             else ["" if v is None else v for v in (getattr(r, key) for r in rows)])
-            for header, key in COLUMNS]
+class Cells(dict[Any, str]):
+    """Each distinct value's cell, made once (``make``): a fleet's readings repeat (its
+    temperatures, utilisations, memory totals), so most cells are one dict lookup at C
+    speed (``map(cells.__getitem__, values)``). Equal numbers make the same cell in any
+    of their types (``f"{45:g}"`` and ``f"{45.0:g}"`` are both ``45``)."""
+
+    def __init__(self, make: Callable[[Any], str]) -> None:
+        super().__init__()
+        self.make = make
+
+    def __missing__(self, value: Any) -> str:
+        cell = self[value] = self.make(value)
+        return cell
+
+
+def _number(unit: str) -> Cells:
+    return Cells(lambda v: "" if v is None else f"{v:g}{unit}")
+
+
+def _plain(values: list[Any]) -> list[Any]:
+    return ["" if v is None else v for v in values]
+
+
+def _read(key: str, rows: list[Shown]) -> list[Any]:
+    return list(map(attrgetter(key), rows))
+
+
+class GpuTable:
+    """The table's cells (``COLUMNS``), column by column, made page by page as the pages
+    arrive, each the text a dict row's value made (``_memory``, ``f"{v:g}C"``, escaped
+    by ``table_cells``), and each column's width so far: the last page's arrival leaves
+    only the lines to join."""
+
+    def __init__(self) -> None:
+        self.columns: list[list[str]] = [[header] for header, _ in COLUMNS]
+        self.widths = [len(header) for header, _ in COLUMNS]
+        self.units = {"temp": ("temperature_c", _number("C")), "power": ("power_w", _number("W")),
+                      "util": ("gpu_util_pct", _number("%"))}
+        self.memory = Cells(lambda pair: _memory(*pair))
+
+    def cells(self, key: str, rows: list[Shown]) -> list[str]:
+        if key in self.units:
+            field, made = self.units[key]
+            return list(map(made.__getitem__, _read(field, rows)))
+        if key == "memory":
+            return list(map(self.memory.__getitem__, zip(
+                _read("fb_used_mib", rows), _read("fb_total_mib", rows), strict=True)))
+        if key == "index":
+            return table_cells(list(map(str, _read(key, rows))))
+        return table_cells(_plain(_read(key, rows)))
+
+    def add(self, rows: list[Shown]) -> None:
+        if not rows:
+            return
+        for number, (_, key) in enumerate(COLUMNS):
+            cells = self.cells(key, rows)
+            self.columns[number].extend(cells)
+            self.widths[number] = max(self.widths[number], max(map(len, cells)))
+
+    def print(self) -> None:
+        write_table(self.columns, self.widths)
 
 
 def csv_columns(rows: list[Shown]) -> list[tuple[str, list[Any]]]:
@@ -104,24 +163,32 @@ def csv_columns(rows: list[Shown]) -> list[tuple[str, list[Any]]]:
 class Printed:
     """What a listing prints, gathered page by page as the pages arrive (the next page
     already asked for, so this overlaps the control plane building it): with json each
-    page formatted, with a table or csv each column's cells, with yaml the rows."""
+    page's rows formatted as they came, with a table or csv each column's cells, with
+    yaml the rows."""
 
     def __init__(self, output: Format) -> None:
         self.output = output
         self.chunks: list[bytes] = []
         self.rows: list[Any] = []
-        heads = COLUMNS if output is Format.table else CSV_COLUMNS
-        self.columns: list[tuple[str, list[Any]]] = [(header, []) for header, _ in heads]
+        self.table = GpuTable()
+        self.columns: list[tuple[str, list[Any]]] = [(header, []) for header, _ in CSV_COLUMNS]
+
+    def add_page(self, page: bytes) -> None:
+        """One page of ``gpu.list`` (its result's bytes)."""
+        if self.output is Format.json:
+            listed = items_of(page)
+            if listed is not None:      # the control plane's own shape: formatted at once
+                self.chunks.append(msgspec.json.format(listed, indent=2)[2:-2])
+                return
+        self.add(msgspec.json.decode(page, type=PAGES[self.output]).items)
 
     def add(self, items: list[Any]) -> None:
         if self.output is Format.json:
             self.chunks.append(json_items(items))
         elif self.output is Format.yaml:
             self.rows.extend(items)
-        elif self.output is Format.table:     # the cells themselves, ready to pad
-            for (_, cells), (_, values) in zip(self.columns, table_columns(items),
-                                               strict=True):
-                cells.extend(table_cells(values))
+        elif self.output is Format.table:
+            self.table.add(items)
         else:
             for (_, cells), (_, values) in zip(self.columns, csv_columns(items), strict=True):
                 cells.extend(values)
@@ -132,9 +199,15 @@ class Printed:
         elif self.output is Format.yaml:
             render_rows(self.rows, CSV_COLUMNS, self.output)
         elif self.output is Format.table:
-            write_table([[header, *cells] for header, cells in self.columns])
+            self.table.print()
         else:
             render_columns(self.columns, self.output)
+
+
+PAGES: dict[Format, Any] = {Format.json: Page[msgspec.Raw], Format.yaml: Page[dict[str, Any]],
+                            Format.table: Page[Shown], Format.csv: Page[Shown]}
+"""What each output decodes a page into: json the rows' JSON as it came, yaml every
+field, a table or csv only the fields it shows (``Shown``)."""
 
 
 async def asked(nc: Any, request: Awaitable[T]) -> asyncio.Future[T]:
@@ -164,18 +237,13 @@ def list_gpus(server: str, output: Format, labels: str | None, health: list[str]
                           client.EXIT_USAGE)
     if node is not None:
         client.check_id(node)
-    from herdbook.api.messages import ListGpus, Page
+    from herdbook.api.request_messages import ListGpus
     selector: dict[str, str] = {}
     if labels is not None:
         from herdbook.cli.node_args import parse_labels
         selector = parse_labels(labels)
     query = ListGpus(labels=selector, health=healths, node_id=node or "")
     client.check_request(query)
-
-    # json prints the pages' objects as they came (the bytes the rows would encode to
-    # again), formatted page by page; a table or csv decodes only the fields it shows.
-    items_of: Any = {Format.json: Page[msgspec.Raw], Format.yaml: Page[dict[str, Any]]}.get(
-        output, Page[Shown])
 
     async def page(nc: Any, token: str | None) -> msgspec.Raw:
         return await client.request(nc, "gpu.list", replace(query, next_token=token),
@@ -192,7 +260,7 @@ def list_gpus(server: str, output: Format, labels: str | None, health: list[str]
             token = next_token(raw)
             if token:
                 pending = await asked(nc, page(nc, token))
-            printed.add(msgspec.json.decode(raw, type=items_of).items)
+            printed.add_page(raw)
             if not token:
                 return printed
 

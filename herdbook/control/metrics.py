@@ -197,15 +197,18 @@ class ControlPlaneCollector(Collector):
 
 
 async def scrape(registry: CollectorRegistry, collector: ControlPlaneCollector,
-                 js: JetStreamContext) -> bytes:
-    """One exposition; asks NATS for the stream's last sequence once, then collects
-    without awaiting, so every family is read at the same point of the loop."""
+                 js: JetStreamContext,
+                 more: Callable[[], Awaitable[list[bytes]]] | None = None) -> list[bytes]:
+    """One exposition; asks NATS for the stream's last sequence once, then collects the
+    registry without awaiting, so each of its families is read at the same point of the
+    loop; then ``more``'s families (the per-node health series, ``HealthCollector.
+    chunks``: rendered a few nodes at a time, the loop given back between them)."""
     try:
         collector.stream_last = await stream_last_seq(js, EVENTS_STREAM)
     except Exception as err:  # noqa: BLE001 - NATS away: serve the rest without the lag
         log.debug("metrics: no stream info: %s", err)
         collector.stream_last = None
-    return generate_latest(registry)
+    return [generate_latest(registry), *(await more() if more is not None else [])]
 
 
 Page = Callable[[dict[str, str]], Awaitable[bytes | list[bytes]]]
@@ -218,7 +221,8 @@ class MetricsServer:
     """``GET /metrics`` answers ``scrape()``, the paths of ``pages`` theirs; anything else
     is a 404. One request per connection (``Connection: close``)."""
 
-    def __init__(self, host: str, port: int, scrape: Callable[[], Awaitable[bytes]],
+    def __init__(self, host: str, port: int,
+                 scrape: Callable[[], Awaitable[bytes | list[bytes]]],
                  pages: dict[str, Page] | None = None) -> None:
         self.host = host
         self.port = port

@@ -30,7 +30,9 @@ def test_benchmark_runs_small_and_prints_every_figure_with_its_limit() -> None:
         assert figure in out, f"{figure!r} not printed:\n{out[-3000:]}"
     # Each figure beside its limit or target, in brackets.
     assert re.search(r"heartbeat ingest, telemetry on / off: [\d.]+ .*\[target >= 0.9: ", out)
-    assert re.search(r"herd gpu list .*\[target <= 1 s: (met|MISSED); limit .* [\d.]+ s\]", out)
+    # herd gpu list beside its floor (a bare client, same pages, same bytes), CPU of each
+    assert re.search(r"herd gpu list .*: [\d.]+ s wall .*CPU: the CLI [\d.]+ s.*; floor "
+                     r"[\d.]+ s wall .*CPU: the client [\d.]+ s.*\[target <= 1 s: (met|MISSED)", out)
     # The telemetry phase sent samples and the control plane kept them (2 s interval,
     # 50 nodes: ~25 a second), and every heartbeat offered was accepted.
     on = re.search(r"\| 1 \| on \| ([\d,]+) \| ([\d,]+) \| ([\d,]+) \|", out)

@@ -13,7 +13,7 @@ import msgspec
 import pytest
 
 from herdbook.api.messages import Page
-from herdbook.cli.gpu_list import COLUMNS, CSV_COLUMNS, Printed, Shown, next_token
+from herdbook.cli.gpu_list import COLUMNS, CSV_COLUMNS, Printed, Shown, items_of, next_token
 from herdbook.cli.output import Format, render_rows
 
 
@@ -55,7 +55,9 @@ def _old_table_row(gpu: dict[str, Any]) -> dict[str, Any]:
             "util": number(gpu.get("gpu_util_pct"), "%"), "memory": memory}
 
 
-def printed(output: Format, pages: list[list[dict[str, Any]]]) -> str:
+def printed(output: Format, pages: list[list[dict[str, Any]]], decoded: bool = False) -> str:
+    """What `herd gpu list` prints of these pages: each page's bytes as the control
+    plane writes them (``add_page``), or with ``decoded`` its items decoded first."""
     kind: Any = {Format.json: Page[msgspec.Raw], Format.yaml: Page[dict[str, Any]]}.get(
         output, Page[Shown])
     out = Printed(output)
@@ -63,7 +65,10 @@ def printed(output: Format, pages: list[list[dict[str, Any]]]) -> str:
         raw = msgspec.json.encode({"items": items, "next_token": (
             None if number == len(pages) - 1 else "x/1")})
         assert next_token(raw) == (None if number == len(pages) - 1 else "x/1")
-        out.add(msgspec.json.decode(raw, type=kind).items)
+        if decoded:
+            out.add(msgspec.json.decode(raw, type=kind).items)
+        else:
+            out.add_page(raw)
     buffer = io.StringIO()
     with redirect_stdout(buffer):
         out.print()
@@ -90,6 +95,7 @@ def test_every_output_prints_what_it_printed_before(output: Format, cut: list[in
         pages.append(ROWS[start:start + size])
         start += size
     assert printed(output, pages) == before(output)
+    assert printed(output, pages, decoded=True) == before(output)
 
 
 def test_the_table_escapes_and_formats_as_before() -> None:
@@ -107,3 +113,21 @@ def test_next_token_is_read_from_the_end_or_else_decoded() -> None:
     assert next_token(b'{"items":[],"next_token":null}') is None
     assert next_token(b'{"next_token":"n/4","items":[{"x":1}]}') == "n/4"
     assert next_token(b'{"items":[]}') is None
+
+
+def test_json_formats_the_items_as_they_stand_or_decodes_a_page_of_another_shape() -> None:
+    """-o json formats a page's items array where it stands (the control plane writes
+    ``{"items":[...],"next_token":...}``); a page written otherwise is decoded, and
+    prints the same."""
+    page = msgspec.json.encode({"items": ROWS[:2], "next_token": "x/1"})
+    assert items_of(page) == msgspec.json.encode(ROWS[:2])
+    reordered = msgspec.json.encode({"next_token": None, "items": ROWS})
+    spaced = b'{"items": ' + msgspec.json.encode(ROWS) + b', "next_token": null}'
+    assert items_of(reordered) is None and items_of(spaced) is None
+    for other in (reordered, spaced):
+        out = Printed(Format.json)
+        out.add_page(other)
+        buffer = io.StringIO()
+        with redirect_stdout(buffer):
+            out.print()
+        assert buffer.getvalue() == before(Format.json)
