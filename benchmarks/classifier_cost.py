@@ -212,7 +212,9 @@ async def main(sizes: list[int], rounds: int, faulty_share: float) -> None:
               f"of the liveness work that shards)")
     else:
         print(f"decision: the classifier shards by node with liveness ({share:.2f} >= "
-              f"{SHARE_LIMIT} of the liveness work that shards)")
+              f"{SHARE_LIMIT} of the liveness work that shards): with lifecycle."
+              f"liveness_shards S > 1 each replica classifies the nodes of the shards it "
+              f"holds (reactors/classifier.py take/release, docs/scale.md)")
     report("health classifier CPU per report", f"{c:.1f} µs at {largest:,} nodes against "
            f"{d:.1f} µs decode-only (limit; ratio {d / c:.2f}) and {h:.1f} µs per heartbeat",
            f"its fleet-wide CPU < {SHARE_LIMIT} of the heartbeat intake's to stay on the "

@@ -81,20 +81,47 @@ def plan(shards: int, replicas: list[str], me: str, held: Iterable[int],
     return ShardPlan(take=tuple(ordered[:share - len(mine)]))
 
 
-class ShardSweeper(Protocol):
-    """What the leases drive: ``reactors.sweeper.Sweeper``."""
-
-    shard_holders: Callable[[], dict[str, str]]
+class ShardWorker(Protocol):
+    """What a shard's lease drives: the sweeper (liveness) and the health classifier."""
 
     def take(self, shard: int) -> Awaitable[None]: ...
 
     def release(self, shard: int) -> Awaitable[None]: ...
 
 
+class ShardSweeper(ShardWorker, Protocol):
+    """``reactors.sweeper.Sweeper``: its status names each shard's holder."""
+
+    shard_holders: Callable[[], dict[str, str]]
+
+
+class Sharded(ShardWorker, Protocol):
+    """``reactors.classifier.HealthClassifier``: told the shard count first."""
+
+    def shard(self, shards: int) -> None: ...
+
+
+class ShardWork:
+    """Everything the holder of a shard does for its nodes, taken and released together:
+    the classifier first (it classifies the reports it kept at once), then the sweeper
+    (reading the shard's heartbeats can take seconds)."""
+
+    def __init__(self, *workers: ShardWorker) -> None:
+        self.workers = workers
+
+    async def take(self, shard: int) -> None:
+        for worker in self.workers:
+            await worker.take(shard)
+
+    async def release(self, shard: int) -> None:
+        for worker in self.workers:
+            await worker.release(shard)
+
+
 class ShardLeases:
     """Holds, renews, takes and hands back shard leases for one replica (see above)."""
 
-    def __init__(self, nc: NATS, holder: str, sweeper: ShardSweeper, *, shards: int,
+    def __init__(self, nc: NATS, holder: str, sweeper: ShardWorker, *, shards: int,
                  ttl: float, replicas: int = 1) -> None:
         self.nc = nc
         self.holder = holder
@@ -229,12 +256,19 @@ class ShardLeases:
         return {str(k): self.holders.get(k, "") for k in range(self.shards)}
 
 
-def shard_leases(cfg: Config, nc: NATS, node_id: str, sweeper: ShardSweeper) -> list[Part]:
-    """With liveness shards, the leases that say which shards this replica sweeps; none
-    with one shard: every replica sweeps the whole fleet, as before sharding."""
-    if cfg.lifecycle.liveness_shards <= 1:
+def shard_leases(cfg: Config, nc: NATS, node_id: str, sweeper: ShardSweeper,
+                 classifier: Sharded | None = None) -> list[Part]:
+    """With liveness shards, the leases that say which shards this replica sweeps and
+    whose nodes' health reports it classifies; none with one shard: every replica
+    sweeps and classifies the whole fleet, as before sharding."""
+    shards = cfg.lifecycle.liveness_shards
+    if shards <= 1:
         return []
-    leases = ShardLeases(nc, node_id, sweeper, shards=cfg.lifecycle.liveness_shards,
-                         ttl=float(cfg.leader_ttl), replicas=cfg.nats.replicas)
+    work: ShardWorker = sweeper
+    if classifier is not None:
+        classifier.shard(shards)
+        work = ShardWork(classifier, sweeper)
+    leases = ShardLeases(nc, node_id, work, shards=shards, ttl=float(cfg.leader_ttl),
+                         replicas=cfg.nats.replicas)
     sweeper.shard_holders = leases.status
     return [Service("liveness shard leases", leases.start, leases.stop)]

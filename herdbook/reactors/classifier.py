@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 
@@ -38,6 +39,7 @@ from herdbook.events.breaker_events import HeldAction
 from herdbook.events.codec import decode_health_report
 from herdbook.events.deadletters import DeadLetters
 from herdbook.events.feed import StreamFeed, stream_seq
+from herdbook.events.hb_shards import shard_of
 from herdbook.events.health_report import GpuVerdict, HealthReport, NodeHealthChanged
 from herdbook.events.node import NodeEnabled, NodeEvent, NodeUncordoned
 from herdbook.events.states import Health
@@ -55,6 +57,8 @@ from herdbook.reactors.health import decide_health
 log = logging.getLogger(__name__)
 
 HEALTH_CHANGES = "herd.node.*.health_changed"
+WAITING = 16
+"""Reports kept per node while another replica classifies it (the newest)."""
 
 
 def decide_on_report(view: NodeView | None, verdict: Verdict, report: HealthReport, seq: int,
@@ -131,6 +135,57 @@ class HealthClassifier:
         self.holds = FaultHolds()
         """Each node's held counter-like faults (``health.fault_hold``), rebuilt the same way."""
         self._replay_through = 0
+        self.shards = 1
+        self._held: set[int] | None = None
+        """With liveness shards (S > 1), the shards whose nodes are classified here (``take``,
+        ``release``: the shard leases); None: every node, on every replica."""
+        self._shard_of: dict[str, int] = {}
+        self._waiting: dict[str, deque[tuple[HealthReport, int, float | None]]] = {}
+        """Reports that mattered (events, a check not healthy) of nodes whose shard this
+        replica does not hold, kept for the day it takes it (their events are in the
+        history already)."""
+
+    def shard(self, shards: int) -> None:
+        """Classify only the nodes of the shards taken here (issue 32 item 1: the
+        classifier shards by node with liveness, ``control/shards.py``)."""
+        self.shards, self._held = shards, set()
+
+    def _classifies(self, node_id: str) -> bool:
+        if self._held is None:
+            return True
+        shard = self._shard_of.get(node_id)
+        if shard is None:
+            shard = self._shard_of[node_id] = shard_of(node_id, self.shards)
+        return shard in self._held
+
+    async def take(self, shard: int) -> None:
+        """Classify this shard's nodes from now on, starting with the reports that
+        mattered while another replica held it (a report its holder decided on changes
+        nothing: ``decided``)."""
+        if self._held is None or shard in self._held:
+            return
+        self._held.add(shard)
+        for node_id in [n for n in self._waiting if self._classifies(n)]:
+            for report, seq, at in self._waiting.pop(node_id):
+                try:
+                    await self.classify(report, seq, at, recorded=True)
+                except Exception as err:  # noqa: BLE001 - the next report decides again
+                    log.error("classifying report %d of %s failed: %s", seq,
+                              printable(node_id), printable(f"{type(err).__name__}: {err}"))
+
+    async def release(self, shard: int) -> None:
+        if self._held is not None:
+            self._held.discard(shard)
+
+    def _keep(self, report: HealthReport, seq: int, at: float | None) -> None:
+        """A report of a node another replica classifies: its events into the history
+        and the holds, as every replica keeps them; kept if it matters, for a takeover.
+        A healthy report is not kept: the node's next one says the same."""
+        if not report.events and all(c.status == "healthy" for c in report.checks):
+            return
+        self._replay(report, at or 0.0)
+        self._waiting.setdefault(report.node_id, deque(maxlen=WAITING)).append(
+            (report, seq, at))
 
     async def start(self) -> None:
         self.follow(await decided_reports(self.nc))
@@ -162,6 +217,8 @@ class HealthClassifier:
             self.unhealthy_in_a_row.pop(node_id, None)
             self.decided.pop(node_id, None)
             self.holds.clear(node_id)
+            self._waiting.pop(node_id, None)
+            self._shard_of.pop(node_id, None)
             return
         if isinstance(event, NodeUncordoned | NodeEnabled):
             self.holds.clear(node_id)   # the operator checked the node: its holds end now
@@ -186,6 +243,10 @@ class HealthClassifier:
             self._replay(report, at or 0.0)
             self._position = seq
             return
+        if not self._classifies(report.node_id):
+            self._keep(report, seq, at)
+            self._position = seq
+            return
         self.reports += 1
         try:
             await self.classify(report, seq, at)
@@ -204,17 +265,23 @@ class HealthClassifier:
         view = self.projector.nodes.get(node_id)
         return {} if view is None else serials_of(view.info.gpus)
 
-    async def classify(self, report: HealthReport, seq: int, at: float | None = None) -> None:
+    async def classify(self, report: HealthReport, seq: int, at: float | None = None, *,
+                       recorded: bool = False) -> None:
         """Decide on report ``seq`` (its HERD_HEALTH sequence) from the node's current
-        view; after a conflict, again from the newer one."""
+        view; after a conflict, again from the newer one. ``recorded``: its events are in
+        the history already (kept while another replica held the node's shard)."""
         node_id = report.node_id
         if node_id not in self.projector.nodes:
             return
         if seq <= self.decided.get(node_id, 0):   # decided already: history and holds only
-            self._replay(report, self.history.when(at))
+            if not recorded:
+                self._replay(report, self.history.when(at))
             return
         when = self.history.when(at)
-        verdict = self.policy.classify_with(self.history, report, self._serials(node_id), when)
+        serials = self._serials(node_id)
+        verdict = (self.policy.classify(report, self.history.of(node_id, serials, when))
+                   if recorded else self.policy.classify_with(self.history, report, serials,
+                                                              when))
         self.holds.record(node_id, verdict.findings, when)
         settled = self.holds.settle(node_id, when)
         verdict = replace(verdict, held=tuple(h.reason for h in settled.active),
