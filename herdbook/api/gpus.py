@@ -12,15 +12,25 @@ and sample (``_rows``), so listing 80k GPUs re-encodes only what changed.
 
 from __future__ import annotations
 
+import asyncio
 from bisect import bisect_left
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from types import MappingProxyType
 from typing import Any, NamedTuple, Protocol
 
 import msgspec
 
+from herdbook.api.gpu_rows import (
+    clipped,
+    gpu_indexes,
+    iso_when,
+    moment,
+    node_gpus,
+    node_rows,
+    sample_key,
+)
 from herdbook.api.lookup import ApiError, decode, resolve
 from herdbook.api.messages import (
     GPU_HEALTH,
@@ -33,18 +43,18 @@ from herdbook.api.messages import (
     GpuVerdictReply,
     ListGpus,
 )
-from herdbook.api.present import MAX_LABEL_KEY, shown
+from herdbook.api.present import shown
 from herdbook.clock import Clock
 from herdbook.events.health_report import GpuVerdict
-from herdbook.events.states import Health
 from herdbook.events.telemetry import GpuReading
 from herdbook.health.fault_history import FaultHistory
-from herdbook.history.times import iso
 from herdbook.projector.node_view import NodeView
 from herdbook.reactors.telemetry_intake import Sample
-from herdbook.text import clip
 
 PAGE_BYTES = 700_000
+WARM_STEP = 16
+"""Nodes whose rows the next page's warming builds between two returns to the loop:
+128 GPUs of 8-GPU nodes, ~0.5 ms."""
 MAX_FAULTS = 50
 DAY = 24 * 3600.0
 Handler = Callable[[bytes], Awaitable[Any]]
@@ -68,109 +78,6 @@ class NoTelemetry:
         return None
 
 
-def _when(epoch: float | None) -> str | None:
-    return None if not epoch else iso(datetime.fromtimestamp(epoch, UTC))
-
-
-def gpu_indexes(view: NodeView, sample: Sample | None) -> list[int]:
-    indexes = {g.index for g in view.info.gpus} | set(view.gpus)
-    if sample is not None:
-        indexes |= {r.index for r in sample.telemetry.gpus}
-    return sorted(indexes)
-
-
-def _text(value: str | None) -> str | None:
-    # clip's call only where it cuts: three of these per GPU of a listing
-    return value if value is None or len(value) <= MAX_LABEL_KEY else clip(value, MAX_LABEL_KEY)
-
-
-def sample_key(sample: Sample | None) -> tuple[str, float, float] | None:
-    """A sample's identity (boot, the agent's sample time, when it arrived): what a
-    cache of rows built from it keys on instead of holding it (a decoded 8-GPU sample is
-    ~17 KB; a cache holding the sample it was built from keeps a replaced one alive)."""
-    if sample is None:
-        return None
-    return sample.telemetry.boot_id, sample.telemetry.sampled_at, sample.received_at
-
-
-FIELDS: tuple[str, ...] = GpuSummary.__struct_fields__
-_Row = msgspec.defstruct("_Row", [(name, Any) for name in FIELDS], gc=False)
-"""A ``GpuSummary`` as the listing builds it: the same fields in the same order, so the
-same JSON, but made from positional values (a 23-keyword Struct call is ~1.5 µs, most
-of a GPU's row at 80k of them), and not tracked by the garbage collector (it holds only
-strings, numbers and None: no cycle), so 80k of them do not bring on the collections,
-each a walk of the whole heap when full, that a cold listing otherwise triggers."""
-
-
-class _NoInfo:
-    """A GPU its node's info does not list: no uuid, no model name."""
-
-    uuid = name = None
-
-
-_NO_INFO = _NoInfo()
-
-
-def _moment(epoch: float | None) -> datetime | None:
-    """``_when``'s time as the datetime msgspec encodes to the same text, at a tenth of
-    its cost (``isoformat`` of an aware datetime is ~2.5 µs): the listing's rows."""
-    return None if not epoch else datetime.fromtimestamp(epoch, UTC)
-
-
-def _aligned(view: NodeView, sample: Sample | None) -> tuple[Any, Any]:
-    """The node's GPUs in index order as (its readings, its infos), side by side: the
-    sample's own order where it lists every GPU once, ascending, as the infos do (any
-    agent's sample); else the union of the three sources, each absent one a stand-in."""
-    infos = view.info.gpus
-    readings = sample.telemetry.gpus if sample is not None else ()
-    indexes = [r.index for r in readings]
-    if (indexes == [g.index for g in infos] and indexes == sorted(set(indexes))
-            and view.gpus.keys() <= set(indexes)):
-        return readings, infos
-    by_info = {g.index: g for g in infos}
-    by_reading = {r.index: r for r in readings}
-    order = sorted(by_info.keys() | view.gpus.keys() | by_reading.keys())
-    return ([by_reading.get(i) or GpuReading(index=i) for i in order],
-            [by_info.get(i, _NO_INFO) for i in order])
-
-
-def node_rows(view: NodeView, sample: Sample | None,
-              when: Callable[[float | None], Any] = _when) -> list[Any]:
-    """Every GPU of one node, in index order, as ``_Row``s (times as ``when`` writes
-    them). What is the node's (its state, health, pool, hostname, the sample's time) is
-    derived once for the node, not once per GPU: at 8 GPUs a node that was most of the
-    listing's cost."""
-    readings, infos = _aligned(view, sample)
-    node_id, verdicts = view.id, view.gpus
-    node_state, node_health = view.state, view.health
-    unjudged = "unknown" if node_health is Health.UNKNOWN else "healthy"    # gpu_level's rule
-    pool = shown(view.info.labels.get("pool"))
-    hostname = _text(((sample.telemetry.hostname if sample is not None else "")
-                      or view.info.hostname) or None)
-    sampled_at = None if sample is None else when(sample.telemetry.sampled_at)
-    out = []
-    for r, info in zip(readings, infos, strict=True):
-        verdict = verdicts.get(r.index) if verdicts else None
-        if verdict is None:
-            health, cause, since, action = unjudged, None, None, None
-        else:
-            health, cause = verdict.level, shown(verdict.reason)
-            since, action = when(verdict.since), verdict.recommended_action or None
-        # In FIELDS' order (a test holds the two to the same JSON)
-        out.append(_Row(
-            node_id, r.index, _text(r.uuid or info.uuid), _text(r.serial),
-            _text(r.model or info.name), hostname, health, cause, since, node_state,
-            node_health, pool, r.temperature_c, r.power_w, r.gpu_util_pct, r.fb_used_mib,
-            r.fb_total_mib, sampled_at, action, r.power_limit_w, r.ecc_sbe_volatile,
-            r.ecc_dbe_volatile, r.remapped_rows_uncorrectable))
-    return out
-
-
-def node_gpus(view: NodeView, sample: Sample | None) -> list[GpuSummary]:
-    """Every GPU of one node (``node describe``'s GPU rows, ``gpu describe``)."""
-    return [GpuSummary(**msgspec.structs.asdict(row)) for row in node_rows(view, sample)]
-
-
 def gpu_summary(view: NodeView, index: int, sample: Sample | None) -> GpuSummary | None:
     """One GPU's row, None if the node has no GPU ``index``."""
     return next((g for g in node_gpus(view, sample) if g.index == index), None)
@@ -185,7 +92,7 @@ def _reading(sample: Sample | None, index: int) -> GpuReading | None:
 def verdict_reply(verdict: GpuVerdict) -> GpuVerdictReply:
     return GpuVerdictReply(level=verdict.level, rule=verdict.rule,
                            reason=shown(verdict.reason) or "", kind=verdict.kind,
-                           xid=verdict.xid or None, since=_when(verdict.since),
+                           xid=verdict.xid or None, since=iso_when(verdict.since),
                            recommended_action=verdict.recommended_action or None)
 
 
@@ -226,6 +133,7 @@ class GpuRoutes:
         ~45 MB of reply JSON, and no sample."""
         self._ids: list[str] = []
         self._id_set: set[str] = set()
+        self._warming: asyncio.Task[None] | None = None
 
     def routes(self) -> dict[str, Handler]:
         return {"gpu.list": self.gpu_list, "gpu.describe": self.gpu_describe}
@@ -252,7 +160,7 @@ class GpuRoutes:
         cached = self._rows.get(view.id)
         if cached is not None and cached.view is view and cached.sample == key:
             return cached
-        gpus = node_rows(view, sample, _moment)
+        gpus = node_rows(view, sample, moment)
         health_of = tuple([g.health for g in gpus])
         entry = self._rows[view.id] = _Rows(
             view, key, tuple([g.index for g in gpus]), health_of, frozenset(health_of),
@@ -262,7 +170,7 @@ class GpuRoutes:
     def _bodies(self, view: NodeView) -> list[bytes]:
         """Each GPU's row alone, for a node a page takes in part (cut by the page's end,
         the token or a health filter): built again, as rare as that is."""
-        return [_encoder.encode(g) for g in node_rows(view, self.telemetry.of(view.id), _moment)]
+        return [_encoder.encode(g) for g in node_rows(view, self.telemetry.of(view.id), moment)]
 
     async def gpu_list(self, data: bytes) -> msgspec.Raw:
         req = decode(data, ListGpus, empty=True)
@@ -317,8 +225,34 @@ class GpuRoutes:
                 last = f"{node_id}/{gpu}"
             if next_token is not None:
                 break
+        if next_token is not None and not req.node_id:
+            self._warm_after(ids, bisect_left(ids, next_token.rpartition("/")[0]), req.labels)
         return msgspec.Raw(b"".join((b'{"items":[', b",".join(items), b'],"next_token":',
                                      _encoder.encode(next_token), b"}")))
+
+    def _warm_after(self, ids: list[str], start: int, labels: Mapping[str, str]) -> None:
+        """Builds the rows of the page after this one (a page's worth of nodes from
+        ``ids[start]``, those with ``labels``) while this page travels to the client and
+        the client reads it, ``WARM_STEP`` nodes at a time with the loop given back in
+        between: its request then finds them built. The one warming before stops."""
+        if self._warming is not None:
+            self._warming.cancel()
+        self._warming = asyncio.get_running_loop().create_task(
+            self._warm(ids, start, dict(labels)))
+
+    async def _warm(self, ids: list[str], start: int, labels: dict[str, str]) -> None:
+        size = 0
+        for at in range(start, len(ids), WARM_STEP):
+            await asyncio.sleep(0)
+            nodes = self.nodes()
+            rows: Mapping[str, NodeView] = getattr(nodes, "rows", nodes)
+            for node_id in ids[at:at + WARM_STEP]:
+                view = rows.get(node_id)
+                if view is not None and all(view.info.labels.get(k) == v
+                                            for k, v in labels.items()):
+                    size += len(self.rows(view).body) + 1
+            if size > PAGE_BYTES:
+                return
 
     async def gpu_describe(self, data: bytes) -> GpuDetail:
         req = decode(data, GpuById)
@@ -337,12 +271,12 @@ class GpuRoutes:
         verdict = view.gpus.get(req.index)
         return GpuDetail(
             **fields,
-            pci_bus_id=_text(reading.pci_bus_id if reading is not None else None),
-            driver_version=_text((reading.driver_version if reading is not None else None)
+            pci_bus_id=clipped(reading.pci_bus_id if reading is not None else None),
+            driver_version=clipped((reading.driver_version if reading is not None else None)
                                  or (info.driver_version if info is not None else None)
                                  or None),
             readings=None if reading is None else msgspec.to_builtins(reading),
-            received_at=None if sample is None else _when(sample.received_at),
+            received_at=None if sample is None else iso_when(sample.received_at),
             verdict=None if verdict is None else verdict_reply(verdict),
             node_health_reason=shown(view.health_reason) or "",
             faults=faults[:MAX_FAULTS],
@@ -353,7 +287,7 @@ class GpuRoutes:
     def _faults(self, node_id: str, index: int) -> list[GpuFault]:
         if self.faults is None:
             return []
-        return [GpuFault(at=_when(f.at) or "", kind=f.kind,
+        return [GpuFault(at=iso_when(f.at) or "", kind=f.kind,
                          xid=f.xid if f.kind == "xid" else None)
                 for f in reversed(self.faults.faults.get(node_id, ())) if f.gpu == index]
 
@@ -361,7 +295,7 @@ class GpuRoutes:
         if self.faults is None:
             return []
         pulls = [p for s in dict.fromkeys(serials) if s for p in self.faults.pulls.get(s, ())]
-        return [GpuPull(at=_when(p.at) or "", node_id=p.node_id, boot_id=p.boot_id)
+        return [GpuPull(at=iso_when(p.at) or "", node_id=p.node_id, boot_id=p.boot_id)
                 for p in sorted(pulls, key=lambda p: -p.at)]
 
     def _seen_on(self, *serials: str | None) -> list[str]:

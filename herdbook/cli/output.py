@@ -155,14 +155,19 @@ def table_cells(values: list[Any]) -> list[str]:
 def write_table(cells: list[list[str]], widths: list[int] | None = None) -> None:
     """``render_columns``' table from its cells, column by column, each headed by its
     header (``widths``: each column's longest cell, where the caller kept them)."""
+    if widths is None:
+        widths = [max(map(len, column)) for column in cells[:-1]]
+    sys.stdout.write(table_lines(cells, widths) + "\n")
+
+
+def table_lines(cells: list[list[str]], widths: list[int]) -> str:
+    """The table's lines of these cells (column by column), each column but the last
+    padded to its width in ``widths``, joined by newlines (none after the last)."""
     # Plain aligned columns, each line one %-format of its cells: rich's Table takes
     # seconds at 10k rows, and a Python call per cell a tenth of one. The last column
     # needs no padding: every line loses its trailing blanks.
-    if widths is None:
-        widths = [max(map(len, column)) for column in cells[:-1]]
     line = "  ".join([f"%-{width}s" for width in widths[:len(cells) - 1]] + ["%s"])
-    lines = map(str.rstrip, map(line.__mod__, zip(*cells, strict=True)))
-    sys.stdout.write("\n".join(lines) + "\n")
+    return "\n".join(map(str.rstrip, map(line.__mod__, zip(*cells, strict=True))))
 
 
 def json_items(items: list[bytes]) -> bytes:

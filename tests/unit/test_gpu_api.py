@@ -5,6 +5,7 @@ GET /v1/gpus and /v1/nodes/{id}/gpus. Pure apart from msgspec."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import weakref
 from datetime import UTC, datetime
@@ -12,7 +13,8 @@ from datetime import UTC, datetime
 import msgspec
 import pytest
 
-from herdbook.api.gpus import GpuRoutes, node_gpus, node_rows
+from herdbook.api.gpu_rows import node_gpus, node_rows
+from herdbook.api.gpus import GpuRoutes
 from herdbook.api.lookup import ApiError
 from herdbook.api.messages import GpuDetail, GpuSummary
 from herdbook.events.health_report import GpuEvent, GpuVerdict, HealthReport
@@ -220,3 +222,21 @@ def test_samples_and_listing_rows_are_not_walked_by_the_garbage_collector() -> N
     assert not gc.is_tracked(decoded) and not gc.is_tracked(decoded.gpus[0])
     routes, nodes, samples, _ = world()
     assert not any(gc.is_tracked(row) for row in node_rows(nodes["a1"], samples.of("a1")))
+
+
+async def test_the_next_page_is_built_while_this_one_travels() -> None:
+    """A page with a next one sets the next page's rows building, a few nodes at a time
+    with the loop given back, so its request finds them built; a page without a next
+    one, or of one node, builds nothing ahead."""
+    routes, *_ = world()                # a1, a2: 4 GPUs each; h1: 8
+    items, token = await listed(routes, limit=4)
+    assert len(items) == 4 and token == "a1/3" and "h1" not in routes._rows
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert "h1" in routes._rows, "the page after a1's was not built ahead"
+    quiet, *_ = world()
+    await listed(quiet, node_id="a1", limit=2)
+    await listed(quiet)
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert quiet._warming is None

@@ -13,7 +13,15 @@ import msgspec
 import pytest
 
 from herdbook.api.messages import Page
-from herdbook.cli.gpu_list import COLUMNS, CSV_COLUMNS, Printed, Shown, items_of, next_token
+from herdbook.cli.gpu_list import (
+    COLUMNS,
+    CSV_COLUMNS,
+    Printed,
+    Shown,
+    items_of,
+    next_token,
+    plain_text,
+)
 from herdbook.cli.output import Format, render_rows
 
 
@@ -131,3 +139,11 @@ def test_json_formats_the_items_as_they_stand_or_decodes_a_page_of_another_shape
         with redirect_stdout(buffer):
             out.print()
         assert buffer.getvalue() == before(Format.json)
+
+
+def test_a_page_is_plain_text_only_without_escapes_del_or_other_than_ascii() -> None:
+    """A plain page's cells are taken as they are (no search of each column): only a page
+    that cannot hold a character the table escapes is plain."""
+    assert plain_text(msgspec.json.encode(ROWS[:3]))
+    for bad in ("\x1b[31m", "line\nbreak", "\u202e", "\x85", "\x7f", "caf\u00e9", '"quoted"'):
+        assert not plain_text(msgspec.json.encode([{"cause": bad}])), repr(bad)
