@@ -168,7 +168,7 @@ class GpuTable:
         if not rows:
             return
         cells = [self.cells(key, rows, plain) for _, key in COLUMNS]
-        self.widths = [max(width, max(map(len, column)))
+        self.widths = [max(width, max(map(len, set(column))))
                        for width, column in zip(self.widths, cells, strict=True)]
         self.pages.append((self.widths, cells, table_lines(cells, self.widths)))
 

@@ -222,6 +222,8 @@ def test_samples_and_listing_rows_are_not_walked_by_the_garbage_collector() -> N
     assert not gc.is_tracked(decoded) and not gc.is_tracked(decoded.gpus[0])
     routes, nodes, samples, _ = world()
     assert not any(gc.is_tracked(row) for row in node_rows(nodes["a1"], samples.of("a1")))
+    asyncio.run(listed(routes))
+    assert len(routes._rows) == 3 and not any(map(gc.is_tracked, routes._rows.values()))
 
 
 async def test_the_next_page_is_built_while_this_one_travels() -> None:
@@ -240,3 +242,19 @@ async def test_the_next_page_is_built_while_this_one_travels() -> None:
     for _ in range(3):
         await asyncio.sleep(0)
     assert quiet._warming is None
+
+
+async def test_a_listing_goes_on_past_a_node_deleted_while_it_pages() -> None:
+    """A later page of a listing takes the node ids its first page sorted (no key-set
+    comparison per page) unless their count changed: a node deleted meanwhile (and
+    another added, the count the same) is skipped, not an error."""
+    routes, nodes, *_ = world()         # a1, a2: 4 GPUs each; h1: 8
+    items, token = await listed(routes, limit=4)
+    assert token == "a1/3"
+    del nodes["a2"]
+    nodes["b1"] = node("b1", 2, "b")
+    items, token = await listed(routes, limit=8, next_token="a1/3")
+    assert [(i["node_id"], i["index"]) for i in items] == [("h1", g) for g in range(8)]
+    assert token is None
+    items, _ = await listed(routes)     # a new listing sorts again
+    assert {i["node_id"] for i in items} == {"a1", "b1", "h1"}
