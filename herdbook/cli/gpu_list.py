@@ -103,6 +103,23 @@ class Shown(msgspec.Struct, frozen=True, gc=False):
     sampled_at: Any = None
 
 
+class TableRow(msgspec.Struct, frozen=True, gc=False):
+    """A GPU of a page as the table reads it: ``Shown`` less what only the CSV shows
+    (11 fields of 23 built: a fifth less of the table's decoding than ``Shown``'s 14)."""
+
+    node_id: Any = None
+    index: Any = None
+    model: Any = None
+    health: Any = None
+    cause: Any = None
+    temperature_c: Any = None
+    power_w: Any = None
+    gpu_util_pct: Any = None
+    fb_used_mib: Any = None
+    fb_total_mib: Any = None
+    node_state: Any = None
+
+
 class Cells(dict[Any, str]):
     """Each distinct value's cell, made once (``make``): a fleet's readings repeat (its
     temperatures, utilisations, memory totals), so most cells are one dict lookup at C
@@ -126,7 +143,7 @@ def _plain(values: list[Any]) -> list[Any]:
     return ["" if v is None else v for v in values]
 
 
-def _read(key: str, rows: list[Shown]) -> list[Any]:
+def _read(key: str, rows: list[Any]) -> list[Any]:
     return list(map(attrgetter(key), rows))
 
 
@@ -145,7 +162,7 @@ class GpuTable:
                       "util": ("gpu_util_pct", _number("%"))}
         self.memory = Cells(lambda pair: _memory(*pair))
 
-    def cells(self, key: str, rows: list[Shown], plain: bool = False) -> list[str]:
+    def cells(self, key: str, rows: list[Any], plain: bool = False) -> list[str]:
         """One column's cells of these rows; ``plain``: the page they came in holds no
         escape and no character that is not ASCII or is DEL (``plain_text``), so no
         string of it needs escaping (``table_cells`` would return each as it is)."""
@@ -164,7 +181,7 @@ class GpuTable:
             return _plain(values) if type(None) in kinds else values
         return table_cells(_plain(values))
 
-    def add(self, rows: list[Shown], plain: bool = False) -> None:
+    def add(self, rows: list[Any], plain: bool = False) -> None:
         if not rows:
             return
         cells = [self.cells(key, rows, plain) for _, key in COLUMNS]
@@ -233,9 +250,9 @@ class Printed:
 
 
 PAGES: dict[Format, Any] = {Format.json: Page[msgspec.Raw], Format.yaml: Page[dict[str, Any]],
-                            Format.table: Page[Shown], Format.csv: Page[Shown]}
+                            Format.table: Page[TableRow], Format.csv: Page[Shown]}
 """What each output decodes a page into: json the rows' JSON as it came, yaml every
-field, a table or csv only the fields it shows (``Shown``)."""
+field, a table or csv only the fields it shows (``TableRow``, ``Shown``)."""
 
 
 async def asked(nc: Any, request: Awaitable[T]) -> asyncio.Future[T]:
