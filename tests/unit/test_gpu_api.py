@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import random
 import weakref
 from datetime import UTC, datetime
 
 import msgspec
 import pytest
 
-from herdbook.api.gpu_rows import node_gpus, node_rows
+from herdbook.api.gpu_rows import iso_when, moment, node_gpus, node_rows
 from herdbook.api.gpus import GpuRoutes
 from herdbook.api.lookup import ApiError
 from herdbook.api.messages import GpuDetail, GpuSummary
@@ -258,3 +259,16 @@ async def test_a_listing_goes_on_past_a_node_deleted_while_it_pages() -> None:
     assert token is None
     items, _ = await listed(routes)     # a new listing sorts again
     assert {i["node_id"] for i in items} == {"a1", "b1", "h1"}
+
+
+def test_the_listing_writes_its_times_as_every_reply_does() -> None:
+    """The listing's rows carry datetimes (``moment``, a tenth of ``isoformat``'s cost)
+    that msgspec writes as ``iso_when`` writes the same epoch: whole seconds, microseconds,
+    rounding at the microsecond's edge, the epoch's start."""
+    rng = random.Random(27)
+    print("seed 27")
+    epochs = [1.0, 1_800_000_000.0, 1_800_000_000.5, 1e9 + 0.9999995, 1e9 + 0.9999994,
+              *(rng.uniform(1e9, 2e9) for _ in range(20_000))]
+    for epoch in epochs:
+        assert msgspec.json.encode(moment(epoch)) == msgspec.json.encode(iso_when(epoch)), epoch
+    assert moment(0.0) is None and iso_when(0.0) is None
