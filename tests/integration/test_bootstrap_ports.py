@@ -9,7 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from nats.js import JetStreamContext
+from nats.aio.client import Client as NATS
 
 from herdbook.clock import SYSTEM_CLOCK
 from herdbook.config import parse_config
@@ -25,8 +25,8 @@ from tests.conftest import poll
 class RecordingStore(EventStore):
     """The real store, remembering the name of every event appended through it."""
 
-    def __init__(self, js: JetStreamContext, storage_full: StorageFull | None) -> None:
-        super().__init__(js, storage_full=storage_full)
+    def __init__(self, nc: NATS, storage_full: StorageFull | None) -> None:
+        super().__init__(nc, storage_full=storage_full)
         self.names: list[str] = []
 
     async def append_decided(self, events: Any, expected_version: int) -> int:
@@ -63,7 +63,7 @@ async def test_a_started_plane_appends_and_provisions_through_the_ports_it_was_g
     provider = RecordingProvider()
 
     def store(nc: Any, storage_full: StorageFull | None) -> EventStore:
-        stores.append(RecordingStore(nc.jetstream(), storage_full))
+        stores.append(RecordingStore(nc, storage_full))
         return stores[-1]
 
     def providers(site: ProviderSite) -> dict[str, Provider]:
