@@ -27,7 +27,7 @@ from tests.integration.test_http_api import config, token
 pytest.importorskip("schemathesis", reason="schemathesis is in the test extras")
 
 SEED = int(os.environ.get("HERD_FUZZ_SEED", "20261125"))
-EXAMPLES = int(os.environ.get("HERD_FUZZ_EXAMPLES", "3"))
+EXAMPLES = int(os.environ.get("HERD_FUZZ_EXAMPLES", "2"))
 
 
 async def fuzz(url: str, tmp_path: Path, *options: str, examples: int = EXAMPLES) -> None:
